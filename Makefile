@@ -1,0 +1,39 @@
+# The two commands a newcomer needs:  `make demo`  and  `make test`.
+# Each one does its own set-up (virtualenv, packages, bubblewrap) and is safe to re-run.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+
+.PHONY: demo test lint typecheck pytest setup system-deps clean
+
+demo: $(STAMP) system-deps
+	$(BIN)/agentroll demo
+
+test: $(STAMP) system-deps lint typecheck pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy -p agentroll.server -p agentroll.handlers -p agentroll.runtime -p agentroll.trainer_clients
+
+pytest: $(STAMP)
+	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+setup: $(STAMP) system-deps
+
+$(STAMP):
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e ".[dev]" -e tests/fixtures/external_handler_pkg
+	rm -f $(VENV)/.installed-*; touch $@
+
+# Debian packages the sandboxes need; installed only when missing.
+system-deps:
+	@scripts/install-system-deps.sh
+
+clean:
+	rm -rf $(VENV)

@@ -1,0 +1,40 @@
+"""agentroll handler SDK: write a task family as an `AgentHandler` plugin.
+
+The server drives each rollout through `init` (sandbox, tools), `run` (the agent loop
+against `ctx.llm`) and `eval` (the reward); see `agentroll.handlers.base`.
+"""
+
+from agentroll.handlers.base import AgentHandler, ErrorDecision, classify_error
+from agentroll.handlers.context import LLMSession, Message, Reward, RolloutContext, Turn
+from agentroll.handlers.errors import (
+    AgentError,
+    ContextLengthExceeded,
+    DuplicateHandlerError,
+    HandlerError,
+    InfraError,
+    LLMUnavailable,
+    RegistryError,
+    UnknownHandlerError,
+)
+from agentroll.handlers.registry import ENTRY_POINT_GROUP, HandlerRegistry
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "AgentError",
+    "AgentHandler",
+    "ContextLengthExceeded",
+    "DuplicateHandlerError",
+    "ErrorDecision",
+    "HandlerError",
+    "HandlerRegistry",
+    "InfraError",
+    "LLMSession",
+    "LLMUnavailable",
+    "Message",
+    "RegistryError",
+    "Reward",
+    "RolloutContext",
+    "Turn",
+    "UnknownHandlerError",
+    "classify_error",
+]

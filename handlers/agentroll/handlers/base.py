@@ -1,0 +1,83 @@
+"""The `AgentHandler` base class: one task family's init / run / eval."""
+
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, ValidationError
+
+from agentroll.handlers.context import Reward, RolloutContext
+from agentroll.handlers.errors import AgentError, HandlerError
+
+Stage = Literal["init", "run", "eval"]
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorDecision:
+    """How a stage failure maps onto the outcome taxonomy."""
+
+    outcome: Literal["agent_error", "infra_error"]
+    cause: str
+    message: str
+    evaluate: bool = False
+    """For run errors only: still run EVAL (the reward stays meaningful)."""
+
+
+def classify_error(stage: Stage, exc: BaseException) -> ErrorDecision:
+    """The default mapping: the policy's faults are agent errors, anything else is infra.
+
+    A bug in handler code is not the policy's fault either, so it is `infra_error`: never
+    train on it, never score it 0.
+    """
+    if isinstance(exc, AgentError):
+        return ErrorDecision("agent_error", exc.cause, str(exc), evaluate=stage == "run")
+    if isinstance(exc, HandlerError):
+        return ErrorDecision("infra_error", exc.cause, str(exc))
+    return ErrorDecision("infra_error", f"{stage}_exception", f"{type(exc).__name__}: {exc}")
+
+
+class AgentHandler:
+    """Subclass, set `name`, implement `run` and `eval`; the server drives the stages.
+
+    One instance serves every rollout of its task family: keep per-rollout data in
+    `ctx.state`, not on `self`.
+    """
+
+    name: ClassVar[str]
+    eval_sandbox: ClassVar[Literal["reuse", "fresh"]] = "reuse"
+    """Whether EVAL runs in the RUN sandbox (default) or needs a fresh one."""
+    instance_model: ClassVar[type[BaseModel] | None] = None
+    """When set, task instances are validated against it at submission (a 400 if wrong)."""
+
+    def validate_instance(self, instance: dict[str, Any]) -> None:
+        """Raise `ValueError` with a readable message if the instance is unusable."""
+        if self.instance_model is None:
+            return
+        try:
+            self.instance_model.model_validate(instance)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or '(instance)'}: {e['msg']}" for e in exc.errors()
+            )
+            raise ValueError(f"invalid {self.name} instance: {problems}") from exc
+
+    async def init(self, ctx: RolloutContext) -> None:
+        """Start and prepare the sandbox, set up tools. Default: nothing to prepare."""
+
+    async def run(self, ctx: RolloutContext) -> None:
+        raise NotImplementedError
+
+    async def eval(self, ctx: RolloutContext) -> Reward:
+        raise NotImplementedError
+
+    def on_init_error(self, ctx: RolloutContext, exc: BaseException) -> ErrorDecision:
+        return classify_error("init", exc)
+
+    def on_run_error(self, ctx: RolloutContext, exc: BaseException) -> ErrorDecision:
+        return classify_error("run", exc)
+
+    def on_eval_error(self, ctx: RolloutContext, exc: BaseException) -> ErrorDecision:
+        return classify_error("eval", exc)
+
+    def final_result(self, ctx: RolloutContext) -> dict[str, Any]:
+        """Extra trajectory fields: `artifacts` (name -> text) and `metadata` (merged)."""
+        return {}

@@ -1,0 +1,93 @@
+"""What a handler sees of its rollout: the `RolloutContext` protocol and its parts.
+
+Defined here, implemented by the server, so that handlers never import the server.
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One generation call as the backend answered it."""
+
+    text: str
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: str
+    backend_id: str
+    policy_version: int
+
+
+@dataclass(slots=True)
+class Reward:
+    value: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+class LimitsView(Protocol):
+    @property
+    def max_turns(self) -> int: ...
+    @property
+    def max_response_tokens(self) -> int: ...
+
+
+@runtime_checkable
+class LLMSession(Protocol):
+    """A token-recording conversation with the policy.
+
+    Model output is recorded as the exact ids the backend sampled (mask 1); everything in
+    between (tool observations, chat-template glue) is tokenized as a delta and appended
+    with mask 0. Earlier turns are never re-rendered.
+    """
+
+    @property
+    def messages(self) -> Sequence[Message]: ...
+    @property
+    def num_turns(self) -> int: ...
+    @property
+    def response_tokens(self) -> int: ...
+
+    async def start(self, messages: Sequence[Message], tools: Sequence[Message] = ()) -> None:
+        """Tokenize the first prompt (system + task) through the backend."""
+        ...
+
+    async def generate(self, *, max_tokens: int | None = None) -> Turn:
+        """Sample the next assistant turn from prompt + everything recorded so far.
+
+        Raises `ContextLengthExceeded` when nothing more fits, `LLMUnavailable` when no
+        backend could serve the call.
+        """
+        ...
+
+    async def add_messages(self, messages: Sequence[Message]) -> None:
+        """Append observations (tool results, user follow-ups) and the next generation prompt."""
+        ...
+
+
+class RolloutContext(Protocol):
+    """Everything one rollout's handler may use; `state` carries data across stages."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def instance(self) -> Mapping[str, Any]: ...
+    @property
+    def limits(self) -> LimitsView: ...
+    @property
+    def metadata(self) -> Mapping[str, Any]: ...
+    @property
+    def llm(self) -> LLMSession: ...
+    @property
+    def state(self) -> dict[str, Any]: ...
+
+    def time_left(self) -> float:
+        """Seconds until the job's overall deadline."""
+        ...
+
+    def set_finish_reason(self, reason: str) -> None:
+        """Why the agent loop ended (`stop`, `length`, `max_turns`, ...), for the trajectory."""
+        ...

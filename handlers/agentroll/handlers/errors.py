@@ -1,0 +1,69 @@
+"""Exceptions of the handler SDK.
+
+    HandlerError
+    ├── AgentError             the policy broke the protocol -> outcome agent_error
+    │   └── ContextLengthExceeded      prompt + budget does not fit the model's context
+    ├── InfraError             sandbox, backend or judge failed -> outcome infra_error
+    │   └── LLMUnavailable             no backend could serve a generation
+    └── RegistryError(HandlerError, LookupError)
+        ├── UnknownHandlerError(RegistryError, KeyError)
+        └── DuplicateHandlerError(RegistryError, ValueError)
+
+Each error carries a stable `cause` string that ends up in the trajectory's `error.type`.
+"""
+
+
+class HandlerError(Exception):
+    cause: str = "handler_error"
+
+    def __init__(self, message: str, *, cause: str | None = None) -> None:
+        super().__init__(message)
+        if cause is not None:
+            self.cause = cause
+
+
+class AgentError(HandlerError):
+    """The policy broke the protocol; the reward is still meaningful."""
+
+    cause = "agent_error"
+
+    def __init__(
+        self, message: str, *, cause: str | None = None, finish_reason: str | None = None
+    ) -> None:
+        super().__init__(message, cause=cause)
+        self.finish_reason = finish_reason
+
+
+class ContextLengthExceeded(AgentError):
+    cause = "context_overflow"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, finish_reason="length")
+
+
+class InfraError(HandlerError):
+    """Infrastructure failed; never scored, the trainer drops and resubmits."""
+
+    cause = "infra_error"
+
+
+class LLMUnavailable(InfraError):
+    cause = "llm_backend_unavailable"
+
+
+class RegistryError(HandlerError, LookupError):
+    cause = "registry_error"
+
+
+class UnknownHandlerError(RegistryError, KeyError):
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(f"unknown handler {name!r}; known handlers: {', '.join(known) or 'none'}")
+        self.name = name
+        self.known = known
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0])
+
+
+class DuplicateHandlerError(RegistryError, ValueError):
+    pass

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs the Debian packages agentroll's sandboxes use, only when they are missing.
+# bubblewrap: the rootless sandbox runtime used on workstations and in CI.
+set -euo pipefail
+missing=()
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else
+    echo "agentroll: please install: ${missing[*]} (needs root)" >&2; exit 1; fi
+else SUDO=""; fi
+echo "agentroll: installing ${missing[*]}" >&2
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

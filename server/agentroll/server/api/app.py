@@ -1,0 +1,55 @@
+"""`create_app(settings)`: the FastAPI application, its state built in the lifespan."""
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from agentroll.handlers import HandlerRegistry
+from agentroll.server.api import routes_admin, routes_backends, routes_jobs, routes_results
+from agentroll.server.api.errors import install_error_handlers
+from agentroll.server.api.middleware import GuardMiddleware
+from agentroll.server.llm import BackendPool, ShardedHTTPClient
+from agentroll.server.service import JobService
+from agentroll.server.settings import Settings
+from agentroll.server.store import JobStore
+
+log = logging.getLogger("agentroll.server")
+
+
+def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -> FastAPI:
+    """Build the app; its services are created in the lifespan, on `app.state`."""
+    registry = registry or HandlerRegistry()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        store = JobStore(settings.db_path, synchronous=settings.db_synchronous)
+        await store.open()
+        http = ShardedHTTPClient(timeout_s=settings.llm_request_timeout_s)
+        backends = BackendPool(http)
+        service = JobService(settings, store, registry, backends)
+        app.state.service = service
+        app.state.backends = backends
+        await service.recover()
+        log.info("agentroll server ready (store %s)", settings.db_path)
+        try:
+            yield
+        finally:
+            await service.shutdown(settings.shutdown_grace_s)
+            await http.close()
+            await store.close()
+
+    app = FastAPI(
+        title="agentroll",
+        version="1",
+        summary="Rollout-as-a-service for RL of multi-turn LLM agents",
+        lifespan=lifespan,
+    )
+    app.state.request_exit = lambda: None  # replaced by whoever serves the app
+    token = settings.api_token.get_secret_value() if settings.api_token else None
+    app.add_middleware(GuardMiddleware, max_body_bytes=settings.max_body_bytes, api_token=token)
+    install_error_handlers(app)
+    for module in (routes_jobs, routes_results, routes_backends, routes_admin):
+        app.include_router(module.router)
+    return app

@@ -1,0 +1,42 @@
+"""Health, readiness, status, pool sizing and shutdown."""
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from agentroll.server.api.deps import Service
+from agentroll.server.schema import PoolSizes, PoolsPatch, StatusResponse
+
+router = APIRouter(tags=["admin"])
+
+
+@router.get("/healthz")
+async def healthz() -> dict[str, str]:
+    """Liveness: the process answers."""
+    return {"status": "ok"}
+
+
+@router.get("/readyz")
+async def readyz(service: Service) -> JSONResponse:
+    """Readiness: the store is open and jobs are admitted."""
+    body = {"ready": service.accepting, "backends": len(service.backends)}
+    return JSONResponse(body, status_code=200 if service.accepting else 503)
+
+
+@router.get("/v1/status", response_model=StatusResponse)
+async def status(service: Service) -> StatusResponse:
+    return service.status()
+
+
+@router.patch("/v1/admin/pools", response_model=PoolSizes)
+async def resize_pools(patch: PoolsPatch, service: Service) -> PoolSizes:
+    """Resize stage pools at run time; no job is dropped (shrinking only admits fewer)."""
+    service.resize(patch)
+    return service.settings.pools
+
+
+@router.post("/v1/admin/shutdown", status_code=202)
+async def shutdown(request: Request, service: Service) -> dict[str, str]:
+    """Stop admitting now; the server drains for `shutdown_grace_s`, then stops."""
+    service.accepting = False
+    request.app.state.request_exit()
+    return {"status": "shutting_down"}

@@ -1,0 +1,34 @@
+"""The LLM backend registry."""
+
+from fastapi import APIRouter, Response
+
+from agentroll.server.api.deps import Backends
+from agentroll.server.api.errors import ApiError
+from agentroll.server.llm.pool import BackendConflict
+from agentroll.server.schema import BackendSpec, BackendView
+
+router = APIRouter(prefix="/v1", tags=["backends"])
+
+
+@router.get("/backends", response_model=list[BackendView])
+async def list_backends(backends: Backends) -> list[BackendView]:
+    return backends.views()
+
+
+@router.post("/backends", response_model=BackendView, status_code=201)
+async def add_backend(spec: BackendSpec, backends: Backends, response: Response) -> BackendView:
+    """Register a vLLM-protocol server; idempotent for an identical spec with the same id."""
+    try:
+        backend, created = backends.add(spec)
+    except BackendConflict as exc:
+        raise ApiError(409, "conflict", str(exc)) from exc
+    if not created:
+        response.status_code = 200
+    return backend.view()
+
+
+@router.delete("/backends/{backend_id}", status_code=204)
+async def remove_backend(backend_id: str, backends: Backends) -> Response:
+    if not backends.remove(backend_id):
+        raise ApiError(404, "not_found", f"no backend {backend_id!r}")
+    return Response(status_code=204)

@@ -1,0 +1,128 @@
+"""`agentroll`: serve rollouts, run the demo, or stand in for vLLM with a scripted backend."""
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+DESCRIPTION = """\
+agentroll: rollout-as-a-service for RL of multi-turn LLM agents.
+
+A trainer submits task instances over HTTP; agentroll runs each rollout
+(sandbox -> agent loop against your vLLM/SGLang servers -> reward) and hands
+back token-in/token-out trajectories.
+"""
+
+EPILOG = """\
+examples:
+  agentroll demo                          math rollouts end to end, no GPU needed
+  agentroll serve --port 8700             serve the v1 API on 127.0.0.1:8700
+  agentroll scripted-llm --port 8001      a vLLM-protocol stand-in (tests, demos)
+  agentroll handlers                      list the task handlers this install knows
+
+settings: flags > AGENTROLL_* environment variables > --config TOML file > defaults
+"""
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from agentroll.server.api import create_app
+    from agentroll.server.serving import serve_forever
+    from agentroll.server.settings import load_settings
+
+    settings = load_settings(
+        args.config, host=args.host, port=args.port, db_path=args.db, log_level=args.log_level
+    )
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
+    )
+    app = create_app(settings)
+    serve_forever(
+        app, settings.host, settings.port, log_level=settings.log_level, url_file=args.url_file
+    )
+    return 0
+
+
+def _scripted_llm(args: argparse.Namespace) -> int:
+    from agentroll.server.scripted_llm import ScriptedLLMConfig, create_app
+    from agentroll.server.serving import serve_forever
+
+    config = ScriptedLLMConfig(
+        version=args.vllm_version,
+        policy=args.policy,
+        wrong_rate=args.wrong_rate,
+        latency_s=args.latency,
+        seed=args.seed,
+        max_model_len=args.max_model_len,
+    )
+    serve_forever(create_app(config), args.host, args.port, url_file=args.url_file)
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from agentroll.server.demo import run_demo
+
+    return run_demo(groups=args.groups, group_size=args.group_size, latency_s=args.latency)
+
+
+def _handlers(_: argparse.Namespace) -> int:
+    from agentroll.handlers import HandlerRegistry
+
+    for name in HandlerRegistry().names():
+        print(name)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentroll",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    serve = sub.add_parser("serve", help="serve the v1 HTTP API")
+    serve.add_argument("--config", type=Path, help="TOML settings file")
+    serve.add_argument("--host", help="listen address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, help="listen port (default 8700; 0 = any free)")
+    serve.add_argument("--db", type=Path, help="SQLite store path (default var/agentroll.db)")
+    serve.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    serve.add_argument("--url-file", type=Path, help="write the server URL here once bound")
+    serve.set_defaults(func=_serve)
+
+    demo = sub.add_parser("demo", help="run math rollouts end to end against a scripted LLM")
+    demo.add_argument("--groups", type=int, default=20, help="task groups (default 20)")
+    demo.add_argument("--group-size", type=int, default=4, help="samples per group (default 4)")
+    demo.add_argument("--latency", type=float, default=0.05, help="simulated LLM latency, s")
+    demo.set_defaults(func=_demo)
+
+    llm = sub.add_parser("scripted-llm", help="serve the scripted vLLM-protocol backend")
+    llm.add_argument("--host", default="127.0.0.1")
+    llm.add_argument("--port", type=int, default=8001)
+    llm.add_argument("--vllm-version", default="0.33", choices=["0.11", "0.2x", "0.33"])
+    llm.add_argument("--policy", default="math", help="scripted policy (default math)")
+    llm.add_argument("--wrong-rate", type=float, default=0.3, help="share of wrong answers")
+    llm.add_argument("--latency", type=float, default=0.0, help="seconds per request")
+    llm.add_argument("--seed", type=int, default=0)
+    llm.add_argument("--max-model-len", type=int, default=8192)
+    llm.add_argument("--url-file", type=Path, help="write the backend URL here once bound")
+    llm.set_defaults(func=_scripted_llm)
+
+    handlers = sub.add_parser("handlers", help="list known task handlers")
+    handlers.set_defaults(func=_handlers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except KeyboardInterrupt:
+        return 130
+    except (ValueError, FileNotFoundError) as exc:  # bad settings: say what, not a traceback
+        print(f"agentroll: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

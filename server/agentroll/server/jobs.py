@@ -1,0 +1,34 @@
+"""A job while it lives in the server's memory (from admission to its persisted result)."""
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+
+from agentroll.server.schema import JobRequest, JobState, StageTiming, Timing
+
+
+@dataclass(eq=False)
+class LiveJob:
+    job_id: str
+    request: JobRequest
+    submitted_at: float
+    """Wall-clock time of the (first) submission."""
+    attempts: int = 1
+    state: JobState = JobState.queued
+    started: float = field(default_factory=time.monotonic)
+    """Monotonic time this server admitted the job; the deadline counts from here."""
+    timing: Timing = field(default_factory=Timing)
+    task: "asyncio.Task[None] | None" = None
+    cancel_cause: str | None = None
+    """Set before the job's task is cancelled: `cancelled_by_client`, `server_shutdown`."""
+    finishing: bool = False
+    """The result is being persisted; too late to cancel."""
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def stage_timing(self, stage: str) -> StageTiming:
+        current = getattr(self.timing, stage)
+        if current is None:
+            current = StageTiming()
+            setattr(self.timing, stage, current)
+        assert isinstance(current, StageTiming)
+        return current

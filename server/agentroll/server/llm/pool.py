@@ -1,0 +1,103 @@
+"""Registered inference backends and the choice of one per generation call.
+
+Routing: least outstanding requests among backends that carry the requested tags, with
+session affinity so one trajectory's turns reuse the same backend's prefix cache while
+that backend has room.
+"""
+
+import itertools
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from agentroll.handlers import LLMUnavailable
+from agentroll.server.llm.http import ShardedHTTPClient
+from agentroll.server.llm.vllm import VLLMClient
+from agentroll.server.schema import BackendSpec, BackendView
+
+
+class BackendConflict(ValueError):
+    """A backend id is already registered with a different specification."""
+
+
+@dataclass(eq=False)
+class Backend:
+    id: str
+    spec: BackendSpec
+    client: VLLMClient
+    in_flight: int = 0
+    requests_total: int = 0
+    failures_total: int = 0
+    tags: frozenset[str] = field(default_factory=frozenset)
+
+    def view(self) -> BackendView:
+        return BackendView(
+            id=self.id,
+            kind=self.spec.kind,
+            base_url=str(self.spec.base_url),
+            model=self.spec.model,
+            tags=sorted(self.tags),
+            max_concurrency=self.spec.max_concurrency,
+            in_flight=self.in_flight,
+            requests_total=self.requests_total,
+            failures_total=self.failures_total,
+        )
+
+    @property
+    def has_room(self) -> bool:
+        return self.in_flight < self.spec.max_concurrency
+
+
+class BackendPool:
+    def __init__(self, http: ShardedHTTPClient) -> None:
+        self._http = http
+        self._backends: dict[str, Backend] = {}
+        self._ids = itertools.count(1)
+
+    def add(self, spec: BackendSpec) -> tuple[Backend, bool]:
+        """Register a backend; idempotent for an identical spec. Returns (backend, created)."""
+        backend_id = spec.id or f"backend-{next(self._ids)}"
+        existing = self._backends.get(backend_id)
+        if existing is not None:
+            if existing.spec.model_dump(exclude={"id"}) != spec.model_dump(exclude={"id"}):
+                raise BackendConflict(f"backend {backend_id!r} exists with a different spec")
+            return existing, False
+        spec = spec.model_copy(update={"id": backend_id})
+        client = VLLMClient(str(spec.base_url), spec.model, self._http)
+        backend = Backend(backend_id, spec, client, tags=frozenset(spec.tags))
+        self._backends[backend_id] = backend
+        return backend, True
+
+    def remove(self, backend_id: str) -> bool:
+        return self._backends.pop(backend_id, None) is not None
+
+    def get(self, backend_id: str) -> Backend | None:
+        return self._backends.get(backend_id)
+
+    def views(self) -> list[BackendView]:
+        return [b.view() for b in self._backends.values()]
+
+    def __len__(self) -> int:
+        return len(self._backends)
+
+    def choose(
+        self, tags: frozenset[str], affinity: str | None, exclude: frozenset[str] = frozenset()
+    ) -> Backend:
+        candidates = [b for b in self._backends.values() if tags <= b.tags and b.id not in exclude]
+        if not candidates:
+            wanted = f" with tags {sorted(tags)}" if tags else ""
+            raise LLMUnavailable(f"no LLM backend{wanted} is registered", cause="no_backend")
+        if affinity is not None:
+            preferred = self._backends.get(affinity)
+            if preferred is not None and preferred in candidates and preferred.has_room:
+                return preferred
+        return min(candidates, key=lambda b: b.in_flight / b.spec.max_concurrency)
+
+    @contextmanager
+    def track(self, backend: Backend) -> Iterator[None]:
+        backend.in_flight += 1
+        backend.requests_total += 1
+        try:
+            yield
+        finally:
+            backend.in_flight -= 1

@@ -1,0 +1,237 @@
+"""`TokenSession`: the server's implementation of the handlers' `LLMSession`.
+
+It records a trajectory as token ids, never as text:
+- the first prompt is tokenized once by the backend (`/tokenize`, messages form);
+- each turn sends `prompt_ids + response_ids` as a token prompt, and appends exactly the
+  ids and logprobs the backend returned (mask 1);
+- new messages are tokenized as a *delta* against a fixed probe conversation, so earlier
+  turns are never re-rendered (mask 0). The tokens that close the model's turn (e.g.
+  `<|im_end|>\\n`) are added only where the model did not sample them itself.
+"""
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agentroll.handlers import ContextLengthExceeded, InfraError, LLMUnavailable, Message, Turn
+from agentroll.server.llm.pool import Backend, BackendPool
+from agentroll.server.llm.vllm import BackendError, VLLMClient
+from agentroll.server.schema import Segment
+
+_PROBE_REPLY = "ok"
+MAX_ATTEMPTS = 3
+
+
+def _closing_overlap(sampled: Sequence[int], closing: Sequence[int]) -> int:
+    """How many leading tokens of `closing` the model already sampled at its end."""
+    for k in range(min(len(closing), len(sampled)), 0, -1):
+        if list(sampled[-k:]) == list(closing[:k]):
+            return k
+    return 0
+
+
+class TokenSession:
+    def __init__(
+        self,
+        pool: BackendPool,
+        *,
+        sampling: dict[str, Any],
+        tags: frozenset[str] = frozenset(),
+        max_response_tokens: int,
+        max_context_tokens: int | None,
+        policy_version: Callable[[], int],
+        request_timeout_s: float,
+    ) -> None:
+        self._pool = pool
+        self._sampling = sampling
+        self._tags = tags
+        self._max_response_tokens = max_response_tokens
+        self._max_context_tokens = max_context_tokens
+        self._policy_version = policy_version
+        self._timeout = request_timeout_s
+        self._affinity: str | None = None
+
+        self.prompt_ids: list[int] = []
+        self.response_ids: list[int] = []
+        self.response_mask: list[int] = []
+        self.response_logprobs: list[float] = []
+        self.segments: list[Segment] = []
+        self._messages: list[Message] = []
+        self.tools: list[Message] = []
+        self.llm_s = 0.0
+        self.llm_calls = 0
+        self.retries: list[dict[str, str]] = []
+
+        self._first_messages: list[Message] = []
+        self._probe_closed: list[int] | None = None
+        self._closing: list[int] = []
+        self._max_model_len: int | None = None
+        self._awaiting_reply = False
+
+    # -- LLMSession protocol -------------------------------------------------------------
+    @property
+    def messages(self) -> Sequence[Message]:
+        return self._messages
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.segments)
+
+    @property
+    def response_tokens(self) -> int:
+        return len(self.response_ids)
+
+    async def start(self, messages: Sequence[Message], tools: Sequence[Message] = ()) -> None:
+        if self._first_messages:
+            raise RuntimeError("LLM session already started")
+        if not messages:
+            raise ValueError("a session starts with at least one message")
+        self._first_messages = [dict(m) for m in messages]
+        self._messages = [dict(m) for m in messages]
+        self.tools = [dict(t) for t in tools]
+        result = await self._call(
+            lambda c: c.tokenize_messages(
+                self._first_messages, self.tools or None, add_generation_prompt=True
+            )
+        )
+        self.prompt_ids = result.token_ids
+        self._max_model_len = result.max_model_len
+        self._awaiting_reply = True
+
+    async def generate(self, *, max_tokens: int | None = None) -> Turn:
+        if not self._awaiting_reply:
+            raise RuntimeError("generate() needs start() or add_messages() first")
+        budget = self._room(max_tokens or int(self._sampling.get("max_tokens", 1024)))
+        prompt = self.prompt_ids + self.response_ids
+        sampling = {**self._sampling, "max_tokens": budget}
+        version = self._policy_version()
+        completion, backend = await self._call_with_backend(
+            lambda c: c.complete(prompt, sampling, timeout_s=self._timeout)
+        )
+        start = len(self.response_ids)
+        self.response_ids.extend(completion.token_ids)
+        self.response_mask.extend([1] * len(completion.token_ids))
+        self.response_logprobs.extend(completion.logprobs)
+        self.segments.append(
+            Segment(
+                start=start,
+                end=len(self.response_ids),
+                backend_id=backend.id,
+                policy_version=version,
+                finish_reason=completion.finish_reason,
+            )
+        )
+        self._messages.append({"role": "assistant", "content": completion.text})
+        self._awaiting_reply = False
+        return Turn(
+            text=completion.text,
+            token_ids=tuple(completion.token_ids),
+            logprobs=tuple(completion.logprobs),
+            finish_reason=completion.finish_reason,
+            backend_id=backend.id,
+            policy_version=version,
+        )
+
+    async def add_messages(self, messages: Sequence[Message]) -> None:
+        if self._awaiting_reply:
+            raise RuntimeError("add_messages() must follow a generated turn")
+        if not messages:
+            raise ValueError("add_messages() needs at least one message")
+        new = [dict(m) for m in messages]
+        probe = [*self._first_messages, {"role": "assistant", "content": _PROBE_REPLY}]
+        if self._probe_closed is None:
+            await self._render_probe(probe)
+        assert self._probe_closed is not None
+        full = await self._call(
+            lambda c: c.tokenize_messages(
+                [*probe, *new], self.tools or None, add_generation_prompt=True
+            )
+        )
+        n = len(self._probe_closed)
+        if full.token_ids[:n] != self._probe_closed:
+            raise InfraError(
+                "the chat template re-renders earlier turns when messages are appended",
+                cause="template_not_prefix_stable",
+            )
+        last_turn = self.response_ids[self.segments[-1].start :] if self.segments else []
+        glue = self._closing[_closing_overlap(last_turn, self._closing) :]
+        observation = glue + full.token_ids[n:]
+        self.response_ids.extend(observation)
+        self.response_mask.extend([0] * len(observation))
+        self.response_logprobs.extend([0.0] * len(observation))
+        self._messages.extend(new)
+        self._awaiting_reply = True
+
+    # -- internals ------------------------------------------------------------------------
+    async def _render_probe(self, probe: list[Message]) -> None:
+        tools = self.tools or None
+        opened = await self._call(
+            lambda c: c.tokenize_messages(
+                probe, tools, add_generation_prompt=False, continue_final_message=True
+            )
+        )
+        closed = await self._call(
+            lambda c: c.tokenize_messages(probe, tools, add_generation_prompt=False)
+        )
+        if closed.token_ids[: len(opened.token_ids)] != opened.token_ids:
+            raise InfraError(
+                "the chat template renders a finished assistant turn inconsistently",
+                cause="template_not_prefix_stable",
+            )
+        self._probe_closed = closed.token_ids
+        self._closing = closed.token_ids[len(opened.token_ids) :]
+
+    def _room(self, requested: int) -> int:
+        """Tokens the next turn may sample; raises when nothing fits."""
+        left = self._max_response_tokens - len(self.response_ids)
+        if left < 1:
+            raise ContextLengthExceeded(
+                f"response budget of {self._max_response_tokens} tokens is used up"
+            )
+        limit = self._max_context_tokens or self._max_model_len
+        if limit is not None:
+            room = limit - len(self.prompt_ids) - len(self.response_ids)
+            if room < 1:
+                raise ContextLengthExceeded(
+                    f"context of {limit} tokens is full "
+                    f"({len(self.prompt_ids) + len(self.response_ids)} used)"
+                )
+            left = min(left, room)
+        return min(requested, left)
+
+    async def _call(self, fn: Callable[[VLLMClient], Any]) -> Any:
+        result, _ = await self._call_with_backend(fn)
+        return result
+
+    async def _call_with_backend(self, fn: Callable[[VLLMClient], Any]) -> tuple[Any, Backend]:
+        """Run one backend call, retrying on another backend while nothing was committed."""
+        tried: set[str] = set()
+        last_error: BackendError | None = None
+        for _ in range(MAX_ATTEMPTS):
+            try:
+                backend = self._pool.choose(self._tags, self._affinity, frozenset(tried))
+            except LLMUnavailable:
+                if last_error is None:
+                    raise
+                break
+            started = time.monotonic()
+            try:
+                with self._pool.track(backend):
+                    result = await fn(backend.client)
+            except BackendError as exc:
+                backend.failures_total += 1
+                if not exc.retryable:
+                    raise LLMUnavailable(str(exc), cause="llm_backend_error") from exc
+                tried.add(backend.id)
+                last_error = exc
+                self.retries.append({"backend": backend.id, "error": str(exc)[:300]})
+                continue
+            finally:
+                self.llm_s += time.monotonic() - started
+                self.llm_calls += 1
+            self._affinity = backend.id
+            return result, backend
+        raise LLMUnavailable(
+            f"no backend could serve the request after {len(tried)} attempt(s): {last_error}",
+            cause="llm_backend_unavailable",
+        ) from last_error

@@ -1,0 +1,169 @@
+"""The three-stage rollout pipeline: INIT -> ready buffer -> RUN -> EVAL.
+
+Each stage has its own resizable worker limit, so a slow EVAL never holds back INIT or
+RUN. Between INIT and RUN a bounded ready buffer applies backpressure: a job takes a
+ready slot before its INIT starts and gives it back once it holds a RUN worker, so at
+most `ready_buffer` sandboxes are initialising or waiting to run.
+"""
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from agentroll.handlers import AgentError, AgentHandler, ErrorDecision, Reward
+from agentroll.server.context import JobContext
+from agentroll.server.jobs import LiveJob
+from agentroll.server.limiter import StageLimiter
+from agentroll.server.schema import JobState, Outcome, PoolSizes
+
+T = TypeVar("T")
+
+
+@dataclass(slots=True)
+class Verdict:
+    """How a rollout ended, before it becomes a trajectory."""
+
+    outcome: Outcome
+    reward: Reward | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    error_stage: str | None = None
+
+
+class StageTimeout(Exception):
+    def __init__(self, stage: str, seconds: float) -> None:
+        super().__init__(f"{stage} exceeded its {seconds:g} s timeout")
+        self.stage = stage
+
+
+class _StageFailed(Exception):
+    def __init__(self, stage: str, decision: ErrorDecision) -> None:
+        super().__init__(decision.message)
+        self.stage = stage
+        self.decision = decision
+
+
+class Pipeline:
+    def __init__(self, pools: PoolSizes) -> None:
+        self.ready = StageLimiter("ready_buffer", pools.ready_buffer)
+        self.init = StageLimiter("init", pools.init)
+        self.run = StageLimiter("run", pools.run)
+        self.eval = StageLimiter("eval", pools.eval)
+
+    def resize(self, **sizes: int | None) -> None:
+        for name, limiter in (
+            ("ready_buffer", self.ready),
+            ("init", self.init),
+            ("run", self.run),
+            ("eval", self.eval),
+        ):
+            size = sizes.get(name)
+            if size is not None:
+                limiter.resize(size)
+
+    async def execute(self, job: LiveJob, handler: AgentHandler, ctx: JobContext) -> Verdict:
+        """Run all stages under the job's deadline. Cancellation propagates to the caller."""
+        try:
+            async with asyncio.timeout(ctx.time_left()) as deadline:
+                return await self._stages(job, handler, ctx)
+        except StageTimeout as exc:
+            return Verdict(Outcome.timed_out, None, f"{exc.stage}_timeout", str(exc), exc.stage)
+        except _StageFailed as exc:
+            d = exc.decision
+            return Verdict(Outcome(d.outcome), None, d.cause, d.message, exc.stage)
+        except TimeoutError:
+            if not deadline.expired():
+                raise
+            stage = job.state.value if not job.state.terminal else None
+            message = f"job deadline of {job.request.limits.deadline_s:g} s passed"
+            return Verdict(Outcome.timed_out, None, "deadline_exceeded", message, stage)
+
+    async def _stages(self, job: LiveJob, handler: AgentHandler, ctx: JobContext) -> Verdict:
+        limits = job.request.limits
+        await self._enter(job, "init", self.ready)
+        try:
+            await self._enter(job, "init", self.init)
+            try:
+                await self._work(
+                    job, "init", handler.init, handler.on_init_error, ctx, limits.init_timeout_s
+                )
+            finally:
+                self.init.release()
+            job.state = JobState.ready
+            await self._enter(job, "run", self.run)
+        finally:
+            self.ready.release()
+        run_failure: _StageFailed | None = None
+        try:
+            await self._work(
+                job, "run", handler.run, handler.on_run_error, ctx, limits.run_timeout_s
+            )
+        except _StageFailed as exc:
+            if not exc.decision.evaluate:
+                raise
+            run_failure = exc  # the policy's fault: still scored
+        finally:
+            self.run.release()
+        await self._enter(job, "eval", self.eval)
+        try:
+            reward = await self._work(
+                job, "eval", handler.eval, handler.on_eval_error, ctx, limits.eval_timeout_s
+            )
+        finally:
+            self.eval.release()
+        if run_failure is not None:
+            d = run_failure.decision
+            return Verdict(Outcome.agent_error, reward, d.cause, d.message, "run")
+        return Verdict(Outcome.ok, reward)
+
+    async def _enter(self, job: LiveJob, stage: str, limiter: StageLimiter) -> None:
+        """Wait for a worker of `limiter`, counting the wait as `stage` queue time."""
+        waited_from = time.monotonic()
+        try:
+            await limiter.acquire()
+        finally:
+            job.stage_timing(stage).queue_s += time.monotonic() - waited_from
+
+    async def _work(
+        self,
+        job: LiveJob,
+        stage: str,
+        fn: Callable[[Any], Awaitable[T]],
+        on_error: Callable[[Any, BaseException], ErrorDecision],
+        ctx: JobContext,
+        timeout_s: float,
+    ) -> T:
+        job.state = JobState(stage)
+        began = time.monotonic()
+        try:
+            async with asyncio.timeout(timeout_s) as stage_timer:
+                return await fn(ctx)
+        except TimeoutError as exc:
+            if stage_timer.expired():
+                raise StageTimeout(stage, timeout_s) from exc
+            raise self._failure(stage, on_error, ctx, exc) from exc
+        except (asyncio.CancelledError, _StageFailed, StageTimeout):
+            raise
+        except Exception as exc:
+            raise self._failure(stage, on_error, ctx, exc) from exc
+        finally:
+            job.stage_timing(stage).work_s += time.monotonic() - began
+
+    @staticmethod
+    def _failure(
+        stage: str,
+        on_error: Callable[[Any, BaseException], ErrorDecision],
+        ctx: JobContext,
+        exc: BaseException,
+    ) -> _StageFailed:
+        if isinstance(exc, AgentError) and exc.finish_reason and ctx.finish_reason is None:
+            ctx.finish_reason = exc.finish_reason
+        try:
+            decision = on_error(ctx, exc)
+        except Exception as hook_exc:  # a broken hook must not hide the original failure
+            decision = ErrorDecision(
+                "infra_error", f"{stage}_error_hook_failed", f"{exc!r}; hook raised {hook_exc!r}"
+            )
+        return _StageFailed(stage, decision)

@@ -1,0 +1,70 @@
+"""Turning a finished rollout into its `agentroll.trajectory.v1` record."""
+
+import time
+from typing import Any
+
+from agentroll.server.context import JobContext
+from agentroll.server.jobs import LiveJob
+from agentroll.server.pipeline import Verdict
+from agentroll.server.schema import ErrorInfo, JobState, Outcome, Trajectory
+
+STATUS_BY_OUTCOME = {
+    Outcome.ok: JobState.completed,
+    Outcome.agent_error: JobState.completed,
+    Outcome.infra_error: JobState.failed,
+    Outcome.cancelled: JobState.cancelled,
+    Outcome.timed_out: JobState.timed_out,
+}
+
+
+def build_trajectory(
+    job: LiveJob, ctx: JobContext | None, verdict: Verdict, extra: dict[str, Any]
+) -> Trajectory:
+    """`ctx` is None when the job failed before its context existed (e.g. at recovery)."""
+    request = job.request
+    timing = job.timing.model_copy()
+    timing.total_s = time.monotonic() - job.started
+    fields: dict[str, Any] = {}
+    metadata: dict[str, Any] = {**request.metadata, **extra.get("metadata", {})}
+    if ctx is not None:
+        llm = ctx.llm
+        timing.llm_s, timing.llm_calls = llm.llm_s, llm.llm_calls
+        segments = llm.segments
+        fields = {
+            "prompt_ids": llm.prompt_ids,
+            "response_ids": llm.response_ids,
+            "response_mask": llm.response_mask,
+            "response_logprobs": llm.response_logprobs,
+            "segments": segments,
+            "policy_versions": sorted({s.policy_version for s in segments}),
+            "num_turns": llm.num_turns,
+            "messages": list(llm.messages),
+            "tools": llm.tools,
+            "finish_reason": ctx.finish_reason
+            or (segments[-1].finish_reason if segments else None),
+        }
+        if llm.retries:
+            metadata["llm_retries"] = llm.retries
+    error = None
+    if verdict.error_type is not None:
+        error = ErrorInfo(
+            type=verdict.error_type,
+            message=verdict.error_message or "",
+            stage=verdict.error_stage,
+        )
+    keep_reward = verdict.outcome in (Outcome.ok, Outcome.agent_error)
+    reward = verdict.reward if keep_reward else None
+    return Trajectory(
+        job_id=job.job_id,
+        group_id=request.group_id,
+        handler=request.handler,
+        reward=None if reward is None else reward.value,
+        reward_info={} if reward is None else reward.info,
+        outcome=verdict.outcome,
+        status=STATUS_BY_OUTCOME[verdict.outcome].value,
+        timing=timing,
+        error=error,
+        artifacts=extra.get("artifacts", {}),
+        metadata=metadata,
+        **fields,
+    )

@@ -1,0 +1,66 @@
+"""Wire models of the v1 HTTP API, shared by the server and the trainer clients.
+
+Import-light on purpose: pydantic and the standard library only (no FastAPI), so that
+`pip install agentroll[client]` is enough to use them.
+"""
+
+from agentroll.server.schema.backends import BackendKind, BackendSpec, BackendView
+from agentroll.server.schema.errors import ErrorBody, ErrorEnvelope
+from agentroll.server.schema.jobs import (
+    AgentLimits,
+    CancelFilter,
+    CancelResponse,
+    JobRequest,
+    JobState,
+    JobView,
+    SamplingParams,
+    SubmitBatch,
+    SubmitResponse,
+    SubmittedJob,
+)
+from agentroll.server.schema.status import (
+    PoolSizes,
+    PoolsPatch,
+    ResultsPage,
+    StageStatus,
+    StatusResponse,
+)
+from agentroll.server.schema.trajectory import (
+    TRAJECTORY_SCHEMA,
+    ErrorInfo,
+    Outcome,
+    Segment,
+    StageTiming,
+    Timing,
+    Trajectory,
+)
+
+__all__ = [
+    "TRAJECTORY_SCHEMA",
+    "AgentLimits",
+    "BackendKind",
+    "BackendSpec",
+    "BackendView",
+    "CancelFilter",
+    "CancelResponse",
+    "ErrorBody",
+    "ErrorEnvelope",
+    "ErrorInfo",
+    "JobRequest",
+    "JobState",
+    "JobView",
+    "Outcome",
+    "PoolSizes",
+    "PoolsPatch",
+    "ResultsPage",
+    "SamplingParams",
+    "Segment",
+    "StageStatus",
+    "StageTiming",
+    "StatusResponse",
+    "SubmitBatch",
+    "SubmitResponse",
+    "SubmittedJob",
+    "Timing",
+    "Trajectory",
+]

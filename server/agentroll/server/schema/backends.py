@@ -1,0 +1,35 @@
+"""LLM inference backends as the trainer registers them."""
+
+from enum import StrEnum
+
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
+
+from agentroll.server.schema.jobs import IDENTIFIER
+
+
+class BackendKind(StrEnum):
+    vllm = "vllm"
+    sglang = "sglang"
+
+
+class BackendSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str | None = Field(None, pattern=IDENTIFIER, description="Chosen by the server if absent.")
+    kind: BackendKind = BackendKind.vllm
+    base_url: AnyHttpUrl
+    model: str | None = Field(None, max_length=256, description="Served model name to request.")
+    tags: list[str] = Field(default_factory=list, max_length=32)
+    max_concurrency: int = Field(1024, ge=1, le=100_000)
+
+
+class BackendView(BaseModel):
+    id: str
+    kind: BackendKind
+    base_url: str
+    model: str | None
+    tags: list[str]
+    max_concurrency: int
+    in_flight: int
+    requests_total: int
+    failures_total: int

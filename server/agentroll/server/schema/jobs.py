@@ -1,0 +1,128 @@
+"""Job submission, job views and cancellation."""
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from agentroll.server.schema.trajectory import Timing, Trajectory
+
+IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
+"""Client-chosen ids (job, group, backend): printable, no spaces, at most 128 characters."""
+
+MAX_BATCH = 10_000
+
+
+class JobState(StrEnum):
+    queued = "queued"
+    init = "init"
+    ready = "ready"
+    run = "run"
+    eval = "eval"
+    completed = "completed"
+    failed = "failed"
+    cancelled = "cancelled"
+    timed_out = "timed_out"
+
+    @property
+    def terminal(self) -> bool:
+        return self in _TERMINAL
+
+
+_TERMINAL = frozenset({JobState.completed, JobState.failed, JobState.cancelled, JobState.timed_out})
+
+
+class SamplingParams(BaseModel):
+    """Per-turn sampling; always sent explicitly so the backend's defaults never leak in."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    top_k: int = Field(-1, ge=-1)
+    max_tokens: int = Field(1024, ge=1, le=1_000_000, description="Per generation call.")
+    seed: int | None = None
+    stop: list[str] = Field(default_factory=list, max_length=16)
+    stop_token_ids: list[int] = Field(default_factory=list, max_length=64)
+
+
+class AgentLimits(BaseModel):
+    """Bounds on one rollout. Every stage has a timeout; the job has an overall deadline."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_turns: int = Field(30, ge=1, le=10_000)
+    max_response_tokens: int = Field(32_768, ge=1, description="All turns together.")
+    max_context_tokens: int | None = Field(
+        None, ge=1, description="Prompt + response budget; defaults to the backend's max_model_len."
+    )
+    init_timeout_s: float = Field(300.0, gt=0)
+    run_timeout_s: float = Field(1800.0, gt=0)
+    eval_timeout_s: float = Field(600.0, gt=0)
+    deadline_s: float = Field(7200.0, gt=0, description="From submission, queues included.")
+
+
+class JobRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    job_id: str | None = Field(
+        None, pattern=IDENTIFIER, description="Client-chosen id; resubmission is idempotent."
+    )
+    handler: str = Field(..., min_length=1, max_length=256)
+    instance: dict[str, Any] = Field(..., description="The task instance, handler-specific.")
+    sampling: SamplingParams = Field(default_factory=SamplingParams)
+    limits: AgentLimits = Field(default_factory=AgentLimits)
+    group_id: str | None = Field(None, pattern=IDENTIFIER)
+    backend_tags: list[str] = Field(default_factory=list, max_length=16)
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Echoed in the result.")
+
+
+class SubmitBatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    jobs: list[JobRequest] = Field(..., min_length=1, max_length=MAX_BATCH)
+
+
+class SubmittedJob(BaseModel):
+    job_id: str
+    state: JobState
+    created: bool = Field(description="False when the id already existed (idempotent resubmit).")
+
+
+class SubmitResponse(BaseModel):
+    jobs: list[SubmittedJob]
+
+
+class JobView(BaseModel):
+    job_id: str
+    handler: str
+    group_id: str | None
+    state: JobState
+    submitted_at: float
+    finished_at: float | None = None
+    attempts: int = Field(1, description="Starts of this job, restarts included.")
+    timing: Timing = Field(default_factory=Timing)
+    result: Trajectory | None = None
+
+
+class CancelFilter(BaseModel):
+    """Cancel by filter; at least one criterion is required, and `all` stands alone."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    group_id: str | None = Field(None, pattern=IDENTIFIER)
+    job_ids: list[str] | None = Field(None, max_length=MAX_BATCH)
+    all: bool = False
+
+    @model_validator(mode="after")
+    def _one_criterion(self) -> "CancelFilter":
+        given = [self.group_id is not None, self.job_ids is not None]
+        if self.all and any(given):
+            raise ValueError("`all` cannot be combined with other criteria")
+        if not self.all and not any(given):
+            raise ValueError("give group_id, job_ids, or all=true")
+        return self
+
+
+class CancelResponse(BaseModel):
+    cancelled: list[str] = Field(description="Jobs that were live and are now cancelled.")

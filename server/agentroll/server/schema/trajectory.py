@@ -1,0 +1,103 @@
+"""The trajectory contract `agentroll.trajectory.v1`: what a trainer consumes.
+
+Versioned: fields are added, never repurposed. The token fields obey DESIGN §5's invariants;
+the length invariant (2) and "infrastructure failure is never reward 0" are checked here, so a
+malformed trajectory cannot even be constructed on either side of the wire.
+"""
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, model_validator
+
+TRAJECTORY_SCHEMA = "agentroll.trajectory.v1"
+
+
+class Outcome(StrEnum):
+    ok = "ok"
+    """The rollout ran; the reward is meaningful (it may be 0). Train on it."""
+    agent_error = "agent_error"
+    """The policy broke the protocol (bad tool call, context overflow, turn limit).
+
+    The reward is meaningful: train on it as given."""
+    infra_error = "infra_error"
+    """Sandbox, LLM backend, reward service or server failed. Drop it and resubmit."""
+    cancelled = "cancelled"
+    timed_out = "timed_out"
+
+
+class Segment(BaseModel):
+    """One sampled turn: `response_ids[start:end]` came from one generation call."""
+
+    start: int = Field(ge=0)
+    end: int = Field(ge=0)
+    backend_id: str
+    policy_version: int
+    finish_reason: str
+
+
+class StageTiming(BaseModel):
+    queue_s: float = Field(0.0, description="Waiting for a worker of this stage.")
+    work_s: float = Field(0.0, description="Holding a worker of this stage.")
+
+
+class Timing(BaseModel):
+    init: StageTiming | None = None
+    run: StageTiming | None = None
+    eval: StageTiming | None = None
+    total_s: float = 0.0
+    llm_s: float = Field(0.0, description="Time spent waiting on generation calls.")
+    llm_calls: int = 0
+    tool_s: float = Field(0.0, description="Time spent in tool calls.")
+    tool_calls: int = 0
+
+
+class ErrorInfo(BaseModel):
+    type: str = Field(description="Stable cause, e.g. `llm_backend_unavailable`, `server_restart`.")
+    message: str
+    stage: Literal["queued", "init", "run", "eval"] | None = None
+
+
+class Trajectory(BaseModel):
+    schema_version: Literal["agentroll.trajectory.v1"] = "agentroll.trajectory.v1"
+    job_id: str
+    group_id: str | None = None
+    handler: str
+    cursor: int = Field(0, description="Position in the results stream (completion order).")
+
+    prompt_ids: list[int] = Field(default_factory=list)
+    response_ids: list[int] = Field(default_factory=list)
+    response_mask: list[int] = Field(default_factory=list)
+    response_logprobs: list[float] = Field(default_factory=list)
+    segments: list[Segment] = Field(default_factory=list)
+    policy_versions: list[int] = Field(
+        default_factory=list, description="Distinct versions that sampled this; >1 spans an update."
+    )
+
+    reward: float | None = None
+    reward_info: dict[str, Any] = Field(default_factory=dict)
+    outcome: Outcome
+    status: str = Field(description="Terminal job state: completed, failed, cancelled, timed_out.")
+    finish_reason: str | None = None
+    num_turns: int = 0
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    timing: Timing = Field(default_factory=Timing)
+    error: ErrorInfo | None = None
+    artifacts: dict[str, str] = Field(default_factory=dict)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _invariants(self) -> "Trajectory":
+        n = len(self.response_ids)
+        if len(self.response_mask) != n or len(self.response_logprobs) != n:
+            raise ValueError(
+                "response_ids, response_mask and response_logprobs must have equal lengths "
+                f"(got {n}, {len(self.response_mask)}, {len(self.response_logprobs)})"
+            )
+        if self.outcome is Outcome.infra_error and self.reward is not None:
+            raise ValueError("an infra_error trajectory carries no reward")
+        for seg in self.segments:
+            if not seg.start <= seg.end <= n:
+                raise ValueError(f"segment [{seg.start}, {seg.end}) outside response of {n}")
+        return self

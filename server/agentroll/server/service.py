@@ -1,0 +1,348 @@
+"""`JobService`: admission, the life of each job, cancellation, results and recovery.
+
+Each admitted job gets one asyncio task that carries it through the pipeline, so a
+cancel reaches it in any state at once: cancelling the task interrupts whatever it
+awaits (a queue slot, the backend, a sandbox call). The task then persists the job's
+final trajectory; only after that commit is the result announced to trainers.
+"""
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+import time
+import uuid
+from collections import Counter
+from collections.abc import Iterable
+
+from agentroll.handlers import HandlerRegistry
+from agentroll.server.context import JobContext
+from agentroll.server.jobs import LiveJob
+from agentroll.server.llm import BackendPool, TokenSession
+from agentroll.server.pipeline import Pipeline, Verdict
+from agentroll.server.results import STATUS_BY_OUTCOME, build_trajectory
+from agentroll.server.schema import (
+    JobRequest,
+    JobState,
+    JobView,
+    Outcome,
+    PoolsPatch,
+    StageStatus,
+    StatusResponse,
+    SubmittedJob,
+    Timing,
+    Trajectory,
+)
+from agentroll.server.settings import Settings
+from agentroll.server.store import JobRow, JobStore, NewJob
+
+log = logging.getLogger("agentroll.server")
+
+
+class SubmissionError(ValueError):
+    """A submission refused as a whole; nothing of it was admitted."""
+
+    def __init__(self, status: int, type_: str, message: str, detail: object = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type_
+        self.detail = detail
+
+
+def request_fingerprint(request: JobRequest) -> str:
+    """Identity of a submission for idempotency: everything but the job id."""
+    body = request.model_dump_json(exclude={"job_id"})
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+class JobService:
+    def __init__(
+        self, settings: Settings, store: JobStore, registry: HandlerRegistry, backends: BackendPool
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.registry = registry
+        self.backends = backends
+        self.pipeline = Pipeline(settings.pools)
+        self.live: dict[str, LiveJob] = {}
+        self.accepting = True
+        self.policy_version = 0
+        self._submit_lock = asyncio.Lock()
+        self._results_event = asyncio.Event()
+
+    # -- start and stop -------------------------------------------------------------------
+    async def recover(self) -> None:
+        """Requeue (or fail, per settings) the jobs a previous server left unfinished."""
+        rows = await self.store.unfinished()
+        if not rows:
+            return
+        jobs = [self._revive(row) for row in rows]
+        if self.settings.on_restart == "requeue":
+            await self.store.count_attempt([j.job_id for j in jobs])
+            for job in jobs:
+                job.attempts += 1
+                self._launch(job)
+            log.warning("requeued %d jobs left unfinished by a previous server", len(jobs))
+            return
+        for job in jobs:
+            verdict = Verdict(
+                Outcome.infra_error, None, "server_restart", "the server restarted mid-rollout"
+            )
+            await self._persist(job, build_trajectory(job, None, verdict, {}))
+        log.warning("reported %d interrupted jobs as infra_error", len(jobs))
+
+    @staticmethod
+    def _revive(row: JobRow) -> LiveJob:
+        request = JobRequest.model_validate_json(row.request_json)
+        return LiveJob(row.job_id, request, row.submitted_at, attempts=row.attempts)
+
+    async def shutdown(self, grace_s: float) -> None:
+        """Stop admitting, let live jobs finish for `grace_s`, cancel and persist the rest."""
+        self.accepting = False
+        tasks = [j.task for j in self.live.values() if j.task is not None]
+        if tasks:
+            await asyncio.wait(tasks, timeout=grace_s)
+        for job in list(self.live.values()):
+            self._cancel(job, "server_shutdown")
+        remaining = [j.task for j in self.live.values() if j.task is not None]
+        if remaining:
+            await asyncio.wait(remaining, timeout=max(5.0, grace_s))
+
+    # -- submission -----------------------------------------------------------------------
+    async def submit(self, requests: list[JobRequest]) -> list[SubmittedJob]:
+        if not self.accepting:
+            raise SubmissionError(503, "shutting_down", "the server is shutting down")
+        self._validate(requests)
+        async with self._submit_lock:
+            return await self._admit(requests)
+
+    def _validate(self, requests: list[JobRequest]) -> None:
+        problems = []
+        for index, request in enumerate(requests):
+            handler = self.registry.get(request.handler)  # UnknownHandlerError -> 400
+            try:
+                handler.validate_instance(request.instance)
+            except ValueError as exc:
+                problems.append({"index": index, "job_id": request.job_id, "error": str(exc)})
+        if problems:
+            raise SubmissionError(400, "invalid_instance", "invalid task instance(s)", problems)
+
+    async def _admit(self, requests: list[JobRequest]) -> list[SubmittedJob]:
+        fingerprints = [request_fingerprint(r) for r in requests]
+        ids = [r.job_id or uuid.uuid4().hex for r in requests]
+        first_seen: dict[str, str] = {}
+        conflicts: list[str] = []
+        for job_id, fp in zip(ids, fingerprints, strict=True):
+            if first_seen.setdefault(job_id, fp) != fp:
+                conflicts.append(job_id)
+        existing = await self.store.existing(first_seen)
+        conflicts += [i for i, row in existing.items() if row.request_hash != first_seen[i]]
+        if conflicts:
+            raise SubmissionError(
+                409,
+                "conflict",
+                "job id(s) already used for a different request",
+                sorted(set(conflicts)),
+            )
+        fresh = [i for i in first_seen if i not in existing]
+        if len(self.live) + len(fresh) > self.settings.max_live_jobs:
+            raise SubmissionError(
+                429, "too_many_jobs", f"at most {self.settings.max_live_jobs} unfinished jobs"
+            )
+        now = time.time()
+        by_id = dict(zip(ids, requests, strict=True))
+        await self.store.insert_jobs(
+            [
+                NewJob(
+                    i,
+                    by_id[i].model_dump_json(),
+                    first_seen[i],
+                    by_id[i].handler,
+                    by_id[i].group_id,
+                    now,
+                )
+                for i in fresh
+            ]
+        )
+        for job_id in fresh:
+            self._launch(LiveJob(job_id, by_id[job_id].model_copy(update={"job_id": job_id}), now))
+        fresh_set = set(fresh)
+        return [
+            SubmittedJob(job_id=i, state=self._state_of(i, existing), created=i in fresh_set)
+            for i in ids
+        ]
+
+    def _state_of(self, job_id: str, rows: dict[str, JobRow]) -> JobState:
+        live = self.live.get(job_id)
+        if live is not None:
+            return live.state
+        return JobState(rows[job_id].state)
+
+    # -- the life of a job ----------------------------------------------------------------
+    def _launch(self, job: LiveJob) -> None:
+        self.live[job.job_id] = job
+        job.task = asyncio.create_task(self._lifecycle(job), name=f"job:{job.job_id}")
+
+    def _context(self, job: LiveJob) -> JobContext:
+        request = job.request
+        session = TokenSession(
+            self.backends,
+            sampling=request.sampling.model_dump(exclude_none=True),
+            tags=frozenset(request.backend_tags),
+            max_response_tokens=request.limits.max_response_tokens,
+            max_context_tokens=request.limits.max_context_tokens,
+            policy_version=lambda: self.policy_version,
+            request_timeout_s=self.settings.llm_request_timeout_s,
+        )
+        return JobContext(
+            job_id=job.job_id,
+            instance=request.instance,
+            limits=request.limits,
+            metadata=request.metadata,
+            llm=session,
+            deadline=job.started + request.limits.deadline_s,
+        )
+
+    async def _lifecycle(self, job: LiveJob) -> None:
+        handler = self.registry.get(job.request.handler)
+        ctx = self._context(job)
+        try:
+            verdict = await self.pipeline.execute(job, handler, ctx)
+        except asyncio.CancelledError:
+            cause = job.cancel_cause
+            if cause is None:
+                raise  # not ours (event loop teardown): the job stays unfinished and is recovered
+            task = asyncio.current_task()
+            assert task is not None
+            task.uncancel()
+            verdict = Verdict(Outcome.cancelled, None, cause, f"job cancelled ({cause})", None)
+        extra = {}
+        try:
+            extra = handler.final_result(ctx)
+        except Exception as exc:
+            log.exception("final_result of %s failed for job %s", job.request.handler, job.job_id)
+            if verdict.outcome in (Outcome.ok, Outcome.agent_error):
+                verdict = Verdict(Outcome.infra_error, None, "final_result_failed", repr(exc))
+        job.finishing = True
+        trajectory = build_trajectory(job, ctx, verdict, extra)
+        await asyncio.shield(self._persist(job, trajectory))
+
+    async def _persist(self, job: LiveJob, trajectory: Trajectory) -> None:
+        state = STATUS_BY_OUTCOME[trajectory.outcome]
+        try:
+            await self.store.finish(job.job_id, state.value, trajectory.model_dump(mode="json"))
+        except Exception:
+            # Not committed: the job stays unfinished in the store and is recovered on restart.
+            log.exception("could not persist the result of job %s", job.job_id)
+            raise
+        finally:
+            self.live.pop(job.job_id, None)
+            job.state = state
+            job.done.set()
+        ev, self._results_event = self._results_event, asyncio.Event()
+        ev.set()
+
+    # -- cancellation ---------------------------------------------------------------------
+    def _cancel(self, job: LiveJob, cause: str) -> bool:
+        if job.finishing or job.task is None or job.task.done():
+            return False
+        job.cancel_cause = cause
+        job.task.cancel()
+        return True
+
+    async def cancel(self, job_ids: Iterable[str], timeout_s: float = 10.0) -> list[str]:
+        """Cancel live jobs; returns those cancelled once their results are persisted."""
+        targets = [j for i in job_ids if (j := self.live.get(i)) is not None]
+        cancelled = [j for j in targets if self._cancel(j, "cancelled_by_client")]
+        if cancelled:
+            waits = [asyncio.create_task(j.done.wait()) for j in cancelled]
+            _, pending = await asyncio.wait(waits, timeout=timeout_s)
+            for task in pending:
+                task.cancel()
+        return [j.job_id for j in cancelled]
+
+    def live_ids(self, group_id: str | None = None) -> list[str]:
+        return [
+            j.job_id
+            for j in self.live.values()
+            if group_id is None or j.request.group_id == group_id
+        ]
+
+    # -- reading --------------------------------------------------------------------------
+    async def view(self, job_id: str) -> JobView | None:
+        job = self.live.get(job_id)
+        if job is not None:
+            return JobView(
+                job_id=job_id,
+                handler=job.request.handler,
+                group_id=job.request.group_id,
+                state=job.state,
+                submitted_at=job.submitted_at,
+                attempts=job.attempts,
+                timing=job.timing,
+            )
+        row = await self.store.get_job(job_id)
+        if row is None:
+            return None
+        raw = await self.store.result(job_id)
+        result = None if raw is None else Trajectory.model_validate_json(raw)
+        return JobView(
+            job_id=job_id,
+            handler=row.handler,
+            group_id=row.group_id,
+            state=JobState(row.state),
+            submitted_at=row.submitted_at,
+            finished_at=row.finished_at,
+            attempts=row.attempts,
+            timing=result.timing if result is not None else Timing(),
+            result=result,
+        )
+
+    async def wait_result(self, job_id: str, wait_s: float) -> str | None:
+        """The result JSON, waiting up to `wait_s` for a live job. KeyError if unknown."""
+        job = self.live.get(job_id)
+        if job is not None and wait_s > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(job.done.wait(), wait_s)
+        raw = await self.store.result(job_id)
+        if raw is None and job is None and await self.store.get_job(job_id) is None:
+            raise KeyError(job_id)
+        return raw
+
+    async def results_after(self, cursor: int, limit: int, wait_s: float) -> list[tuple[int, str]]:
+        """Finished results with cursor > `cursor`, oldest first; long-polls up to `wait_s`."""
+        changed = self._results_event
+        page = await self.store.results_after(cursor, limit)
+        if page or wait_s <= 0:
+            return page
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(changed.wait(), wait_s)
+        return await self.store.results_after(cursor, limit)
+
+    def status(self) -> StatusResponse:
+        p = self.pipeline
+        states = Counter(j.state.value for j in self.live.values())
+        return StatusResponse(
+            accepting=self.accepting,
+            stages={
+                "init": StageStatus(
+                    capacity=p.init.capacity,
+                    busy=p.init.busy,
+                    queued=p.ready.queued + p.init.queued,
+                ),
+                "run": StageStatus(capacity=p.run.capacity, busy=p.run.busy, queued=p.run.queued),
+                "eval": StageStatus(
+                    capacity=p.eval.capacity, busy=p.eval.busy, queued=p.eval.queued
+                ),
+            },
+            ready=states.get(JobState.ready.value, 0),
+            jobs_by_state=dict(states),
+            backends=self.backends.views(),
+            results_cursor=self.store.last_cursor,
+        )
+
+    def resize(self, patch: PoolsPatch) -> None:
+        self.pipeline.resize(**patch.model_dump())
+        pools = self.settings.pools
+        for name, value in patch.model_dump(exclude_none=True).items():
+            setattr(pools, name, value)

@@ -1,0 +1,100 @@
+"""The server's one settings object.
+
+Sources, highest priority first: explicit values (CLI flags), environment variables
+(`AGENTROLL_<FIELD>`, nested with `__`, e.g. `AGENTROLL_POOLS__RUN=512`), a TOML file
+(`--config` or `AGENTROLL_CONFIG`), then the defaults documented on each field.
+"""
+
+import ipaddress
+import os
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from agentroll.server.schema import PoolSizes
+
+_CONFIG_FILE: ContextVar[Path | None] = ContextVar("agentroll_config_file", default=None)
+
+
+class UnsafeSettingsError(ValueError):
+    """A combination of settings that would expose the server; refused at start-up."""
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="AGENTROLL_", env_nested_delimiter="__", extra="forbid", validate_default=True
+    )
+
+    host: str = Field("127.0.0.1", description="Listen address. Beyond loopback needs api_token.")
+    port: int = Field(8700, ge=0, le=65535, description="Listen port (0 picks a free one).")
+    api_token: SecretStr | None = Field(None, description="Bearer token clients must present.")
+    db_path: Path = Field(Path("var/agentroll.db"), description="SQLite job and result store.")
+    db_synchronous: Literal["NORMAL", "FULL"] = Field(
+        "NORMAL",
+        description="NORMAL survives a server crash; FULL also survives power loss (slower).",
+    )
+    pools: PoolSizes = Field(default_factory=PoolSizes)
+    on_restart: Literal["requeue", "infra_error"] = Field(
+        "requeue", description="What happens to jobs that were in flight when the server died."
+    )
+    max_live_jobs: int = Field(
+        200_000,
+        ge=1,
+        description="Unfinished jobs admitted at once; beyond it submissions get 429.",
+    )
+    max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Largest request body.")
+    shutdown_grace_s: float = Field(30.0, ge=0, description="Drain time on shutdown.")
+    llm_request_timeout_s: float = Field(600.0, gt=0, description="One generation call.")
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+    @model_validator(mode="after")
+    def _refuse_exposed_without_token(self) -> "Settings":
+        if not is_loopback(self.host) and self.api_token is None:
+            raise UnsafeSettingsError(
+                f"refusing to listen on {self.host!r} without an api_token: set "
+                "AGENTROLL_API_TOKEN (or api_token in the config file), or bind to 127.0.0.1"
+            )
+        return self
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_file = _CONFIG_FILE.get() or os.environ.get("AGENTROLL_CONFIG")
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if toml_file:
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=Path(toml_file)))
+        return tuple(sources)
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> Settings:
+    """Settings from a TOML file (optional), the environment, and explicit overrides."""
+    if config_file is not None and not config_file.is_file():
+        raise FileNotFoundError(f"config file not found: {config_file}")
+    token = _CONFIG_FILE.set(config_file)
+    try:
+        return Settings(**{k: v for k, v in overrides.items() if v is not None})
+    finally:
+        _CONFIG_FILE.reset(token)

@@ -1,0 +1,44 @@
+import pytest
+from pydantic import ValidationError
+
+from agentroll.server.schema import CancelFilter, JobRequest, Outcome, Segment, Trajectory
+
+
+def _trajectory(**fields: object) -> Trajectory:
+    base: dict[str, object] = {"job_id": "j", "handler": "math", "outcome": "ok", "status": "completed"}
+    return Trajectory.model_validate({**base, **fields})
+
+
+def test_token_fields_must_align() -> None:  # DESIGN §5 invariant 2
+    ok = _trajectory(response_ids=[1, 2], response_mask=[1, 0], response_logprobs=[-0.1, 0.0])
+    assert ok.schema_version == "agentroll.trajectory.v1"
+    with pytest.raises(ValidationError, match="equal lengths"):
+        _trajectory(response_ids=[1, 2], response_mask=[1], response_logprobs=[-0.1, 0.0])
+
+
+def test_infra_error_never_carries_a_reward() -> None:
+    with pytest.raises(ValidationError, match="no reward"):
+        _trajectory(outcome=Outcome.infra_error, status="failed", reward=0.0)
+
+
+def test_segments_stay_inside_the_response() -> None:
+    seg = Segment(start=0, end=3, backend_id="b", policy_version=0, finish_reason="stop")
+    with pytest.raises(ValidationError, match="outside response"):
+        _trajectory(response_ids=[1], response_mask=[1], response_logprobs=[0.0], segments=[seg])
+
+
+def test_job_request_is_strict() -> None:
+    with pytest.raises(ValidationError, match="extra"):
+        JobRequest.model_validate({"handler": "math", "instance": {}, "tempreature": 1})
+    with pytest.raises(ValidationError, match="job_id"):
+        JobRequest.model_validate({"handler": "math", "instance": {}, "job_id": "has space"})
+    with pytest.raises(ValidationError, match="temperature"):
+        JobRequest.model_validate({"handler": "m", "instance": {}, "sampling": {"temperature": 9}})
+
+
+def test_cancel_filter_needs_exactly_a_criterion() -> None:
+    with pytest.raises(ValidationError, match="give group_id"):
+        CancelFilter()
+    with pytest.raises(ValidationError, match="cannot be combined"):
+        CancelFilter(all=True, group_id="g")
+    assert CancelFilter(all=True).all
