@@ -32,9 +32,12 @@ def test_dependency_direction(folder: str) -> None:
         for name in _imports(path):
             if name.startswith(FORBIDDEN[folder]):
                 violations.append(f"{path.relative_to(ROOT)} imports {name}")
-            if folder == "trainer_clients" and name.startswith("agentroll.server"):
-                if not name.startswith("agentroll.server.schema"):
-                    violations.append(f"{path.relative_to(ROOT)} imports {name}")
+            if (
+                folder == "trainer_clients"
+                and name.startswith("agentroll.server")
+                and not name.startswith("agentroll.server.schema")
+            ):
+                violations.append(f"{path.relative_to(ROOT)} imports {name}")
     assert not violations, "\n".join(violations)
 
 

@@ -18,10 +18,11 @@ from collections.abc import Iterable
 from agentroll.handlers import HandlerRegistry
 from agentroll.server.context import JobContext
 from agentroll.server.jobs import LiveJob
-from agentroll.server.llm import BackendPool, TokenSession
+from agentroll.server.llm import Backend, BackendPool, TokenSession
 from agentroll.server.pipeline import Pipeline, Verdict
 from agentroll.server.results import STATUS_BY_OUTCOME, build_trajectory
 from agentroll.server.schema import (
+    BackendSpec,
     JobRequest,
     JobState,
     JobView,
@@ -34,7 +35,7 @@ from agentroll.server.schema import (
     Trajectory,
 )
 from agentroll.server.settings import Settings
-from agentroll.server.store import JobRow, JobStore, NewJob
+from agentroll.server.store import JobRow, JobStore, NewJob, StoreError
 
 log = logging.getLogger("agentroll.server")
 
@@ -70,9 +71,29 @@ class JobService:
         self._submit_lock = asyncio.Lock()
         self._results_event = asyncio.Event()
 
+    # -- backends -------------------------------------------------------------------------
+    async def add_backend(self, spec: BackendSpec) -> tuple[Backend, bool]:
+        """Register (and persist) a backend; registrations survive a restart."""
+        backend, created = self.backends.add(spec)
+        if created:
+            try:
+                await self.store.save_backend(backend.id, backend.spec.model_dump_json())
+            except StoreError:
+                self.backends.remove(backend.id)
+                raise
+        return backend, created
+
+    async def remove_backend(self, backend_id: str) -> bool:
+        if self.backends.get(backend_id) is None:
+            return False
+        await self.store.delete_backend(backend_id)
+        return self.backends.remove(backend_id)
+
     # -- start and stop -------------------------------------------------------------------
     async def recover(self) -> None:
-        """Requeue (or fail, per settings) the jobs a previous server left unfinished."""
+        """Restore registered backends; requeue (or fail) jobs a previous server left unfinished."""
+        for spec_json in await self.store.backends():
+            self.backends.add(BackendSpec.model_validate_json(spec_json))
         rows = await self.store.unfinished()
         if not rows:
             return
@@ -193,6 +214,7 @@ class JobService:
             max_context_tokens=request.limits.max_context_tokens,
             policy_version=lambda: self.policy_version,
             request_timeout_s=self.settings.llm_request_timeout_s,
+            backend_wait_s=self.settings.backend_wait_s,
         )
         return JobContext(
             job_id=job.job_id,

@@ -62,6 +62,9 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Largest request body.")
     shutdown_grace_s: float = Field(30.0, ge=0, description="Drain time on shutdown.")
     llm_request_timeout_s: float = Field(600.0, gt=0, description="One generation call.")
+    backend_wait_s: float = Field(
+        60.0, ge=0, description="How long a rollout waits for a backend to be registered."
+    )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @model_validator(mode="after")

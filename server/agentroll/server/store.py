@@ -31,6 +31,10 @@ CREATE TABLE IF NOT EXISTS jobs (
     attempts      INTEGER NOT NULL DEFAULT 1
 );
 CREATE INDEX IF NOT EXISTS jobs_unfinished ON jobs (finished_at) WHERE finished_at IS NULL;
+CREATE TABLE IF NOT EXISTS backends (
+    backend_id  TEXT PRIMARY KEY,
+    spec_json   TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS results (
     cursor       INTEGER PRIMARY KEY,
     job_id       TEXT NOT NULL UNIQUE REFERENCES jobs (job_id),
@@ -202,6 +206,31 @@ class JobStore:
         def query(db: sqlite3.Connection) -> list[JobRow]:
             rows = db.execute("SELECT * FROM jobs WHERE finished_at IS NULL ORDER BY rowid")
             return [JobRow(*row) for row in rows]
+
+        return await self._call(query)
+
+    async def save_backend(self, backend_id: str, spec_json: str) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            with db:
+                db.execute(
+                    "INSERT OR REPLACE INTO backends (backend_id, spec_json) VALUES (?, ?)",
+                    (backend_id, spec_json),
+                )
+
+        await self._call(write)
+
+    async def delete_backend(self, backend_id: str) -> None:
+        def write(db: sqlite3.Connection) -> None:
+            with db:
+                db.execute("DELETE FROM backends WHERE backend_id = ?", (backend_id,))
+
+        await self._call(write)
+
+    async def backends(self) -> list[str]:
+        """Registered backend specs (JSON), in registration order."""
+
+        def query(db: sqlite3.Connection) -> list[str]:
+            return [str(r[0]) for r in db.execute("SELECT spec_json FROM backends ORDER BY rowid")]
 
         return await self._call(query)
 

@@ -53,5 +53,5 @@ def test_bundled_tasks_validate_and_are_self_consistent() -> None:
 
 
 def test_invalid_instance_is_a_readable_error() -> None:
-    with pytest.raises(ValueError, match="invalid math instance.*answer"):
+    with pytest.raises(ValueError, match=r"invalid math instance.*answer"):
         MathHandler().validate_instance({"question": "1+1?"})

@@ -5,7 +5,12 @@ from agentroll.server.schema import CancelFilter, JobRequest, Outcome, Segment, 
 
 
 def _trajectory(**fields: object) -> Trajectory:
-    base: dict[str, object] = {"job_id": "j", "handler": "math", "outcome": "ok", "status": "completed"}
+    base: dict[str, object] = {
+        "job_id": "j",
+        "handler": "math",
+        "outcome": "ok",
+        "status": "completed",
+    }
     return Trajectory.model_validate({**base, **fields})
 
 

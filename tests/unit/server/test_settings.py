@@ -17,7 +17,9 @@ def test_refuses_public_address_without_token() -> None:
     assert Settings(host="0.0.0.0", api_token="s3cret").host == "0.0.0.0"
 
 
-def test_precedence_flags_over_env_over_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_precedence_flags_over_env_over_toml(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     config = tmp_path / "agentroll.toml"
     config.write_text('port = 9000\ndb_path = "/tmp/x.db"\n[pools]\nrun = 64\ninit = 8\n')
     monkeypatch.setenv("AGENTROLL_PORT", "9100")

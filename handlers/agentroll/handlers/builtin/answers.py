@@ -6,6 +6,7 @@ answers those cannot decide go to math-verify's symbolic comparison, in a worker
 """
 
 import asyncio
+import logging
 import re
 from fractions import Fraction
 
@@ -53,6 +54,9 @@ def as_rational(answer: str) -> Fraction | None:
 
 def _symbolic_equal(gold: str, predicted: str) -> bool:
     from math_verify import parse, verify  # heavy (sympy): imported on first use only
+
+    # It warns on every call that we disabled its signal-based timeouts; the caller bounds time.
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
 
     gold_parsed = parse(f"${gold}$", parsing_timeout=None)
     pred_parsed = parse(f"${predicted}$", parsing_timeout=None)

@@ -17,8 +17,7 @@ from agentroll.handlers.builtin.answers import answers_match, extract_boxed
 from agentroll.handlers.context import Reward, RolloutContext
 
 SYSTEM_PROMPT = (
-    "You are a careful mathematician. Reason step by step, then give the final answer "
-    "in \\boxed{}."
+    "You are a careful mathematician. Reason step by step, then give the final answer in \\boxed{}."
 )
 FOLLOW_UP = "Please put your final answer in \\boxed{}."
 MAX_FOLLOW_UPS = 1

@@ -2,7 +2,7 @@
 
 from fastapi import APIRouter, Response
 
-from agentroll.server.api.deps import Backends
+from agentroll.server.api.deps import Backends, Service
 from agentroll.server.api.errors import ApiError
 from agentroll.server.llm.pool import BackendConflict
 from agentroll.server.schema import BackendSpec, BackendView
@@ -16,10 +16,12 @@ async def list_backends(backends: Backends) -> list[BackendView]:
 
 
 @router.post("/backends", response_model=BackendView, status_code=201)
-async def add_backend(spec: BackendSpec, backends: Backends, response: Response) -> BackendView:
-    """Register a vLLM-protocol server; idempotent for an identical spec with the same id."""
+async def add_backend(spec: BackendSpec, service: Service, response: Response) -> BackendView:
+    """Register a vLLM-protocol server; idempotent for an identical spec with the same id.
+
+    Registrations are persisted: a restarted server knows its backends again."""
     try:
-        backend, created = backends.add(spec)
+        backend, created = await service.add_backend(spec)
     except BackendConflict as exc:
         raise ApiError(409, "conflict", str(exc)) from exc
     if not created:
@@ -28,7 +30,7 @@ async def add_backend(spec: BackendSpec, backends: Backends, response: Response)
 
 
 @router.delete("/backends/{backend_id}", status_code=204)
-async def remove_backend(backend_id: str, backends: Backends) -> Response:
-    if not backends.remove(backend_id):
+async def remove_backend(backend_id: str, service: Service) -> Response:
+    if not await service.remove_backend(backend_id):
         raise ApiError(404, "not_found", f"no backend {backend_id!r}")
     return Response(status_code=204)

@@ -5,6 +5,8 @@ session affinity so one trajectory's turns reuse the same backend's prefix cache
 that backend has room.
 """
 
+import asyncio
+import contextlib
 import itertools
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -53,6 +55,7 @@ class BackendPool:
         self._http = http
         self._backends: dict[str, Backend] = {}
         self._ids = itertools.count(1)
+        self._changed = asyncio.Event()
 
     def add(self, spec: BackendSpec) -> tuple[Backend, bool]:
         """Register a backend; idempotent for an identical spec. Returns (backend, created)."""
@@ -66,6 +69,8 @@ class BackendPool:
         client = VLLMClient(str(spec.base_url), spec.model, self._http)
         backend = Backend(backend_id, spec, client, tags=frozenset(spec.tags))
         self._backends[backend_id] = backend
+        self._changed.set()
+        self._changed = asyncio.Event()
         return backend, True
 
     def remove(self, backend_id: str) -> bool:
@@ -92,6 +97,11 @@ class BackendPool:
             if preferred is not None and preferred in candidates and preferred.has_room:
                 return preferred
         return min(candidates, key=lambda b: b.in_flight / b.spec.max_concurrency)
+
+    async def wait_for_change(self, timeout_s: float) -> None:
+        """Until a backend is registered (or `timeout_s` passes)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), timeout_s)
 
     @contextmanager
     def track(self, backend: Backend) -> Iterator[None]:

@@ -41,6 +41,7 @@ class TokenSession:
         max_context_tokens: int | None,
         policy_version: Callable[[], int],
         request_timeout_s: float,
+        backend_wait_s: float = 0.0,
     ) -> None:
         self._pool = pool
         self._sampling = sampling
@@ -49,6 +50,7 @@ class TokenSession:
         self._max_context_tokens = max_context_tokens
         self._policy_version = policy_version
         self._timeout = request_timeout_s
+        self._backend_wait_s = backend_wait_s
         self._affinity: str | None = None
 
         self.prompt_ids: list[int] = []
@@ -156,6 +158,14 @@ class TokenSession:
         last_turn = self.response_ids[self.segments[-1].start :] if self.segments else []
         glue = self._closing[_closing_overlap(last_turn, self._closing) :]
         observation = glue + full.token_ids[n:]
+        limit = self._context_limit()
+        used = len(self.prompt_ids) + len(self.response_ids) + len(observation)
+        if limit is not None and used >= limit:
+            # Appending would leave no room to sample, and make the trajectory longer than
+            # the model's context: end here instead.
+            raise ContextLengthExceeded(
+                f"context of {limit} tokens cannot take the next observation ({used} needed)"
+            )
         self.response_ids.extend(observation)
         self.response_mask.extend([0] * len(observation))
         self.response_logprobs.extend([0.0] * len(observation))
@@ -188,7 +198,7 @@ class TokenSession:
             raise ContextLengthExceeded(
                 f"response budget of {self._max_response_tokens} tokens is used up"
             )
-        limit = self._max_context_tokens or self._max_model_len
+        limit = self._context_limit()
         if limit is not None:
             room = limit - len(self.prompt_ids) - len(self.response_ids)
             if room < 1:
@@ -198,6 +208,21 @@ class TokenSession:
                 )
             left = min(left, room)
         return min(requested, left)
+
+    async def _choose(self, exclude: frozenset[str]) -> Backend:
+        """A backend for the next call; if none is registered yet, wait a bounded time."""
+        give_up = time.monotonic() + self._backend_wait_s
+        while True:
+            try:
+                return self._pool.choose(self._tags, self._affinity, exclude)
+            except LLMUnavailable:
+                left = give_up - time.monotonic()
+                if exclude or left <= 0:
+                    raise
+                await self._pool.wait_for_change(left)
+
+    def _context_limit(self) -> int | None:
+        return self._max_context_tokens or self._max_model_len
 
     async def _call(self, fn: Callable[[VLLMClient], Any]) -> Any:
         result, _ = await self._call_with_backend(fn)
@@ -209,7 +234,7 @@ class TokenSession:
         last_error: BackendError | None = None
         for _ in range(MAX_ATTEMPTS):
             try:
-                backend = self._pool.choose(self._tags, self._affinity, frozenset(tried))
+                backend = await self._choose(frozenset(tried))
             except LLMUnavailable:
                 if last_error is None:
                     raise

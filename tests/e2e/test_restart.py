@@ -1,0 +1,108 @@
+"""A server SIGKILLed mid-run and restarted on the same database loses nothing."""
+
+import time
+from pathlib import Path
+
+import pytest
+from tests.e2e.processes import agentroll_process
+
+from agentroll.server.schema import Outcome
+from agentroll.trainer_clients import RolloutClient, ServerUnavailable
+
+pytestmark = pytest.mark.e2e
+
+JOBS = 200
+
+
+def _math_jobs() -> list[dict[str, object]]:
+    from agentroll.handlers.builtin.math import load_math_tasks
+
+    tasks = load_math_tasks()
+    return [
+        {
+            "job_id": f"j{i:03d}",
+            "group_id": f"g{i // 4}",
+            "handler": "math",
+            "instance": {
+                "question": tasks[i % len(tasks)]["question"],
+                "answer": tasks[i % len(tasks)]["answer"],
+            },
+            "sampling": {"seed": i, "max_tokens": 256},
+        }
+        for i in range(JOBS)
+    ]
+
+
+def _wait_ready(url: str) -> RolloutClient:
+    client = RolloutClient(url, timeout_s=30)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            client.status()
+            return client
+        except ServerUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _drain(client: RolloutClient, expected: int, timeout_s: float = 120) -> list[dict[str, object]]:
+    seen: list[dict[str, object]] = []
+    cursor, deadline = 0, time.monotonic() + timeout_s
+    while len(seen) < expected and time.monotonic() < deadline:
+        page = client.results(after=cursor, limit=500, wait=2)
+        seen += [t.model_dump() for t in page.results]
+        cursor = page.next_cursor
+    return seen
+
+
+@pytest.mark.parametrize("on_restart", ["requeue", "infra_error"])
+def test_sigkill_mid_run_then_restart_loses_nothing(tmp_path: Path, on_restart: str) -> None:
+    db = str(tmp_path / "agentroll.db")
+    env = {
+        "AGENTROLL_POOLS__RUN": "16",
+        "AGENTROLL_POOLS__INIT": "16",
+        "AGENTROLL_ON_RESTART": on_restart,
+    }
+    with agentroll_process(
+        ["scripted-llm", "--port", "0", "--latency", "0.2"], tmp_path, "llm"
+    ) as llm:
+        with agentroll_process(
+            ["serve", "--port", "0", "--db", db], tmp_path, "server1", **env
+        ) as first:
+            client = _wait_ready(first.url)
+            client.add_backend({"id": "llm", "base_url": llm.url})
+            client.submit(_math_jobs())
+            while client.status().results_cursor < 40:
+                time.sleep(0.02)
+            states = client.status().jobs_by_state
+            before = client.results(after=0, limit=1000).results
+            first.kill()  # SIGKILL: no shutdown hook runs
+            client.close()
+        assert states.get("run", 0) > 0 and states.get("queued", 0) > 0  # died with jobs in flight
+
+        with agentroll_process(
+            ["serve", "--port", "0", "--db", db], tmp_path, "server2", **env
+        ) as second:
+            client = _wait_ready(second.url)
+            assert [b.id for b in client.backends()] == ["llm"]  # registrations persisted
+            results = _drain(client, JOBS)
+            views = {jid: client.job(jid) for jid in ("j000", f"j{JOBS - 1:03d}")}
+            client.close()
+
+    ids = [r["job_id"] for r in results]
+    assert len(ids) == JOBS and len(set(ids)) == JOBS  # every job, exactly once
+    assert [r["cursor"] for r in results] == list(range(1, JOBS + 1))  # gap-free cursor
+    # what a trainer had already seen is unchanged after the crash
+    by_id = {r["job_id"]: r for r in results}
+    for old in before:
+        assert by_id[old.job_id]["cursor"] == old.cursor
+        assert by_id[old.job_id]["response_ids"] == old.response_ids
+    interrupted = [r for r in results if r["cursor"] > len(before)]
+    if on_restart == "requeue":
+        assert {r["outcome"] for r in results} == {Outcome.ok}
+        assert views[f"j{JOBS - 1:03d}"].attempts == 2  # it was still queued at the kill
+    else:
+        failed = [r for r in interrupted if r["outcome"] == Outcome.infra_error]
+        assert failed and all(r["error"]["type"] == "server_restart" for r in failed)
+        assert all(r["reward"] is None for r in failed)

@@ -1,0 +1,180 @@
+"""The three-stage pipeline through the real HTTP API: states, outcomes, backpressure."""
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+from tests.conftest import ServerFactory
+from tests.integration.server.scripted_handlers import Gates, job, make_registry
+
+from agentroll.server.schema import JobState, Outcome
+from agentroll.trainer_clients import AsyncRolloutClient
+
+pytestmark = pytest.mark.integration
+
+
+async def eventually(predicate: Callable[[], object], timeout_s: float = 10.0) -> None:
+    async with asyncio.timeout(timeout_s):
+        while not predicate():
+            await asyncio.sleep(0.01)
+
+
+async def state_of(client: AsyncRolloutClient, job_id: str) -> JobState:
+    return (await client.job(job_id)).state
+
+
+async def test_outcomes_map_failures_without_fake_zero_rewards(
+    agentroll_server: ServerFactory,
+) -> None:
+    gates = Gates()
+    async with agentroll_server(registry=make_registry(gates)) as (_, client):
+        await client.submit(
+            [
+                job("ok", reward=0.0),
+                job("agent", reward=0.5, fail={"stage": "run", "kind": "agent"}),
+                job("infra-init", fail={"stage": "init", "kind": "infra"}),
+                job("bug-run", fail={"stage": "run", "kind": "bug"}),
+                job("infra-eval", fail={"stage": "eval", "kind": "infra"}),
+            ]
+        )
+        done = await client.wait_for(["ok", "agent", "infra-init", "bug-run", "infra-eval"], 10)
+    assert (done["ok"].outcome, done["ok"].reward, done["ok"].status) == (
+        Outcome.ok,
+        0.0,
+        "completed",
+    )
+    # the policy's fault: still scored by EVAL, reward as given
+    assert done["agent"].outcome is Outcome.agent_error and done["agent"].reward == 0.5
+    assert done["agent"].error is not None and done["agent"].error.type == "bad_tool_call"
+    for name, stage, cause in [
+        ("infra-init", "init", "sandbox_lost"),
+        ("bug-run", "run", "run_exception"),
+        ("infra-eval", "eval", "sandbox_lost"),
+    ]:
+        t = done[name]
+        assert (t.outcome, t.status, t.reward) == (Outcome.infra_error, "failed", None), name
+        assert t.error is not None and (t.error.stage, t.error.type) == (stage, cause)
+    assert "run" not in gates.entered or "infra-init" not in gates.entered["run"]
+
+
+async def test_slow_eval_does_not_stop_init_and_run(agentroll_server: ServerFactory) -> None:
+    gates = Gates()
+    pools = {"init": 2, "run": 2, "eval": 1, "ready_buffer": 4}
+    async with agentroll_server(registry=make_registry(gates), pools=pools) as (_, client):
+        await client.submit([job(f"j{i}", block=["eval"]) for i in range(8)])
+        # With EVAL stuck on its only worker, every job still gets through INIT and RUN.
+        await eventually(lambda: len(gates.entered["run"]) == 8)
+        status = await client.status()
+        assert status.stages["eval"].busy == 1 and status.stages["eval"].queued == 7
+        assert status.stages["run"].busy == 0 and status.stages["init"].busy == 0
+        gates.open["eval"].set()
+        results = await client.wait_for([f"j{i}" for i in range(8)], 10)
+    assert all(t.outcome is Outcome.ok for t in results.values())
+
+
+async def test_ready_buffer_applies_backpressure_to_init(agentroll_server: ServerFactory) -> None:
+    gates = Gates()
+    pools = {"init": 8, "run": 1, "eval": 4, "ready_buffer": 3}
+    async with agentroll_server(registry=make_registry(gates), pools=pools) as (_, client):
+        await client.submit([job(f"j{i}", block=["run"]) for i in range(10)])
+        await eventually(lambda: len(gates.entered["run"]) == 1)
+        await eventually(lambda: len(gates.entered["init"]) == 4)
+        await asyncio.sleep(0.2)
+        # One job runs; only `ready_buffer` more were initialised, despite 8 init workers.
+        assert len(gates.entered["init"]) == 4
+        status = await client.status()
+        assert status.ready == 3 and status.stages["init"].queued == 6
+        gates.open["run"].set()
+        results = await client.wait_for([f"j{i}" for i in range(10)], 10)
+    assert {t.outcome for t in results.values()} == {Outcome.ok}
+    timing = results["j9"].timing
+    assert timing.init is not None and timing.init.queue_s > 0  # waited for buffer space
+
+
+async def test_pool_resize_under_load_drops_nothing(agentroll_server: ServerFactory) -> None:
+    gates = Gates()
+    pools = {"init": 4, "run": 1, "eval": 4, "ready_buffer": 20}
+    async with agentroll_server(registry=make_registry(gates), pools=pools) as (_, client):
+        ids = [f"j{i}" for i in range(12)]
+        await client.submit([job(i, block=["run"]) for i in ids])
+        await eventually(lambda: len(gates.entered["run"]) == 1)
+        sizes = await client.resize_pools(run=5)
+        assert sizes.run == 5
+        await eventually(lambda: len(gates.entered["run"]) == 5)
+        assert (await client.status()).stages["run"].busy == 5
+        await client.resize_pools(run=2)  # shrink while 5 hold workers: nobody is evicted
+        assert (await client.status()).stages["run"].busy == 5
+        gates.open["run"].set()
+        results = await client.wait_for(ids, 10)
+        assert (await client.status()).stages["run"].capacity == 2
+    assert len(results) == 12 and {t.outcome for t in results.values()} == {Outcome.ok}
+
+
+@pytest.mark.parametrize("stage", ["queued", "init", "ready", "run", "eval"])
+async def test_cancel_reaches_a_job_in_every_state(
+    agentroll_server: ServerFactory, stage: str
+) -> None:
+    gates = Gates()
+    pools = {"init": 1, "run": 1, "eval": 1, "ready_buffer": 4}
+    async with agentroll_server(registry=make_registry(gates), pools=pools) as (_, client):
+        # `blocker` occupies the stage's only worker where the target must wait behind it.
+        plan = {
+            "queued": (job("blocker", block=["init"]), job("target")),
+            "init": (None, job("target", block=["init"])),
+            "ready": (job("blocker", block=["run"]), job("target")),
+            "run": (None, job("target", block=["run"])),
+            "eval": (None, job("target", block=["eval"])),
+        }[stage]
+        blocker, target = plan
+        if blocker is not None:
+            await client.submit([blocker])
+            await eventually(lambda: len(gates.entered["init"]) == 1)
+        await client.submit([target])
+        expected = JobState(stage)
+        async with asyncio.timeout(10):
+            while await state_of(client, "target") is not expected:
+                await asyncio.sleep(0.01)
+        assert await client.cancel("target") == ["target"]
+        result = await client.result("target")
+        assert result is not None
+        assert (result.outcome, result.status, result.reward) == (
+            Outcome.cancelled,
+            "cancelled",
+            None,
+        )
+        assert result.error is not None and result.error.type == "cancelled_by_client"
+        assert await client.cancel("target") == []  # already finished: nothing to cancel
+        if stage in ("init", "run", "eval"):
+            assert f"target:{stage}" in gates.cleaned  # the handler saw the cancellation
+        for gate in ("init", "run", "eval"):
+            gates.open[gate].set()
+
+
+async def test_cancel_by_group_and_all(agentroll_server: ServerFactory) -> None:
+    gates = Gates()
+    async with agentroll_server(registry=make_registry(gates)) as (_, client):
+        await client.submit([job(f"a{i}", "A", block=["run"]) for i in range(3)])
+        await client.submit([job(f"b{i}", "B", block=["run"]) for i in range(2)])
+        await eventually(lambda: len(gates.entered["run"]) == 5)
+        assert sorted(await client.cancel_where(group_id="A")) == ["a0", "a1", "a2"]
+        assert (await client.job("b0")).state is JobState.run
+        assert sorted(await client.cancel_where(all=True)) == ["b0", "b1"]
+        assert (await client.status()).jobs_by_state == {}
+
+
+async def test_stage_timeout_and_deadline_end_timed_out(agentroll_server: ServerFactory) -> None:
+    gates = Gates()
+    async with agentroll_server(registry=make_registry(gates)) as (_, client):
+        await client.submit(
+            [
+                {**job("slow-run", run_s=5), "limits": {"run_timeout_s": 0.2}},
+                {**job("late", block=["init"]), "limits": {"deadline_s": 0.3}},
+            ]
+        )
+        done = await client.wait_for(["slow-run", "late"], 10)
+    slow, late = done["slow-run"], done["late"]
+    assert (slow.outcome, slow.status, slow.reward) == (Outcome.timed_out, "timed_out", None)
+    assert slow.error is not None and (slow.error.type, slow.error.stage) == ("run_timeout", "run")
+    assert late.outcome is Outcome.timed_out
+    assert late.error is not None and late.error.type == "deadline_exceeded"
+    assert late.timing.run is None  # never reached RUN
