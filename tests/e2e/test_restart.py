@@ -4,8 +4,8 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.e2e.processes import agentroll_process
 
+from agentroll.server.launch import agentroll_process
 from agentroll.server.schema import Outcome
 from agentroll.trainer_clients import RolloutClient, ServerUnavailable
 

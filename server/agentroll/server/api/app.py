@@ -10,7 +10,7 @@ from agentroll.handlers import HandlerRegistry
 from agentroll.server.api import routes_admin, routes_backends, routes_jobs, routes_results
 from agentroll.server.api.errors import install_error_handlers
 from agentroll.server.api.middleware import GuardMiddleware
-from agentroll.server.llm import BackendPool, ShardedHTTPClient
+from agentroll.server.llm import BackendPool, HTTPClient
 from agentroll.server.service import JobService
 from agentroll.server.settings import Settings
 from agentroll.server.store import JobStore
@@ -26,7 +26,7 @@ def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         store = JobStore(settings.db_path, synchronous=settings.db_synchronous)
         await store.open()
-        http = ShardedHTTPClient(timeout_s=settings.llm_request_timeout_s)
+        http = HTTPClient(timeout_s=settings.llm_request_timeout_s)
         backends = BackendPool(http)
         service = JobService(settings, store, registry, backends)
         app.state.service = service

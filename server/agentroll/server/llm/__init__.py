@@ -1,6 +1,6 @@
 """Token-in/token-out access to the trainer's inference servers."""
 
-from agentroll.server.llm.http import HTTPResponse, ShardedHTTPClient
+from agentroll.server.llm.http import HTTPClient, HTTPResponse, HTTPTimeout, HTTPTransportError
 from agentroll.server.llm.pool import Backend, BackendPool
 from agentroll.server.llm.session import TokenSession
 from agentroll.server.llm.vllm import BackendError, Completion, VLLMClient
@@ -10,8 +10,10 @@ __all__ = [
     "BackendError",
     "BackendPool",
     "Completion",
+    "HTTPClient",
     "HTTPResponse",
-    "ShardedHTTPClient",
+    "HTTPTimeout",
+    "HTTPTransportError",
     "TokenSession",
     "VLLMClient",
 ]

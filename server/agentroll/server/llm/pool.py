@@ -8,12 +8,13 @@ that backend has room.
 import asyncio
 import contextlib
 import itertools
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from agentroll.handlers import LLMUnavailable
-from agentroll.server.llm.http import ShardedHTTPClient
+from agentroll.server.llm.http import HTTPClient
 from agentroll.server.llm.vllm import VLLMClient
 from agentroll.server.schema import BackendSpec, BackendView
 
@@ -50,9 +51,34 @@ class Backend:
         return self.in_flight < self.spec.max_concurrency
 
 
+class PromptCache:
+    """First-prompt token ids by conversation, LRU-bounded.
+
+    The n samples of a GRPO group share their prompt, and a tokenizer does not change when
+    weights do, so one `/tokenize` call serves the whole group.
+    """
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self._capacity = capacity
+        self._entries: OrderedDict[str, tuple[list[int], int | None]] = OrderedDict()
+
+    def get(self, key: str) -> tuple[list[int], int | None] | None:
+        entry = self._entries.get(key)
+        if entry is not None:
+            self._entries.move_to_end(key)
+        return entry
+
+    def put(self, key: str, token_ids: list[int], max_model_len: int | None) -> None:
+        self._entries[key] = (token_ids, max_model_len)
+        self._entries.move_to_end(key)
+        while len(self._entries) > self._capacity:
+            self._entries.popitem(last=False)
+
+
 class BackendPool:
-    def __init__(self, http: ShardedHTTPClient) -> None:
+    def __init__(self, http: HTTPClient) -> None:
         self._http = http
+        self.prompts = PromptCache()
         self._backends: dict[str, Backend] = {}
         self._ids = itertools.count(1)
         self._changed = asyncio.Event()

@@ -9,6 +9,7 @@ It records a trajectory as token ids, never as text:
   `<|im_end|>\\n`) are added only where the model did not sample them itself.
 """
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -91,13 +92,18 @@ class TokenSession:
         self._first_messages = [dict(m) for m in messages]
         self._messages = [dict(m) for m in messages]
         self.tools = [dict(t) for t in tools]
-        result = await self._call(
-            lambda c: c.tokenize_messages(
-                self._first_messages, self.tools or None, add_generation_prompt=True
+        key = json.dumps([self._first_messages, self.tools], sort_keys=True)
+        cached = self._pool.prompts.get(key)
+        if cached is None:
+            result = await self._call(
+                lambda c: c.tokenize_messages(
+                    self._first_messages, self.tools or None, add_generation_prompt=True
+                )
             )
-        )
-        self.prompt_ids = result.token_ids
-        self._max_model_len = result.max_model_len
+            cached = (result.token_ids, result.max_model_len)
+            self._pool.prompts.put(key, *cached)
+        self.prompt_ids = list(cached[0])
+        self._max_model_len = cached[1]
         self._awaiting_reply = True
 
     async def generate(self, *, max_tokens: int | None = None) -> Turn:

@@ -9,10 +9,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-import httpx
-
 from agentroll.handlers import ContextLengthExceeded, Message
-from agentroll.server.llm.http import HTTPResponse, ShardedHTTPClient
+from agentroll.server.llm.http import HTTPClient, HTTPResponse, HTTPTimeout, HTTPTransportError
 
 # Every version's "prompt too long" wording, plus 0.33's max_tokens checks (reference §8).
 _CONTEXT_ERROR = re.compile(
@@ -56,7 +54,7 @@ def _error_message(response: HTTPResponse) -> str:
 
 
 class VLLMClient:
-    def __init__(self, base_url: str, model: str | None, http: ShardedHTTPClient) -> None:
+    def __init__(self, base_url: str, model: str | None, http: HTTPClient) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self._http = http
@@ -68,10 +66,10 @@ class VLLMClient:
             response = await self._http.request(
                 "POST", self.base_url + path, json_body=body, timeout_s=timeout_s
             )
-        except httpx.TimeoutException as exc:
+        except HTTPTimeout as exc:
             # The request may have reached the engine: the time is lost but no token was kept.
             raise BackendError(f"{path} timed out: {exc!r}", retryable=True) from exc
-        except httpx.TransportError as exc:
+        except HTTPTransportError as exc:
             raise BackendError(f"{path} failed: {exc!r}", retryable=True) from exc
         if response.status == 200:
             return response.body

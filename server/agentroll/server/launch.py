@@ -1,4 +1,9 @@
-"""Real agentroll processes for end-to-end tests: started owned, stopped by process group."""
+"""Launching agentroll processes (`serve`, `scripted-llm`) owned by the caller.
+
+Each runs in its own session and is stopped by its process group, never by name; the
+caller learns its URL from the `--url-file` it writes once bound. Used by end-to-end
+tests, benchmarks and launchers.
+"""
 
 import os
 import signal
@@ -17,15 +22,29 @@ class Proc:
     url: str
     log: Path
 
-    def kill(self, sig: int = signal.SIGKILL) -> None:
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def kill(self, sig: int = signal.SIGKILL, timeout_s: float = 30.0) -> None:
+        """Signal the whole process group and reap it; SIGKILL if it outlives `timeout_s`."""
         if self.popen.poll() is None:
             os.killpg(self.popen.pid, sig)
-        self.popen.wait(timeout=30)
+            try:
+                self.popen.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(timeout=timeout_s)
 
 
 @contextmanager
-def agentroll_process(args: list[str], workdir: Path, name: str, **env: str) -> Iterator[Proc]:
-    """Run `agentroll ARGS --url-file ...` in its own session; yields once it listens."""
+def agentroll_process(
+    args: list[str], workdir: Path, name: str, *, start_timeout_s: float = 60.0, **env: str
+) -> Iterator[Proc]:
+    """Run `agentroll ARGS --url-file ...` in its own session; yields once it listens.
+
+    Output goes to `workdir/NAME.log`; on exit the process group gets SIGKILL if still alive.
+    """
     url_file = workdir / f"{name}.url"
     url_file.unlink(missing_ok=True)
     log = workdir / f"{name}.log"
@@ -39,7 +58,7 @@ def agentroll_process(args: list[str], workdir: Path, name: str, **env: str) -> 
         )
     proc = Proc(popen, "", log)
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + start_timeout_s
         while not url_file.exists():
             if popen.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"{name} did not start:\n{log.read_text()[-3000:]}")

@@ -1,0 +1,252 @@
+"""A persistent IPython kernel reached directly with jupyter_client (no kernel gateway).
+
+The kernel starts on the first call (jupyter_client and zmq are imported only then, so the
+action server itself becomes ready fast). It talks over ZeroMQ ``ipc`` sockets whose files live
+in the server's private state directory -- no TCP port, nothing in a shared /tmp.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import queue
+import re
+import subprocess
+import time
+from collections.abc import Mapping
+from typing import IO, Any
+
+from agentroll.runtime.action.truncate import HeadTailBuffer, truncate_text
+
+START_TIMEOUT_S = 60.0
+INTERRUPT_GRACE_S = 3.0
+SHUTDOWN_TIMEOUT_S = 5.0
+LIVENESS_POLL_S = 0.5  # how often a long execution checks that the kernel is still alive
+MAX_IPC_PATH = 100  # AF_UNIX paths are limited to 107 bytes; jupyter adds "-<n>"
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def strip_ansi(text: str) -> str:
+    return _ANSI.sub("", text)
+
+
+class _Collected:
+    """Output of one execution, bounded."""
+
+    def __init__(self, limit: int) -> None:
+        self.output = HeadTailBuffer(limit)
+        self.error: str | None = None
+        self.idle = False
+        self.reply_status: str | None = None
+
+    def add(self, msg: dict[str, Any]) -> None:
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream":
+            self.output.feed(content.get("text", ""))
+        elif kind in ("execute_result", "display_data"):
+            data = content.get("data", {})
+            if "text/plain" in data:
+                text = str(data["text/plain"])
+            else:
+                text = "[display: " + ", ".join(sorted(data)) + "]"
+            self.output.feed(text if text.endswith("\n") else text + "\n")
+        elif kind == "error":
+            trace = "\n".join(content.get("traceback", [])) or (
+                f"{content.get('ename', 'Error')}: {content.get('evalue', '')}"
+            )
+            self.error = strip_ansi(trace)
+        elif kind == "status" and content.get("execution_state") == "idle":
+            self.idle = True
+
+
+class PythonSession:
+    """One kernel per action server; executions serialize on a lock."""
+
+    def __init__(
+        self, *, workdir: str, state_dir: str, env: Mapping[str, str] | None = None
+    ) -> None:
+        self.workdir = workdir
+        self._state_dir = state_dir
+        self._env = dict(os.environ if env is None else env)
+        self._env.setdefault("MPLBACKEND", "Agg")
+        # IPython's profile and Jupyter's runtime files go to the private directory, not into
+        # $HOME -- which in a sandbox is often the task's repository.
+        self._env.setdefault("IPYTHONDIR", os.path.join(state_dir, "ipython"))
+        self._env.setdefault("JUPYTER_RUNTIME_DIR", os.path.join(state_dir, "jupyter-runtime"))
+        self._km: Any = None  # AsyncKernelManager
+        self._kc: Any = None  # AsyncKernelClient
+        self._log: IO[bytes] | None = None
+        self._lock = asyncio.Lock()
+        self._interrupt_requested = False
+        self._closed = False
+
+    @property
+    def started(self) -> bool:
+        return self._km is not None
+
+    @property
+    def busy(self) -> bool:
+        return self._lock.locked()
+
+    def _open_log(self) -> IO[bytes]:
+        # The kernel's own stdout/stderr (crash messages); its cell output comes over IOPub.
+        return open(os.path.join(self._state_dir, "kernel.log"), "ab")
+
+    async def _start(self) -> None:
+        if self._closed:
+            raise RuntimeError("python session is closed")
+        # Looking up the kernel spec imports IPython here too, which creates its directory.
+        os.environ.setdefault("IPYTHONDIR", self._env["IPYTHONDIR"])
+        from jupyter_client.manager import AsyncKernelManager
+
+        connection_file = os.path.join(self._state_dir, "kernel.json")
+        ipc_base = os.path.join(self._state_dir, "k")
+        # Fall back to loopback TCP only when the private directory's path is too long for ipc.
+        if len(ipc_base) <= MAX_IPC_PATH:
+            km = AsyncKernelManager(
+                kernel_name="python3",
+                connection_file=connection_file,
+                transport="ipc",
+                ip=ipc_base,
+            )
+        else:
+            km = AsyncKernelManager(kernel_name="python3", connection_file=connection_file)
+        if self._log is None:
+            self._log = self._open_log()
+        async with asyncio.timeout(START_TIMEOUT_S):
+            await km.start_kernel(
+                cwd=self.workdir,
+                env=self._env,
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                extra_arguments=["--HistoryManager.enabled=False"],
+            )
+            try:
+                kc = km.client()
+                kc.start_channels()
+                await kc.wait_for_ready(timeout=START_TIMEOUT_S)
+            except BaseException:
+                await self._shutdown(km, None)
+                raise
+        self._km, self._kc = km, kc
+
+    async def run(self, code: str, *, time_limit: float, max_output_chars: int) -> dict[str, Any]:
+        async with self._lock:
+            started = time.monotonic()
+            notes: list[str] = []
+            if self._km is None:
+                await self._start()
+            self._interrupt_requested = False
+            collected = _Collected(max_output_chars)
+            msg_id = self._kc.execute(
+                code, store_history=True, allow_stdin=False, stop_on_error=False
+            )
+            outcome = await self._collect(msg_id, collected, started + time_limit)
+            restarted = False
+            if outcome in ("timeout", "interrupt"):
+                await self._km.interrupt_kernel()
+                grace = time.monotonic() + INTERRUPT_GRACE_S
+                if outcome == "timeout":
+                    notes.append(
+                        f"[execution timed out after {time_limit:g} s and was interrupted]"
+                    )
+                else:
+                    notes.append("[execution interrupted]")
+                if await self._collect(msg_id, collected, grace, interruptible=False) != "idle":
+                    await self._restart()
+                    restarted = True
+                    notes.append("[the kernel did not stop; it was restarted and state was lost]")
+            elif outcome == "dead":
+                await self._restart()
+                restarted = True
+                notes.append("[the Python kernel died; it was restarted and state was lost]")
+            text, truncated = collected.output.text()
+            if notes:
+                text = text + ("" if not text or text.endswith("\n") else "\n") + "\n".join(notes)
+            error = collected.error
+            if error is not None:
+                error, cut = truncate_text(error, max_output_chars)
+                truncated = truncated or cut
+            return {
+                "output": text,
+                "error": error,
+                "timed_out": outcome == "timeout",
+                "truncated": truncated,
+                "duration_s": round(time.monotonic() - started, 6),
+                "interrupted": outcome == "interrupt",
+                "kernel_restarted": restarted,
+            }
+
+    async def _collect(
+        self, msg_id: str, collected: _Collected, deadline: float, *, interruptible: bool = True
+    ) -> str:
+        """Read IOPub until our execution goes idle. Returns idle, timeout, interrupt or dead."""
+        next_liveness = time.monotonic() + LIVENESS_POLL_S
+        while not collected.idle:
+            if interruptible and self._interrupt_requested:
+                return "interrupt"
+            now = time.monotonic()
+            if now >= deadline:
+                return "timeout"
+            if now >= next_liveness:
+                if not await self._km.is_alive():
+                    return "dead"
+                next_liveness = now + LIVENESS_POLL_S
+            wait = min(deadline, next_liveness) - now
+            try:
+                msg = await self._kc.get_iopub_msg(timeout=max(wait, 0.001))
+            except queue.Empty:
+                continue
+            if msg.get("parent_header", {}).get("msg_id") == msg_id:
+                collected.add(msg)
+        await self._drain_shell_reply(msg_id, deadline)
+        return "idle"
+
+    async def _drain_shell_reply(self, msg_id: str, deadline: float) -> None:
+        # The reply precedes "idle"; read it so the shell channel does not pile up.
+        with contextlib.suppress(queue.Empty):
+            while True:
+                wait = max(deadline - time.monotonic(), 0.05)
+                reply = await self._kc.get_shell_msg(timeout=min(wait, 1.0))
+                if reply.get("parent_header", {}).get("msg_id") == msg_id:
+                    return
+
+    def interrupt(self) -> bool:
+        if not self.busy or self._km is None:
+            return False
+        self._interrupt_requested = True
+        return True
+
+    async def _restart(self) -> None:
+        km, kc = self._km, self._kc
+        self._km = self._kc = None
+        await self._shutdown(km, kc)
+        await self._start()
+
+    @staticmethod
+    async def _shutdown(km: Any, kc: Any) -> None:
+        if kc is not None:
+            with contextlib.suppress(Exception):
+                kc.stop_channels()
+        if km is None:
+            return
+        try:
+            async with asyncio.timeout(SHUTDOWN_TIMEOUT_S):
+                await km.shutdown_kernel(now=True)
+        except Exception:
+            # Last resort: the kernel runs in its own session, so its group is only its own.
+            with contextlib.suppress(Exception):
+                await km.signal_kernel(9)
+        with contextlib.suppress(Exception):
+            await km.cleanup_resources()
+
+    async def close(self) -> None:
+        self._closed = True
+        self._interrupt_requested = True
+        km, kc = self._km, self._kc
+        self._km = self._kc = None
+        await self._shutdown(km, kc)
+        if self._log is not None:
+            self._log.close()
+            self._log = None

@@ -1,0 +1,328 @@
+"""The action server: an asyncio Unix-domain-socket server in front of the tool sessions.
+
+Each connection reads frames in a loop and runs every request as its own task, so calls to
+different tools overlap on one connection; calls to the same bash or Python session serialize
+on that session's lock. At most ``MAX_IN_FLIGHT`` requests run per connection (reading pauses
+beyond that). On SIGTERM/SIGINT or a ``shutdown`` request the server stops accepting, kills
+bash and the kernel, and removes its socket and private state directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import os
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from agentroll.runtime.action import protocol
+from agentroll.runtime.action.bash import BashSession
+from agentroll.runtime.action.errors import ActionProtocolError, ActionRequestError
+from agentroll.runtime.action.files import FileTools
+from agentroll.runtime.action.ipython import PythonSession
+
+MAX_IN_FLIGHT = 64
+WRITE_TIMEOUT_S = 30.0
+SHUTDOWN_GRACE_S = 5.0
+MAX_SOCKET_PATH = 107
+MAX_OUTPUT_CHARS = 10_000_000  # keeps one reply well inside a frame
+
+
+_MISSING: Any = object()
+
+
+def _arg(
+    args: dict[str, Any], name: str, kind: type | tuple[type, ...], default: Any = _MISSING
+) -> Any:
+    """Argument ``name`` checked against ``kind``; ``default`` when absent or null."""
+    if args.get(name) is None:
+        if default is _MISSING:
+            raise ActionRequestError(f"missing argument {name!r}")
+        return default
+    value = args[name]
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+        names = " or ".join(k.__name__ for k in kinds)
+        raise ActionRequestError(f"argument {name!r} must be {names}")
+    return value
+
+
+def _timeout(args: dict[str, Any], name: str, default: float | None) -> float | None:
+    value = _arg(args, name, (int, float), default)
+    if value is not None and not 0 < value <= 86_400:
+        raise ActionRequestError(f"argument {name!r} must be between 0 and 86400 seconds")
+    return None if value is None else float(value)
+
+
+def _output_limit(args: dict[str, Any]) -> int:
+    value = _arg(args, "max_output_chars", int, 30_000)
+    if not 1 <= value <= MAX_OUTPUT_CHARS:
+        raise ActionRequestError(f"max_output_chars must be between 1 and {MAX_OUTPUT_CHARS}")
+    return int(value)
+
+
+class ActionServer:
+    def __init__(
+        self,
+        socket_path: str,
+        *,
+        roots: Sequence[str] = (),
+        workdir: str | None = None,
+        state_dir: str | None = None,
+    ) -> None:
+        self.socket_path = os.path.abspath(socket_path)
+        self.workdir = os.path.abspath(workdir or os.getcwd())
+        self.roots = [os.path.abspath(r) for r in roots] or [self.workdir]
+        self._state_dir_arg = state_dir
+        self.state_dir = ""
+        self.files = FileTools(self.roots, self.workdir)
+        self.bash: BashSession | None = None
+        self.python: PythonSession | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._stop = asyncio.Event()
+        self._tasks: set[asyncio.Task[Any]] = set()  # requests and background work
+        self._connections: set[asyncio.Task[Any]] = set()
+        self._started = time.monotonic()
+        self._ops: dict[str, Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]] = {
+            "alive": self._alive,
+            "bash": self._bash,
+            "bash_interrupt": self._bash_interrupt,
+            "python": self._python,
+            "python_interrupt": self._python_interrupt,
+            "editor": self._editor,
+            "upload": self._upload,
+            "download": self._download,
+            "shutdown": self._shutdown,
+        }
+
+    # -- lifecycle -----------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        if len(self.socket_path.encode()) > MAX_SOCKET_PATH:
+            raise ValueError(
+                f"socket path is longer than {MAX_SOCKET_PATH} bytes: {self.socket_path}"
+            )
+        parent = os.path.dirname(self.socket_path)
+        os.makedirs(parent, mode=0o700, exist_ok=True)
+        self._remove_stale_socket()
+        if self._state_dir_arg:
+            os.makedirs(self._state_dir_arg, mode=0o700, exist_ok=True)
+            self.state_dir = self._state_dir_arg
+        else:
+            # Next to the socket: the sandbox's private directory, not a shared /tmp.
+            self.state_dir = tempfile.mkdtemp(prefix=".action-", dir=parent)
+        self.bash = BashSession(workdir=self.workdir, state_dir=self.state_dir)
+        self.python = PythonSession(workdir=self.workdir, state_dir=self.state_dir)
+        old_umask = os.umask(0o177)  # the socket is born 0600; no window where others can connect
+        try:
+            self._server = await asyncio.start_unix_server(
+                self._serve_connection, path=self.socket_path, limit=2**16
+            )
+        finally:
+            os.umask(old_umask)
+        os.chmod(self.socket_path, 0o600)
+        # Warm bash in the background: the socket is already answering `alive`.
+        self._spawn_task(self._start_bash())
+
+    def _remove_stale_socket(self) -> None:
+        if not os.path.exists(self.socket_path):
+            return
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(self.socket_path)
+        except OSError:
+            os.unlink(self.socket_path)  # nobody is listening: left over from a crash
+            return
+        finally:
+            probe.close()
+        raise RuntimeError(f"another action server is already serving {self.socket_path}")
+
+    async def _start_bash(self) -> None:
+        assert self.bash is not None
+        with contextlib.suppress(Exception):  # the first bash call retries and reports
+            await self.bash.start()
+
+    def _spawn_task(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    def request_stop(self) -> None:
+        self._stop.set()
+
+    async def serve_forever(self) -> None:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.request_stop)
+        try:
+            await self._stop.wait()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            await self.close()
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.socket_path)
+        # Killing the sessions first makes in-flight calls return quickly.
+        sessions = [s.close() for s in (self.bash, self.python) if s is not None]
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(SHUTDOWN_GRACE_S * 2):
+                await asyncio.gather(*sessions, return_exceptions=True)
+        pending = [t for t in self._tasks if t is not asyncio.current_task()]
+        if pending:
+            _, still = await asyncio.wait(pending, timeout=SHUTDOWN_GRACE_S)
+            for task in still:
+                task.cancel()
+            if still:
+                await asyncio.wait(still, timeout=1.0)
+        # Connections idle in a read would wait forever; their replies are all sent by now.
+        for task in list(self._connections):
+            task.cancel()
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=1.0)
+        if self._server is not None:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await self._server.wait_closed()
+        if self.state_dir and not self._state_dir_arg:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    # -- connections ---------------------------------------------------------------------------
+
+    async def _serve_connection(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        self._connections.add(me)
+        slots = asyncio.Semaphore(MAX_IN_FLIGHT)
+        try:
+            while not self._stop.is_set():
+                try:
+                    length = protocol.frame_length(await reader.readexactly(4))
+                    body = await reader.readexactly(length)
+                except (asyncio.IncompleteReadError, ConnectionError):
+                    return
+                except ActionProtocolError as exc:
+                    await self._send(writer, self._error(None, protocol.FRAME_TOO_LARGE, str(exc)))
+                    return
+                await slots.acquire()
+                task = self._spawn_task(self._handle(body, writer))
+                task.add_done_callback(lambda _: slots.release())
+        finally:
+            self._connections.discard(me)
+            writer.close()
+
+    @staticmethod
+    def _error(request_id: Any, kind: str, message: str) -> dict[str, Any]:
+        return {"id": request_id, "error": {"type": kind, "message": message}}
+
+    async def _handle(self, body: bytes, writer: asyncio.StreamWriter) -> None:
+        request_id = None
+        try:
+            request = protocol.decode_body(body)
+            request_id = request.get("id")
+            op, args = request.get("op"), request.get("args", {})
+            if not isinstance(request_id, int) or not isinstance(args, dict):
+                raise ActionRequestError("a request needs an integer 'id' and an object 'args'")
+            handler = self._ops.get(op) if isinstance(op, str) else None
+            if handler is None:
+                raise ActionRequestError(f"unknown op {op!r}; known: {', '.join(protocol.OPS)}")
+            reply = {"id": request_id, "result": await handler(args)}
+        except ActionProtocolError as exc:
+            reply = self._error(request_id, protocol.PROTOCOL, str(exc))
+        except ActionRequestError as exc:
+            reply = self._error(request_id, protocol.BAD_REQUEST, str(exc))
+        except Exception as exc:
+            print(f"action server: {type(exc).__name__}: {exc}", file=sys.stderr)
+            reply = self._error(request_id, protocol.INTERNAL, f"{type(exc).__name__}: {exc}")
+        await self._send(writer, reply)
+
+    @staticmethod
+    async def _send(writer: asyncio.StreamWriter, message: dict[str, Any]) -> None:
+        try:
+            frame = protocol.encode_frame(message)
+        except ActionProtocolError as exc:
+            frame = protocol.encode_frame(
+                ActionServer._error(message.get("id"), protocol.FRAME_TOO_LARGE, str(exc))
+            )
+        if writer.is_closing():
+            return  # the client went away; the result has nowhere to go
+        writer.write(frame)  # one call per frame: frames never interleave
+        with contextlib.suppress(ConnectionError, TimeoutError):
+            async with asyncio.timeout(WRITE_TIMEOUT_S):
+                await writer.drain()
+
+    # -- ops -----------------------------------------------------------------------------------
+
+    async def _alive(self, args: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "ok": True,
+            "protocol": protocol.PROTOCOL_VERSION,
+            "pid": os.getpid(),
+            "uptime_s": round(time.monotonic() - self._started, 3),
+            "workdir": self.workdir,
+            "roots": self.roots,
+            "bash": bool(self.bash and self.bash.running),
+            "python": bool(self.python and self.python.started),
+        }
+
+    async def _bash(self, args: dict[str, Any]) -> dict[str, Any]:
+        assert self.bash is not None
+        return await self.bash.run(
+            _arg(args, "command", str),
+            time_limit=_timeout(args, "timeout", 120.0) or 120.0,
+            no_output_timeout=_timeout(args, "no_output_timeout", None),
+            max_output_chars=_output_limit(args),
+        )
+
+    async def _bash_interrupt(self, args: dict[str, Any]) -> dict[str, Any]:
+        assert self.bash is not None
+        return {"interrupted": self.bash.interrupt()}
+
+    async def _python(self, args: dict[str, Any]) -> dict[str, Any]:
+        assert self.python is not None
+        return await self.python.run(
+            _arg(args, "code", str),
+            time_limit=_timeout(args, "timeout", 120.0) or 120.0,
+            max_output_chars=_output_limit(args),
+        )
+
+    async def _python_interrupt(self, args: dict[str, Any]) -> dict[str, Any]:
+        assert self.python is not None
+        return {"interrupted": self.python.interrupt()}
+
+    async def _editor(self, args: dict[str, Any]) -> dict[str, Any]:
+        command = _arg(args, "command", str)
+        path = _arg(args, "path", str)
+        _output_limit(args)
+        ok, output = await asyncio.to_thread(self.files.editor, command, path, args)
+        return {"ok": ok, "output": output}
+
+    async def _upload(self, args: dict[str, Any]) -> dict[str, Any]:
+        path = _arg(args, "path", str)
+        try:
+            data = base64.b64decode(_arg(args, "data_b64", str), validate=True)
+        except ValueError as exc:
+            raise ActionRequestError(f"upload data is not valid base64: {exc}") from exc
+        return {"path": await asyncio.to_thread(self.files.upload, path, data)}
+
+    async def _download(self, args: dict[str, Any]) -> dict[str, Any]:
+        data = await asyncio.to_thread(self.files.download, _arg(args, "path", str))
+        return {"data_b64": base64.b64encode(data).decode("ascii"), "size": len(data)}
+
+    async def _shutdown(self, args: dict[str, Any]) -> dict[str, Any]:
+        # Reply first; the stop happens once this request's answer is on its way.
+        asyncio.get_running_loop().call_soon(self.request_stop)
+        return {"ok": True}

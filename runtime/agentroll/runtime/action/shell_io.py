@@ -1,0 +1,79 @@
+"""Talking to bash through a tty: quoting a command onto one line, and finding where it ended.
+
+A command is sent as ``eval $'...'`` (ANSI-C quoted, control characters escaped so the tty's
+line discipline never acts on them) followed by a ``printf`` of a per-call sentinel that
+carries ``$?``. :class:`Scanner` watches the pty's bytes for that sentinel and keeps a bounded
+head/tail of everything before it.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+
+from agentroll.runtime.action.truncate import HeadTailBuffer
+
+SENTINEL = re.compile(rb"__AR_([0-9a-f]{16})_(-?\d+)__\n")
+SENTINEL_MAX_LEN = 40
+_QUOTE_TABLE = {ord("\\"): "\\\\", ord("'"): "\\'"}
+_QUOTE_TABLE.update({c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]})
+
+
+def ansi_c_quote(text: str) -> str:
+    """Quote ``text`` as bash ``$'...'`` with every control character escaped.
+
+    Control characters must not reach the tty raw: its line discipline would act on them
+    (``^C`` interrupts, ``^U`` erases the line, ``^D`` ends input).
+    """
+    return "$'" + text.replace("\x00", "").translate(_QUOTE_TABLE) + "'"
+
+
+def sentinel_command(nonce: str) -> str:
+    # Format and arguments are separate, so the line itself never contains the sentinel.
+    return f"printf '__AR_%s_%s__\\n' {nonce} \"$?\""
+
+
+class Scanner:
+    """Feeds pty bytes into a head/tail buffer until the awaited sentinel shows up."""
+
+    def __init__(self, limit: int, nonce: str) -> None:
+        self.buffer = HeadTailBuffer(limit)
+        self.nonce = nonce.encode()
+        self.exit_code: int | None = None
+        self.found = False
+        self._hold = bytearray()
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def expect(self, nonce: str) -> None:
+        self.nonce = nonce.encode()
+        self.found = False
+
+    def feed(self, data: bytes) -> None:
+        if self.found:
+            return  # output after the sentinel belongs to nobody (e.g. a background job)
+        self._hold += data
+        while True:
+            match = SENTINEL.search(self._hold)
+            if match is None:
+                break
+            nonce, code = match.group(1), int(match.group(2))  # before the buffer changes
+            self._emit(bytes(self._hold[: match.start()]))
+            del self._hold[: match.end()]
+            if nonce == self.nonce:
+                self.exit_code = code
+                self.found = True
+                return
+            # A sentinel from an earlier, interrupted line: drop its text and keep scanning.
+        if len(self._hold) > SENTINEL_MAX_LEN:
+            self._emit(bytes(self._hold[:-SENTINEL_MAX_LEN]))
+            del self._hold[:-SENTINEL_MAX_LEN]
+
+    def _emit(self, data: bytes) -> None:
+        self.buffer.feed(self._decoder.decode(data).replace("\r\n", "\n"))
+
+    def finish(self) -> tuple[str, bool]:
+        if not self.found:
+            self._emit(bytes(self._hold))
+            self._hold.clear()
+        self.buffer.feed(self._decoder.decode(b"", final=True))
+        return self.buffer.text()

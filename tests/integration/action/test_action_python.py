@@ -1,0 +1,120 @@
+"""IPython through the real action server: state, errors, timeouts, interrupts, kernel death."""
+
+import asyncio
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+from action_servers import ServerProcess, start_server
+
+from agentroll.runtime.action import ActionClient
+
+pytestmark = pytest.mark.integration
+
+
+async def test_state_persists_and_results_are_shown(
+    client: ActionClient, shared_server: ServerProcess
+) -> None:
+    first = await client.python("import os\nx = 41\nprint(os.getcwd())")
+    assert (first.output, first.error) == (f"{shared_server.workdir}\n", None)
+    second = await client.python("x += 1\nx")
+    assert (second.output, second.error, second.timed_out) == ("42\n", None, False)
+
+
+async def test_stdout_stderr_and_display_in_order(client: ActionClient) -> None:
+    result = await client.python(
+        "import sys\nfrom IPython.display import display\n"
+        "print('out')\nsys.stdout.flush()\nprint('err', file=sys.stderr)\nsys.stderr.flush()\n"
+        "display({'a': 1})\n'value'"
+    )
+    assert result.output == "out\nerr\n{'a': 1}\n'value'\n"
+
+
+async def test_exception_is_a_result_with_a_plain_traceback(client: ActionClient) -> None:
+    result = await client.python("def f():\n    return 1 / 0\nprint('before')\nf()")
+    assert result.output == "before\n"
+    assert result.error is not None and "ZeroDivisionError: division by zero" in result.error
+    assert "\x1b[" not in result.error  # no terminal colour codes
+    assert (await client.python("'alive'")).output == "'alive'\n"
+
+
+async def test_timeout_interrupts_and_keeps_state(client: ActionClient) -> None:
+    await client.python("kept = 'yes'")
+    result = await client.python(
+        "import time\nprint('start', flush=True)\ntime.sleep(30)", timeout=1
+    )
+    assert result.timed_out and not result.kernel_restarted
+    assert result.output.startswith("start\n")
+    assert "[execution timed out after 1 s and was interrupted]" in result.output
+    assert result.error is not None and "KeyboardInterrupt" in result.error
+    assert (await client.python("kept")).output == "'yes'\n"
+
+
+async def test_interrupt_from_another_task(client: ActionClient) -> None:
+    running = asyncio.create_task(client.python("import time\ntime.sleep(30)", timeout=60))
+    await asyncio.sleep(1.0)
+    await client.interrupt_python()
+    result = await asyncio.wait_for(running, 30)
+    assert result.interrupted and not result.timed_out
+    assert result.error is not None and "KeyboardInterrupt" in result.error
+
+
+async def test_huge_output_is_truncated(client: ActionClient) -> None:
+    result = await client.python("for i in range(100_000): print(i)", max_output_chars=500)
+    assert result.truncated and result.output.startswith("0\n1\n")
+    assert result.output.endswith("99999\n") and "characters truncated ...]" in result.output
+
+
+async def test_kernel_files_live_in_the_private_directory(shared_server: ServerProcess) -> None:
+    state_dirs = list(shared_server.socket.parent.glob(".action-*"))
+    assert len(state_dirs) == 1 and oct(state_dirs[0].stat().st_mode & 0o777) == "0o700"
+    connection = json.loads((state_dirs[0] / "kernel.json").read_text())
+    assert connection["transport"] == "ipc"
+    assert Path(connection["ip"]).parent == state_dirs[0]
+
+
+async def test_kernel_that_ignores_sigint_is_restarted(server: ServerProcess) -> None:
+    client = ActionClient(server.socket)
+    await client.connect(20)
+    try:
+        await client.python("lost = 1")
+        result = await client.python(
+            "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)",
+            timeout=1,
+        )
+        assert result.timed_out and result.kernel_restarted
+        assert "restarted and state was lost" in result.output
+        after = await client.python("'lost' in globals()")
+        assert after.output == "False\n"
+    finally:
+        await client.close()
+
+
+async def test_kernel_death_is_reported_and_recovered(server: ServerProcess) -> None:
+    client = ActionClient(server.socket)
+    await client.connect(20)
+    try:
+        result = await client.python("import os\nos._exit(1)", timeout=30)
+        assert result.kernel_restarted and not result.timed_out
+        assert "kernel died" in result.output
+        assert (await client.python("1 + 1")).output == "2\n"
+    finally:
+        await client.close()
+
+
+async def test_kernel_leaves_no_files_in_home() -> None:
+    # In a sandbox $HOME is often the task's repository: IPython must not litter it.
+    with tempfile.TemporaryDirectory(prefix="act-") as base:
+        home = Path(base) / "work"
+        home.mkdir()
+        server = start_server(Path(base), env={"HOME": str(home)})
+        client = ActionClient(server.socket)
+        try:
+            await client.connect(20)
+            result = await client.python("import os\nos.path.expanduser('~')")
+            assert result.output == f"{str(home)!r}\n"
+        finally:
+            await client.close()
+            server.stop()
+        assert [p.name for p in home.iterdir()] == []
