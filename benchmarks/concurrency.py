@@ -45,7 +45,7 @@ def main() -> None:
         "AGENTROLL_POOLS__READY_BUFFER": str(n),
         "AGENTROLL_LOG_LEVEL": "warning",
     }
-    llm_args = ["scripted-llm", "--port", "0", "--latency", str(args.latency)]
+    llm_args = ["scripted-llm", "--port", "0", "--latency-s", str(args.latency)]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         with (
@@ -85,7 +85,7 @@ def main() -> None:
     print(f"concurrency: {n} single-turn rollouts in flight, {args.latency:g} s LLM latency")
     print(f"  wall time {elapsed:.2f} s (ideal {args.latency:.2f} s)")
     print(f"  server RSS {base_rss / mib:.0f} -> {sampler.peak / mib:.0f} MiB")
-    print(f"  CPU in the run: server {cpu['server']:.2f} s, scripted backend {cpu['backend']:.2f} s")
+    print(f"  CPU in the run: server {cpu['server']:.2f} s, backend {cpu['backend']:.2f} s")
     report("completion time / ideal", ratio, "x", "<= 1.3", ratio <= 1.3)
     report(
         "server memory per in-flight rollout", per_rollout_kb, "KB", "<= 150", per_rollout_kb <= 150

@@ -27,10 +27,7 @@ def jobs(n: int, tag: str) -> list[dict[str, object]]:
             "job_id": f"{tag}-{i}",
             "group_id": f"{tag}-g{i // 8}",
             "handler": "math",
-            "instance": {
-                "question": tasks[i % len(tasks)]["question"],
-                "answer": tasks[i % len(tasks)]["answer"],
-            },
+            "instance": tasks[i % len(tasks)].instance(),
             "sampling": {"seed": i, "max_tokens": 256},
         }
         for i in range(n)

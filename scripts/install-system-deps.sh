@@ -4,6 +4,10 @@
 set -euo pipefail
 missing=()
 command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+# util-linux (nsenter, prlimit): exec into sandboxes and apply their resource limits.
+# mmdebstrap: builds root-filesystem images for bubblewrap sandboxes (agentroll build-image).
+command -v nsenter >/dev/null 2>&1 && command -v prlimit >/dev/null 2>&1 || missing+=(util-linux)
+command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else

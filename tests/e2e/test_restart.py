@@ -23,10 +23,7 @@ def _math_jobs() -> list[dict[str, object]]:
             "job_id": f"j{i:03d}",
             "group_id": f"g{i // 4}",
             "handler": "math",
-            "instance": {
-                "question": tasks[i % len(tasks)]["question"],
-                "answer": tasks[i % len(tasks)]["answer"],
-            },
+            "instance": tasks[i % len(tasks)].instance(),
             "sampling": {"seed": i, "max_tokens": 256},
         }
         for i in range(JOBS)
@@ -65,7 +62,7 @@ def test_sigkill_mid_run_then_restart_loses_nothing(tmp_path: Path, on_restart: 
         "AGENTROLL_ON_RESTART": on_restart,
     }
     with agentroll_process(
-        ["scripted-llm", "--port", "0", "--latency", "0.2"], tmp_path, "llm"
+        ["scripted-llm", "--port", "0", "--latency-s", "0.2"], tmp_path, "llm"
     ) as llm:
         with agentroll_process(
             ["serve", "--port", "0", "--db", db], tmp_path, "server1", **env

@@ -18,6 +18,7 @@ examples:
   agentroll demo                          math rollouts end to end, no GPU needed
   agentroll serve --port 8700             serve the v1 API on 127.0.0.1:8700
   agentroll scripted-llm --port 8001      a vLLM-protocol stand-in (tests, demos)
+  agentroll build-image python-base       a bubblewrap root filesystem from containers/
   agentroll handlers                      list the task handlers this install knows
 
 settings: flags > AGENTROLL_* environment variables > --config TOML file > defaults
@@ -43,18 +44,12 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _scripted_llm(args: argparse.Namespace) -> int:
-    from agentroll.server.scripted_llm import ScriptedLLMConfig, create_app
+    from agentroll.server.scripted_llm import create_app
+    from agentroll.server.scripted_llm.cli import config_from_args
     from agentroll.server.serving import serve_forever
 
-    config = ScriptedLLMConfig(
-        version=args.vllm_version,
-        policy=args.policy,
-        wrong_rate=args.wrong_rate,
-        latency_s=args.latency,
-        seed=args.seed,
-        max_model_len=args.max_model_len,
-    )
-    serve_forever(create_app(config), args.host, args.port, url_file=args.url_file)
+    app = create_app(config_from_args(args))
+    serve_forever(app, args.host, args.port, log_level=args.log_level, url_file=args.url_file)
     return 0
 
 
@@ -62,6 +57,12 @@ def _demo(args: argparse.Namespace) -> int:
     from agentroll.server.demo import run_demo
 
     return run_demo(groups=args.groups, group_size=args.group_size, latency_s=args.latency)
+
+
+def _build_image(args: argparse.Namespace) -> int:
+    from agentroll.runtime.images import run_build_image
+
+    return run_build_image(args)
 
 
 def _handlers(_: argparse.Namespace) -> int:
@@ -96,17 +97,28 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--latency", type=float, default=0.05, help="simulated LLM latency, s")
     demo.set_defaults(func=_demo)
 
-    llm = sub.add_parser("scripted-llm", help="serve the scripted vLLM-protocol backend")
-    llm.add_argument("--host", default="127.0.0.1")
-    llm.add_argument("--port", type=int, default=8001)
-    llm.add_argument("--vllm-version", default="0.33", choices=["0.11", "0.2x", "0.33"])
-    llm.add_argument("--policy", default="math", help="scripted policy (default math)")
-    llm.add_argument("--wrong-rate", type=float, default=0.3, help="share of wrong answers")
-    llm.add_argument("--latency", type=float, default=0.0, help="seconds per request")
-    llm.add_argument("--seed", type=int, default=0)
-    llm.add_argument("--max-model-len", type=int, default=8192)
+    from agentroll.server.scripted_llm.cli import add_arguments as add_scripted_llm_arguments
+
+    llm = sub.add_parser(
+        "scripted-llm",
+        help="serve the scripted vLLM-protocol backend (a GPU-free stand-in)",
+        description="A named fake of a vLLM server: real BPE tokenizer and chat template, "
+        "scripted policies. For tests, benchmarks and demos where no GPU is available.",
+    )
+    add_scripted_llm_arguments(llm)
     llm.add_argument("--url-file", type=Path, help="write the backend URL here once bound")
     llm.set_defaults(func=_scripted_llm)
+
+    from agentroll.runtime.images.cli import add_build_image_arguments
+
+    build = sub.add_parser(
+        "build-image",
+        help="build a sandbox image from a containers/ template",
+        description="Render a template from containers/ into a root filesystem for bubblewrap "
+        "(mmdebstrap) or an Apptainer/Singularity image, with a content-hash name and cache.",
+    )
+    add_build_image_arguments(build)
+    build.set_defaults(func=_build_image)
 
     handlers = sub.add_parser("handlers", help="list known task handlers")
     handlers.set_defaults(func=_handlers)

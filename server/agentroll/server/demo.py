@@ -45,13 +45,13 @@ def _jobs(groups: int, group_size: int) -> list[JobRequest]:
     out = []
     for g in range(groups):
         task = tasks[g % len(tasks)]
-        group_id = f"{task['id']}-g{g}"
+        group_id = f"{task.id}-g{g}"
         for k in range(group_size):
             out.append(
                 JobRequest(
                     job_id=f"{group_id}-s{k}",
                     handler="math",
-                    instance={"question": task["question"], "answer": task["answer"]},
+                    instance=task.instance(),
                     group_id=group_id,
                     sampling=SamplingParams(temperature=1.0, max_tokens=512, seed=1000 * g + k),
                 )

@@ -7,6 +7,7 @@ completion order that `GET /v1/results?after=` pages through.
 """
 
 import asyncio
+import functools
 import json
 import sqlite3
 import time
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+_PendingResult = tuple[str, str, dict[str, Any], "asyncio.Future[int]"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -77,6 +79,8 @@ class JobStore:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentroll-store")
         self._db: sqlite3.Connection | None = None
         self._last_cursor = 0
+        self._pending: list[_PendingResult] = []
+        self._flusher: asyncio.Task[None] | None = None
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def run() -> T:
@@ -156,25 +160,51 @@ class JobStore:
         return (await self.existing([job_id])).get(job_id)
 
     async def finish(self, job_id: str, state: str, result: dict[str, Any]) -> int:
-        """Commit a job's final result; returns its cursor. The result's `cursor` is filled in."""
+        """Commit a job's final result; returns its cursor. The result's `cursor` is filled in.
 
-        def write(db: sqlite3.Connection) -> int:
-            # Only this thread writes, so the counter cannot race; it advances on commit only.
-            cursor = self._last_cursor + 1
+        Results that finish while a commit is under way are committed together in the next
+        transaction (group commit): one fsync/WAL append and one thread hop for the batch.
+        """
+        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._pending.append((job_id, state, result, done))
+        if self._flusher is None or self._flusher.done():
+            self._flusher = asyncio.create_task(self._flush(), name="agentroll-store-flush")
+        return await done
+
+    async def _flush(self) -> None:
+        while self._pending:
+            batch, self._pending = self._pending, []
+            try:
+                cursors = await self._call(functools.partial(self._write_results, batch=batch))
+            except BaseException as exc:
+                for *_, done in batch:
+                    if not done.done():
+                        done.set_exception(
+                            exc if isinstance(exc, Exception) else StoreError("store closed")
+                        )
+                if not isinstance(exc, Exception):
+                    raise
+                continue
+            for (*_, done), cursor in zip(batch, cursors, strict=True):
+                if not done.done():
+                    done.set_result(cursor)
+
+    def _write_results(self, db: sqlite3.Connection, *, batch: list[_PendingResult]) -> list[int]:
+        # Only the store thread writes, so the counter cannot race; it advances on commit only.
+        now, cursor = time.time(), self._last_cursor
+        rows, updates = [], []
+        for job_id, state, result, _ in batch:
+            cursor += 1
             result["cursor"] = cursor
-            with db:
-                db.execute(
-                    "INSERT INTO results (cursor, job_id, result_json) VALUES (?, ?, ?)",
-                    (cursor, job_id, json.dumps(result, separators=(",", ":"))),
-                )
-                db.execute(
-                    "UPDATE jobs SET state = ?, finished_at = ? WHERE job_id = ?",
-                    (state, time.time(), job_id),
-                )
-            self._last_cursor = cursor
-            return cursor
-
-        return await self._call(write)
+            rows.append((cursor, job_id, json.dumps(result, separators=(",", ":"))))
+            updates.append((state, now, job_id))
+        with db:
+            db.executemany(
+                "INSERT INTO results (cursor, job_id, result_json) VALUES (?, ?, ?)", rows
+            )
+            db.executemany("UPDATE jobs SET state = ?, finished_at = ? WHERE job_id = ?", updates)
+        self._last_cursor = cursor
+        return [row[0] for row in rows]
 
     async def result(self, job_id: str) -> str | None:
         def query(db: sqlite3.Connection) -> str | None:

@@ -45,11 +45,11 @@ def test_rational_parsing() -> None:
 def test_bundled_tasks_validate_and_are_self_consistent() -> None:
     tasks = load_math_tasks()
     assert len(tasks) >= 20
-    assert len({t["id"] for t in tasks}) == len(tasks)
+    assert len({t.id for t in tasks}) == len(tasks)
     handler = MathHandler()
     for task in tasks:
-        handler.validate_instance(task)
-        assert extract_boxed(task["solution"]) is not None or task["answer"] in task["solution"]
+        handler.validate_instance(task.instance())
+        assert extract_boxed(task.solution) is not None or task.answer in task.solution
 
 
 def test_invalid_instance_is_a_readable_error() -> None:

@@ -6,9 +6,9 @@ the handler asks once more (within `max_turns`).
 """
 
 import json
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -30,12 +30,25 @@ class MathInstance(BaseModel):
     answer: str = Field(..., min_length=1, max_length=10_000)
 
 
+@dataclass(frozen=True, slots=True)
+class MathTask:
+    id: str
+    question: str
+    answer: str
+    solution: str
+    """A worked reference solution (never shown to the policy; scripted backends use it)."""
+
+    def instance(self) -> dict[str, str]:
+        """The job instance a trainer would submit for this task."""
+        return {"id": self.id, "question": self.question, "answer": self.answer}
+
+
 @cache
-def load_math_tasks() -> tuple[dict[str, Any], ...]:
-    """The bundled task set: `{"id", "question", "answer", "solution"}` per line."""
+def load_math_tasks() -> tuple[MathTask, ...]:
+    """The bundled task set (`data/math_tasks.jsonl`), read once per process."""
     data = resources.files("agentroll.handlers.builtin").joinpath("data/math_tasks.jsonl")
     lines = data.read_text(encoding="utf-8").splitlines()
-    return tuple(json.loads(line) for line in lines if line.strip())
+    return tuple(MathTask(**json.loads(line)) for line in lines if line.strip())
 
 
 class MathHandler(AgentHandler):

@@ -1,0 +1,156 @@
+"""The runtime protocol: what the server and handlers call, whatever the backend.
+
+A ``Runtime`` starts ``Sandbox`` objects from a ``SandboxSpec``. Every sandbox runs the
+in-sandbox action server (``python -m agentroll.runtime.action``) behind a Unix socket in its
+own socket directory; ``Sandbox.tools`` is the client for it. ``exec`` runs one argv directly
+inside the sandbox (not through the tool shell), for setup and grading.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+if TYPE_CHECKING:
+    from agentroll.runtime.action.client import ActionClient
+
+#: Environment variable every sandbox process carries; teardown and the reaper look for it.
+MARKER_ENV = "AGENTROLL_SANDBOX_ID"
+#: Environment variable naming the server instance that owns the sandbox.
+OWNER_ENV = "AGENTROLL_OWNER"
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+
+class Limits(BaseModel):
+    """Resource limits applied to every process of the sandbox (None = no limit)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_processes: int | None = Field(256, ge=8, description="processes/threads in the sandbox")
+    max_memory_bytes: int | None = Field(
+        8 * GiB, ge=64 * MiB, description="address space per process"
+    )
+    max_file_size_bytes: int | None = Field(
+        1 * GiB, ge=1, description="largest file a process may write"
+    )
+    cpu_time_s: int | None = Field(None, ge=1, description="CPU seconds per process")
+    max_open_files: int | None = Field(4096, ge=64)
+    #: Size of the workspace where the backend can enforce it (bwrap: a size-limited tmpfs that
+    #: lives only inside the sandbox, so ``Sandbox.workdir`` is None). None: a host directory.
+    workspace_bytes: int | None = Field(None, ge=1 * MiB)
+    #: Size of the sandbox's private /tmp (a tmpfs, so it is memory).
+    tmp_bytes: int = Field(256 * MiB, ge=1 * MiB)
+
+
+class Bind(BaseModel):
+    """A host path made visible inside the sandbox."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    host: Path
+    dest: str
+    ro: bool = True
+
+    @field_validator("dest")
+    @classmethod
+    def _absolute(cls, v: str) -> str:
+        if not v.startswith("/") or ".." in v.split("/"):
+            raise ValueError(f"bind destination must be an absolute path without '..': {v!r}")
+        return v
+
+
+class SandboxSpec(BaseModel):
+    """Everything needed to start one sandbox. Frozen and hashable: the warm pool keys on it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: None: the host root, read-only (system directories only, never /root, /home or /work);
+    #: a directory: a root filesystem built by the image builder; for singularity also a .sif.
+    image: Path | None = None
+    binds: tuple[Bind, ...] = ()
+    #: The complete environment of the sandbox. The server's own environment is never inherited.
+    env: tuple[tuple[str, str], ...] = ()
+    limits: Limits = Limits()
+    network: bool = False
+    #: Working directory inside the sandbox (the writable workspace is mounted here).
+    workdir: str = "/workspace"
+    #: Free-form owner label (job or rollout id) recorded in the lease, for humans.
+    label: str = ""
+
+    @field_validator("env", mode="before")
+    @classmethod
+    def _env_items(cls, v: object) -> object:
+        if isinstance(v, Mapping):
+            return tuple(sorted((str(k), str(val)) for k, val in v.items()))
+        return v
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir_absolute(cls, v: str) -> str:
+        if not v.startswith("/") or ".." in v.split("/") or v == "/":
+            raise ValueError(f"workdir must be an absolute path below /: {v!r}")
+        return v.rstrip("/")
+
+    def pool_key(self) -> SandboxSpec:
+        """The spec without its label: sandboxes with equal keys are interchangeable."""
+        return self.model_copy(update={"label": ""})
+
+
+@dataclass(frozen=True, slots=True)
+class ExecResult:
+    """Outcome of ``Sandbox.exec``; output is decoded with errors="replace"."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool = False
+    duration_s: float = 0.0
+
+
+@runtime_checkable
+class Sandbox(Protocol):
+    """One started sandbox. ``stop`` is idempotent and proves containment."""
+
+    id: str
+    spec: SandboxSpec
+    socket_dir: Path
+    #: Host path of the writable workspace; None when it lives only inside the sandbox.
+    workdir: Path | None
+    #: The loopback address owned by this sandbox when it has network access, else None.
+    address: str | None
+
+    @property
+    def tools(self) -> ActionClient: ...
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,  # noqa: ASYNC109 (contract: the caller's limit, enforced inside)
+        input: bytes | None = None,
+    ) -> ExecResult: ...
+
+    async def upload(self, path: str, data: bytes) -> None: ...
+
+    async def download(self, path: str) -> bytes: ...
+
+    async def stop(self, *, grace_s: float = 2.0) -> None: ...
+
+
+@runtime_checkable
+class Runtime(Protocol):
+    """A sandbox backend (bwrap, singularity, local)."""
+
+    name: str
+
+    async def start(self, spec: SandboxSpec, *, timeout: float) -> Sandbox: ...  # noqa: ASYNC109 (contract)
+
+    async def reap_orphans(self) -> int: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,280 @@
+"""Bubblewrap runtime: unprivileged namespaces, the default on workstations and CI.
+
+Each sandbox is ``bwrap --unshare-all`` (``--share-net`` only when the spec asks for network)
+in a new user namespace with every capability dropped and nested user namespaces disabled, its
+own session, killed with its parent. Its root is a tmpfs onto which the image's top-level
+directories are bound read-only (the host's system directories by default, see hostroot.py);
+``/proc``, ``/dev``, a size-limited ``/tmp``, the writable workspace and the sandbox's own
+socket directory are mounted on top. Limits are applied by ``prlimit`` inside the sandbox and,
+where the kernel ignores RLIMIT_NPROC (a root server), by a ``pids`` cgroup.
+
+``exec`` joins the running sandbox's namespaces with ``nsenter`` under the sandbox uid, so a
+command shares the workspace, /tmp and network of the action server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from agentroll.runtime import hostroot, procs
+from agentroll.runtime.base import MARKER_ENV, OWNER_ENV, SandboxSpec
+from agentroll.runtime.cgroup import PidsCgroup
+from agentroll.runtime.core import BaseRuntime
+from agentroll.runtime.errors import RuntimeUnavailable, SandboxStartError
+from agentroll.runtime.imagemeta import read_image_meta
+from agentroll.runtime.lease import Lease
+from agentroll.runtime.limits import join_cgroup_argv, prlimit_argv
+from agentroll.runtime.sandbox import SOCKET_NAME, ProcessSandbox
+
+if TYPE_CHECKING:
+    from agentroll.runtime.config import BwrapConfig
+
+log = logging.getLogger(__name__)
+
+#: Where the socket directory appears inside every sandbox.
+SOCKET_DIR_INSIDE = "/run/agentroll"
+DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+_SKIP_IMAGE_ENTRIES = {"proc", "dev", "sys", "tmp", "run"}
+
+
+def root_args(image: Path | None) -> list[str]:
+    """Mounts that make up the read-only root: host system dirs, or an image's top level."""
+    args: list[str] = []
+    if image is None:
+        for kind, src, dest in hostroot.system_entries():
+            args += ["--symlink", src, dest] if kind == "symlink" else ["--ro-bind", src, dest]
+        for kind, path in hostroot.private_etc_entries():
+            args += ["--ro-bind", "/dev/null", path] if kind == "file" else ["--tmpfs", path]
+        return args
+    try:
+        entries = sorted(os.scandir(image), key=lambda e: e.name)
+    except OSError as exc:
+        raise SandboxStartError(f"image {image} is not a readable root filesystem: {exc}") from exc
+    for entry in entries:
+        if entry.name in _SKIP_IMAGE_ENTRIES:
+            continue
+        dest = f"/{entry.name}"
+        if entry.is_symlink():
+            args += ["--symlink", os.readlink(entry.path), dest]
+        else:
+            args += ["--ro-bind", entry.path, dest]
+    return args
+
+
+def sandbox_env(
+    spec: SandboxSpec,
+    sandbox_id: str,
+    owner: str,
+    address: str | None,
+    image_env: dict[str, str] | None = None,
+) -> dict[str, str]:
+    """The sandbox's whole environment: defaults, the image's, the spec's, then the markers."""
+    env = {"PATH": DEFAULT_PATH, "HOME": spec.workdir, "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
+    env.update(image_env or {})
+    env.update(dict(spec.env))
+    env[MARKER_ENV] = sandbox_id
+    env[OWNER_ENV] = owner
+    if address:
+        env["AGENTROLL_SANDBOX_ADDR"] = address
+    return env
+
+
+def action_server_argv(python: str, workdir: str) -> list[str]:
+    return [
+        python, "-m", "agentroll.runtime.action",
+        "--socket", f"{SOCKET_DIR_INSIDE}/{SOCKET_NAME}",
+        "--workdir", workdir, "--root", workdir, "--root", "/tmp",
+    ]  # fmt: skip
+
+
+def bwrap_argv(
+    spec: SandboxSpec,
+    *,
+    bwrap: str,
+    socket_dir: Path,
+    workspace: Path | None,
+    env: dict[str, str],
+    command: list[str],
+    info_fd: int,
+    uid: int,
+    python_dirs: tuple[str, ...] = (),
+) -> list[str]:
+    """The complete bwrap command line for ``spec`` (pure: unit-tested as is)."""
+    argv = [bwrap, "--unshare-all"]
+    if spec.network:
+        argv.append("--share-net")
+    argv += [
+        "--unshare-user", "--disable-userns", "--uid", str(uid), "--gid", str(uid),
+        "--cap-drop", "ALL", "--die-with-parent", "--new-session",
+        "--info-fd", str(info_fd), "--hostname", "sandbox",
+    ]  # fmt: skip
+    argv += root_args(spec.image)
+    for d in python_dirs:
+        argv += ["--ro-bind", d, d]
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += ["--size", str(spec.limits.tmp_bytes), "--tmpfs", "/tmp"]
+    if workspace is None:
+        assert spec.limits.workspace_bytes is not None
+        argv += ["--size", str(spec.limits.workspace_bytes), "--tmpfs", spec.workdir]
+    else:
+        argv += ["--bind", str(workspace), spec.workdir]
+    argv += ["--bind", str(socket_dir), SOCKET_DIR_INSIDE]
+    for b in spec.binds:
+        argv += ["--ro-bind" if b.ro else "--bind", str(b.host), b.dest]
+    # The root itself is a tmpfs: read-only, or writes outside the workspace would fill memory.
+    argv += ["--remount-ro", "/", "--clearenv"]
+    for key, value in env.items():
+        argv += ["--setenv", key, value]
+    argv += ["--chdir", spec.workdir, "--", *command]
+    return argv
+
+
+class BwrapSandbox(ProcessSandbox):
+    uid = 65534
+    cgroup_procs: Path | None = None
+    nsenter = "nsenter"
+    target_pid: int | None = None
+    env: dict[str, str]
+
+    def exec_argv(self, argv: list[str] | tuple[str, ...]) -> list[str]:  # type: ignore[override]
+        assert self.target_pid is not None
+        enter = [
+            self.nsenter, "-t", str(self.target_pid), "-a",
+            "-S", str(self.uid), "-G", str(self.uid), "-r", "-w",
+        ]  # fmt: skip
+        return [
+            *join_cgroup_argv(self.cgroup_procs),
+            *enter,
+            "--",
+            *prlimit_argv(self.spec.limits),
+            *argv,
+        ]
+
+    def exec_env(self) -> dict[str, str]:
+        return self.env
+
+    def _kill_inner(self) -> None:
+        # Killing the namespace's init kills every process in it; bwrap (its parent) reaps it.
+        if self.target_pid is not None and procs.pidns_of(self.target_pid) == self.pidns:
+            procs.kill([self.target_pid])
+
+
+class BwrapRuntime(BaseRuntime):
+    name = "bwrap"
+
+    def __init__(self, config: BwrapConfig, *, instance_id: str | None = None) -> None:
+        super().__init__(
+            state_dir=config.state_dir,
+            instance_id=instance_id,
+            loopback_range=config.loopback_range,
+        )
+        self.config = config
+        self.bwrap = _which(config.bwrap_path or "bwrap")
+        self.nsenter = _which("nsenter")
+        self._warned_nproc = False
+
+    def _host_workspace(self, spec: SandboxSpec) -> bool:
+        return spec.limits.workspace_bytes is None
+
+    def _python(self, spec: SandboxSpec) -> tuple[str, tuple[str, ...]]:
+        host_python = (
+            self.config.host_python if self.config.host_python is not None else (spec.image is None)
+        )
+        if host_python:
+            return self.config.python or hostroot.python_executable(), hostroot.python_dirs()
+        if self.config.python is None and spec.image is not None:
+            return read_image_meta(Path(spec.image)).python, ()
+        return self.config.python or "python3", ()
+
+    def _create(
+        self, sandbox_id: str, spec: SandboxSpec, base: Path, lease: Lease, address: str | None
+    ) -> ProcessSandbox:
+        workspace = base / "work" if self._host_workspace(spec) else None
+        sb = BwrapSandbox(
+            sandbox_id=sandbox_id, spec=spec, base_dir=base, workdir=workspace,
+            address=address, lease=lease, scanner=self.scanner,
+        )  # fmt: skip
+        sb.uid = self.config.sandbox_uid
+        sb.nsenter = self.nsenter
+        image_env = read_image_meta(Path(spec.image)).env if spec.image is not None else None
+        sb.env = sandbox_env(spec, sandbox_id, self.instance_id, address, image_env)
+        if self._python(spec)[1] and "PATH" not in dict(spec.env):
+            # The host venv's interpreter is bound in: let `python` and `pip` mean it.
+            sb.env["PATH"] = f"{os.path.dirname(hostroot.python_executable())}:{DEFAULT_PATH}"
+        return sb
+
+    def _cgroup(self, sb: BwrapSandbox) -> None:
+        limit = sb.spec.limits.max_processes
+        if limit is None or os.geteuid() != 0:
+            return  # RLIMIT_NPROC (set by prlimit) is enforced for non-root users
+        sb.cgroup = PidsCgroup.create(sb.id, limit)
+        if sb.cgroup is not None:
+            sb.cgroup_procs = sb.cgroup.procs_file
+        elif not self._warned_nproc:
+            self._warned_nproc = True
+            log.warning(
+                "bwrap: running as root without a writable pids cgroup: the process limit "
+                "cannot be enforced (the kernel exempts uid 0 from RLIMIT_NPROC)"
+            )
+
+    async def _boot(self, sandbox: ProcessSandbox, deadline: float) -> None:
+        assert isinstance(sandbox, BwrapSandbox)
+        sb = sandbox
+        spec = sb.spec
+        self._cgroup(sb)
+        python, pydirs = self._python(spec)
+        read_fd, write_fd = os.pipe()
+        try:
+            argv = bwrap_argv(
+                spec, bwrap=self.bwrap, socket_dir=sb.socket_dir, workspace=sb.workdir,
+                env=sb.env, command=[*prlimit_argv(spec.limits), *action_server_argv(
+                    python, spec.workdir)],
+                info_fd=write_fd, uid=self.config.sandbox_uid, python_dirs=pydirs,
+            )  # fmt: skip
+            launcher_env = {"PATH": DEFAULT_PATH, MARKER_ENV: sb.id, OWNER_ENV: self.instance_id}
+            await sb.launch(
+                [*join_cgroup_argv(sb.cgroup_procs), *argv], launcher_env, pass_fds=[write_fd]
+            )
+        finally:
+            os.close(write_fd)
+        info = await _read_info(read_fd, deadline)
+        sb.pidns = info.get("pid-namespace")
+        sb.target_pid = info.get("child-pid")
+        self.record(sb)
+        loop = asyncio.get_running_loop()
+        await sb.wait_ready(max(deadline - loop.time(), 0.1))
+
+
+async def _read_info(fd: int, deadline: float) -> dict[str, int]:
+    """bwrap's --info-fd JSON (empty if bwrap died before writing it)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0)
+    )
+    try:
+        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
+        async with asyncio.timeout(max(deadline - loop.time(), 0.1)):
+            data = await reader.read()
+    finally:
+        transport.close()
+    try:
+        return json.loads(data) if data else {}
+    except ValueError as exc:
+        raise SandboxStartError(f"bwrap wrote unreadable --info-fd data: {data!r}") from exc
+
+
+def _which(name: str) -> str:
+    import shutil
+
+    found = shutil.which(name)
+    if found is None:
+        raise RuntimeUnavailable(
+            f"{name} not found on PATH (Debian package: bubblewrap/util-linux)"
+        )
+    return found

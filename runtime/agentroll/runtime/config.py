@@ -1,0 +1,95 @@
+"""Runtime configuration: one pydantic model per backend, chosen by ``type``.
+
+``RuntimeConfig`` is a discriminated union; each member's ``build()`` imports its backend
+lazily, so choosing ``bwrap`` never imports the Apptainer code and vice versa::
+
+    runtime = BwrapConfig().build(instance_id="srv-1")
+    sandbox = await runtime.start(SandboxSpec(), timeout=10)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentroll.runtime.netaddr import DEFAULT_RANGE
+
+if TYPE_CHECKING:
+    from agentroll.runtime.bwrap import BwrapRuntime
+    from agentroll.runtime.local import LocalRuntime
+    from agentroll.runtime.singularity import SingularityRuntime
+
+
+class _Common(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: Leases, socket directories and workspaces; default $XDG_RUNTIME_DIR/agentroll or
+    #: /tmp/agentroll-<uid>. Servers sharing it reap each other's orphans, never live ones.
+    state_dir: Path | None = None
+    #: Loopback addresses handed to sandboxes that share the host network.
+    loopback_range: str = DEFAULT_RANGE
+    #: Interpreter that runs the action server inside the sandbox; None picks the host venv's
+    #: for host-root sandboxes and ``python3`` inside images.
+    python: str | None = None
+
+
+class BwrapConfig(_Common):
+    type: Literal["bwrap"] = "bwrap"
+    bwrap_path: str | None = None
+    #: uid/gid of the sandbox user inside its user namespace.
+    sandbox_uid: int = Field(65534, ge=1)
+    #: Bind the host interpreter, venv and agentroll source into the sandbox. None: only for
+    #: host-root sandboxes (images are expected to have agentroll installed).
+    host_python: bool | None = None
+
+    def build(self, *, instance_id: str | None = None) -> BwrapRuntime:
+        from agentroll.runtime.bwrap import BwrapRuntime
+
+        return BwrapRuntime(self, instance_id=instance_id)
+
+
+class SingularityConfig(_Common):
+    type: Literal["singularity"] = "singularity"
+    #: ``apptainer`` or ``singularity`` executable; None auto-detects (apptainer first).
+    binary: str | None = None
+    #: Image used when a spec names none (a .sif file or a sandbox directory).
+    default_image: Path | None = None
+    fakeroot: bool = False
+    #: Give each instance its own empty network namespace when the spec has network off.
+    network_isolation: bool = True
+    #: ``--writable-tmpfs`` (an in-memory overlay) so the image root is writable.
+    writable_tmpfs: bool = True
+    #: Persistent overlay image/directory instead of --writable-tmpfs.
+    overlay: Path | None = None
+    #: Admission gates: concurrent ``instance start`` per image and per node (mount storms).
+    max_starts_per_image: int = Field(8, ge=1)
+    max_starts_per_node: int = Field(32, ge=1)
+    #: Seconds ``instance stop`` may take before the instance is killed.
+    stop_timeout_s: float = Field(10.0, gt=0)
+    host_python: bool = False
+    #: Extra environment for the CLI itself (not the sandbox), e.g. APPTAINER_CACHEDIR.
+    cli_env: dict[str, str] = Field(default_factory=dict)
+
+    def build(self, *, instance_id: str | None = None) -> SingularityRuntime:
+        from agentroll.runtime.singularity import SingularityRuntime
+
+        return SingularityRuntime(self, instance_id=instance_id)
+
+
+class LocalConfig(_Common):
+    """No isolation at all: trusted development only. Refuses to build unless ``enabled``."""
+
+    type: Literal["local"] = "local"
+    enabled: bool = False
+
+    def build(self, *, instance_id: str | None = None) -> LocalRuntime:
+        from agentroll.runtime.local import LocalRuntime
+
+        return LocalRuntime(self, instance_id=instance_id)
+
+
+RuntimeConfig = Annotated[
+    BwrapConfig | SingularityConfig | LocalConfig, Field(discriminator="type")
+]

@@ -1,0 +1,172 @@
+"""Finding a sandbox's processes through /proc, by this server's own markers.
+
+A process belongs to sandbox ``S`` when any of these hold:
+
+* its environment has ``AGENTROLL_SANDBOX_ID=S`` (set on the launcher and inside the sandbox);
+* it lives in the sandbox's PID namespace (recorded at start; a process cannot leave it);
+* its command line contains a runtime-specific marker (an Apptainer instance name).
+
+Never a broad process name. Scans read /proc synchronously, so async callers go through
+``ProcScanner``, which runs them in a thread and lets concurrent callers share one scan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from agentroll.runtime.base import MARKER_ENV
+
+_MARKER_PREFIX = MARKER_ENV.encode() + b"="
+_SELF: dict[str, int] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class ProcInfo:
+    pid: int
+    pidns: int
+    sandbox_id: str | None
+    cmdline: bytes
+
+
+def pidns_of(pid: int) -> int | None:
+    """Inode of the PID namespace of ``pid`` (None if it is gone or unreadable)."""
+    try:
+        link = os.readlink(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+    return int(link[link.index("[") + 1 : -1])
+
+
+def start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot: with the pid, a reuse-proof identity."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The command name may contain spaces and parentheses: fields restart after the last ')'.
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    return int(fields[19])
+
+
+def is_alive(pid: int, started: int | None) -> bool:
+    """True if ``pid`` exists, is not a zombie, and (when given) started at ``started``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    if fields[0] in (b"Z", b"X"):
+        return False
+    return started is None or int(fields[19]) == started
+
+
+def _read(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return b""
+
+
+def scan() -> list[ProcInfo]:
+    """Every process on the machine except this one, with its markers (blocking)."""
+    me = os.getpid()
+    out: list[ProcInfo] = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == me:
+            continue
+        pid = int(name)
+        ns = pidns_of(pid)
+        if ns is None or not is_alive(pid, None):
+            continue  # gone, or a zombie: dead already, only its parent can reap it
+        sid = None
+        for entry in _read(f"/proc/{pid}/environ").split(b"\0"):
+            if entry.startswith(_MARKER_PREFIX):
+                sid = entry[len(_MARKER_PREFIX) :].decode(errors="replace")
+                break
+        out.append(ProcInfo(pid, ns, sid, _read(f"/proc/{pid}/cmdline")))
+    return out
+
+
+def _own_pidns() -> int:
+    if "pidns" not in _SELF:
+        _SELF["pidns"] = pidns_of(os.getpid()) or 0
+    return _SELF["pidns"]
+
+
+def select(
+    procs: Iterable[ProcInfo],
+    sandbox_id: str,
+    *,
+    pidns: int | None = None,
+    cmdline_marker: bytes | None = None,
+) -> list[int]:
+    """Pids of ``procs`` that carry one of the sandbox's markers."""
+    own_ns = _own_pidns()
+    hits = []
+    for p in procs:
+        if (
+            p.sandbox_id == sandbox_id
+            or (pidns is not None and pidns != own_ns and p.pidns == pidns)
+            or (cmdline_marker is not None and cmdline_marker in p.cmdline)
+        ):
+            hits.append(p.pid)
+    return sorted(hits)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Pids whose process group is ``pgid`` (blocking /proc scan)."""
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            stat = _read(f"/proc/{name}/stat")
+            if stat and int(stat[stat.rindex(b")") + 2 :].split()[2]) == pgid:
+                out.append(int(name))
+    return out
+
+
+def kill(pids: Iterable[int], sig: int = signal.SIGKILL) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def killpg(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+class ProcScanner:
+    """Shares /proc scans between concurrent callers (200 teardowns need not scan 200 times).
+
+    A caller gets a scan that *started after* it asked, so a process that existed when it
+    asked is never missed; callers that arrive while a scan runs wait for the next one.
+    """
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+        self._started = 0.0
+        self._result: list[ProcInfo] = []
+
+    async def snapshot(self) -> list[ProcInfo]:
+        asked = time.monotonic()
+        async with self._lock:
+            if self._started > asked:
+                return self._result
+            self._started = time.monotonic()
+            self._result = await asyncio.to_thread(scan)
+            return self._result
+
+    async def find(
+        self, sandbox_id: str, *, pidns: int | None = None, cmdline_marker: bytes | None = None
+    ) -> list[int]:
+        procs = await self.snapshot()
+        return select(procs, sandbox_id, pidns=pidns, cmdline_marker=cmdline_marker)

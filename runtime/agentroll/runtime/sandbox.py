@@ -1,0 +1,315 @@
+"""Behaviour shared by every backend: launch, readiness, exec, owned teardown, leases.
+
+A sandbox is one launcher process (bwrap, the Apptainer exec of the action server, or the
+action server itself for ``local``) in its own session, plus whatever it spawned. Teardown is
+always the same: ask the action server to shut down, wait ``grace_s``, SIGKILL the launcher's
+process group, then scan for anything still carrying the sandbox's markers (environment
+marker, PID namespace, cgroup, backend cmdline marker) until none is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, BinaryIO
+
+from agentroll.runtime import procs
+from agentroll.runtime.base import ExecResult, SandboxSpec
+from agentroll.runtime.cgroup import PidsCgroup
+from agentroll.runtime.errors import ContainmentError, SandboxClosed, SandboxStartError
+from agentroll.runtime.lease import Lease
+
+if TYPE_CHECKING:
+    from agentroll.runtime.action.client import ActionClient
+
+log = logging.getLogger(__name__)
+
+SOCKET_NAME = "action.sock"
+_VERIFY_ROUNDS = 20
+
+
+def _open_log(path: Path) -> BinaryIO:
+    """Append-open the launcher's log (a local file; the child gets the descriptor)."""
+    return open(path, "ab")
+
+
+async def spawn(*argv: str, **kwargs: Any) -> asyncio.subprocess.Process:
+    """``create_subprocess_exec`` whose process is never lost to a cancellation.
+
+    Cancelled half-way, a plain call forks the child but drops its handle, so nobody owns it.
+    Here the start finishes, the caller's cancellation then kills and reaps the child.
+    """
+    start = asyncio.ensure_future(asyncio.create_subprocess_exec(*argv, **kwargs))
+    try:
+        return await asyncio.shield(start)
+    except asyncio.CancelledError:
+        with contextlib.suppress(Exception):
+            proc = await start
+            procs.killpg(proc.pid, signal.SIGKILL)
+            await proc.wait()
+        raise
+
+
+class ProcessSandbox:
+    """A sandbox whose lifetime is one owned launcher process. Backends override the hooks."""
+
+    def __init__(
+        self,
+        *,
+        sandbox_id: str,
+        spec: SandboxSpec,
+        base_dir: Path,
+        workdir: Path | None,
+        address: str | None,
+        lease: Lease,
+        scanner: procs.ProcScanner,
+        cgroup: PidsCgroup | None = None,
+    ) -> None:
+        self.id = sandbox_id
+        self.spec = spec
+        self.base_dir = base_dir
+        self.socket_dir = base_dir / "sock"
+        self.workdir = workdir
+        self.address = address
+        self.lease = lease
+        self.cgroup = cgroup
+        self._scanner = scanner
+        self._proc: asyncio.subprocess.Process | None = None
+        self._tools: ActionClient | None = None
+        self._stop_task: asyncio.Task[None] | None = None
+        self.pidns: int | None = None
+
+    # ----- what backends provide -------------------------------------------------------
+    def exec_argv(self, argv: Sequence[str]) -> list[str]:
+        """Host command line that runs ``argv`` inside this sandbox."""
+        raise NotImplementedError
+
+    def exec_env(self) -> dict[str, str] | None:
+        """Environment of the host-side exec helper (None: the sandbox env, see local)."""
+        return {"PATH": "/usr/bin:/bin"}
+
+    def exec_cwd(self) -> str | None:
+        return None
+
+    def cmdline_marker(self) -> bytes | None:
+        return None
+
+    async def _terminate_extra(self, grace_s: float) -> None:
+        """Backend-specific teardown before the marker scan (e.g. ``instance stop``)."""
+
+    def _kill_inner(self) -> None:
+        """SIGKILL the sandbox from the inside out, so its own parent reaps it (no zombies)."""
+
+    # ----- common behaviour --------------------------------------------------------------
+    @property
+    def socket_path(self) -> Path:
+        return self.socket_dir / SOCKET_NAME
+
+    @property
+    def tools(self) -> ActionClient:
+        if self._tools is None:
+            raise SandboxClosed(f"sandbox {self.id} has no action server (not started)")
+        return self._tools
+
+    @property
+    def stopped(self) -> bool:
+        return self._stop_task is not None
+
+    @property
+    def alive(self) -> bool:
+        """Started, not stopped, and its launcher still running."""
+        return self._stop_task is None and self._proc is not None and self._proc.returncode is None
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc else None
+
+    async def launch(
+        self, argv: Sequence[str], env: Mapping[str, str], *, pass_fds: Sequence[int] = ()
+    ) -> None:
+        """Start the launcher in its own session; stdout/stderr go to a file, never a pipe."""
+        with _open_log(self.base_dir / "log") as logf:
+            try:
+                self._proc = await spawn(
+                    *argv,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=logf,
+                    stderr=logf,
+                    env=dict(env),
+                    start_new_session=True,
+                    pass_fds=tuple(pass_fds),
+                )
+            except OSError as exc:
+                raise SandboxStartError(f"cannot run {argv[0]}: {exc}") from exc
+
+    def log_tail(self, limit: int = 2000) -> str:
+        try:
+            data = (self.base_dir / "log").read_bytes()
+        except OSError:
+            return ""
+        return data[-limit:].decode(errors="replace").strip()
+
+    async def wait_ready(self, timeout: float) -> None:  # noqa: ASYNC109 (deadline math)
+        """Connect the action client; fail fast (with the launcher's log) if the launcher dies."""
+        from agentroll.runtime.action.client import ActionClient
+
+        assert self._proc is not None
+        client = ActionClient(str(self.socket_path))
+        connect = asyncio.ensure_future(client.connect(timeout))
+        died = asyncio.ensure_future(self._proc.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {connect, died}, timeout=timeout + 1, return_when=asyncio.FIRST_COMPLETED
+            )
+        except asyncio.CancelledError:
+            connect.cancel()
+            await client.close()
+            raise
+        finally:
+            died.cancel()
+        if connect in done and connect.exception() is None:
+            self._tools = client
+            return
+        connect.cancel()
+        await asyncio.wait({connect})  # never swallows a cancellation of our own task
+        await client.close()
+        if died in done:
+            raise SandboxStartError(
+                f"sandbox {self.id} exited with status {self._proc.returncode} before its "
+                f"action server was ready: {self.log_tail() or '(no output)'}"
+            )
+        exc = connect.exception() if connect.done() and not connect.cancelled() else None
+        raise SandboxStartError(
+            f"sandbox {self.id}: action server not ready within {timeout:.1f}s: "
+            f"{exc or 'timed out'}; log: {self.log_tail() or '(no output)'}"
+        ) from exc
+
+    async def exec(
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float,  # noqa: ASYNC109 (contract: the caller's limit, enforced inside)
+        input: bytes | None = None,
+    ) -> ExecResult:
+        if self.stopped:
+            raise SandboxClosed(f"sandbox {self.id} is stopped")
+        if not argv:
+            raise ValueError("exec needs a non-empty argv")
+        started = time.monotonic()
+        try:
+            proc = await spawn(
+                *self.exec_argv(argv),
+                stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                env=self.exec_env(),
+                cwd=self.exec_cwd(),
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise SandboxStartError(f"sandbox {self.id}: cannot exec: {exc}") from exc
+        timed_out = False
+        try:
+            async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancel on 3.11
+                out, err = await proc.communicate(input)
+        except TimeoutError:
+            timed_out = True
+            await self._kill_exec(proc)
+            out, err = await asyncio.wait_for(proc.communicate(), 5)
+        except BaseException:  # cancelled: never leave the helper or its child behind
+            await asyncio.shield(self._kill_exec(proc))
+            raise
+        return ExecResult(
+            exit_code=None if timed_out else proc.returncode,
+            stdout=out.decode(errors="replace"),
+            stderr=err.decode(errors="replace"),
+            timed_out=timed_out,
+            duration_s=time.monotonic() - started,
+        )
+
+    async def _kill_exec(self, proc: asyncio.subprocess.Process) -> None:
+        """Kill a timed-out exec from the inside out.
+
+        The helper (nsenter, apptainer exec) must outlive its child long enough to reap it: a
+        process that joined the sandbox's PID namespace and is orphaned goes to the host's
+        init, and the namespace cannot finish dying until that init reaps it.
+        """
+        members = await asyncio.to_thread(procs.group_members, proc.pid)
+        procs.kill([p for p in members if p != proc.pid])
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(proc.wait(), 2.0)
+        procs.killpg(proc.pid, signal.SIGKILL)
+
+    async def upload(self, path: str, data: bytes) -> None:
+        await self.tools.upload(path, data)
+
+    async def download(self, path: str) -> bytes:
+        return await self.tools.download(path)
+
+    async def stop(self, *, grace_s: float = 2.0) -> None:
+        """Idempotent; concurrent callers share one teardown, which survives their cancellation."""
+        if self._stop_task is None:
+            self._stop_task = asyncio.ensure_future(self._teardown(grace_s))
+        await asyncio.shield(self._stop_task)
+
+    async def _teardown(self, grace_s: float) -> None:
+        if self._tools is not None:
+            if grace_s > 0:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(self._tools.shutdown(), min(grace_s, 1.0))
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._tools.close(), 1.0)
+        await self._terminate_extra(grace_s)
+        proc = self._proc
+        if proc is not None:
+            if proc.returncode is None and grace_s > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(proc.wait(), grace_s)
+            if proc.returncode is None:
+                self._kill_inner()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(proc.wait(), 1.0)
+            procs.killpg(proc.pid, signal.SIGKILL)
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(proc.wait(), 10)
+        survivors = await self.survivors()
+        for _ in range(_VERIFY_ROUNDS):
+            if not survivors:
+                break
+            procs.kill(survivors)
+            await asyncio.sleep(0.05)
+            survivors = await self.survivors()
+        await self._release()
+        if survivors:
+            raise ContainmentError(self.id, survivors)
+
+    async def survivors(self) -> list[int]:
+        """Pids that still carry one of this sandbox's markers."""
+        found = set(
+            await self._scanner.find(
+                self.id, pidns=self.pidns, cmdline_marker=self.cmdline_marker()
+            )
+        )
+        if self.cgroup is not None:
+            found.update(self.cgroup.pids())
+        # The launcher itself is already reaped or is a zombie we own; ignore our own pid.
+        found.discard(os.getpid())
+        return sorted(found)
+
+    async def _release(self) -> None:
+        """Give back what the sandbox owned; the runtime's hook removes lease and directories."""
+        if self.cgroup is not None and not self.cgroup.remove():
+            log.warning("sandbox %s: cgroup %s not removable", self.id, self.cgroup.path)
+        if self.on_released is not None:
+            await self.on_released(self)
+
+    #: Set by the runtime that created the sandbox.
+    on_released: Callable[[ProcessSandbox], Awaitable[None]] | None = None

@@ -1,0 +1,55 @@
+"""The `math` rule: answers the bundled math tasks, wrong on purpose some of the time.
+
+Tasks live in `agentroll.handlers.builtin` package data (`data/math_tasks.jsonl`), the same
+file the math handler serves to trainers, so the scripted model "knows" exactly those.
+"""
+
+import re
+from decimal import Decimal
+
+from agentroll.handlers.builtin.math import MathTask, load_math_tasks
+from agentroll.server.scripted_llm.policy import Conversation, Reply, RuleContext
+
+UNSURE_REPLY = "I am not sure. \\boxed{0}"
+
+
+def wrong_answer(answer: str) -> str:
+    """A plausible but different answer of the same form."""
+    if re.fullmatch(r"-?\d+", answer):
+        return str(int(answer) + 1)
+    if re.fullmatch(r"-?\d+\.\d+", answer):
+        return str(Decimal(answer) + 1)
+    frac = re.fullmatch(r"\\frac\{(-?\d+)\}\{(\d+)\}", answer)
+    if frac:
+        return f"\\frac{{{frac.group(1)}}}{{{int(frac.group(2)) + 1}}}"
+    return f"{answer}+1"
+
+
+def _find_task(text: str) -> MathTask | None:
+    matches = [t for t in load_math_tasks() if t.question in text]
+    return max(matches, key=lambda t: len(t.question)) if matches else None
+
+
+def math_rule(conv: Conversation, ctx: RuleContext) -> Reply | None:
+    """Worked solution for the task asked in the last user message; a bare `\\boxed{}`
+    for a follow-up that asks for the final answer; `I am not sure` otherwise."""
+    users = conv.of_role("user")
+    if not users:
+        return None
+    last = users[-1].content
+    task = _find_task(last)
+    follow_up = task is None and "\\boxed" in last
+    if task is None:
+        task = next((t for m in reversed(users[:-1]) if (t := _find_task(m.content))), None)
+    if task is None:
+        return Reply(UNSURE_REPLY)
+    answer = task.answer
+    if ctx.rng.random() < ctx.wrong_rate:
+        answer = wrong_answer(answer)
+    if follow_up:
+        return Reply(f"\\boxed{{{answer}}}")
+    boxed = f"\\boxed{{{task.answer}}}"
+    if boxed not in task.solution:
+        return Reply(f"{task.solution}\nThe answer is \\boxed{{{answer}}}")
+    head, _, tail = task.solution.rpartition(boxed)
+    return Reply(f"{head}\\boxed{{{answer}}}{tail}")

@@ -1,0 +1,75 @@
+"""200 rollouts cancelled at random points leave no process, lease, cgroup or directory."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from pathlib import Path
+
+import pytest
+from rt_support import HAVE_BWRAP, make_config
+
+from agentroll.runtime import SandboxSpec, procs
+from agentroll.runtime.cgroup import PidsCgroup
+from agentroll.runtime.core import BaseRuntime
+from agentroll.runtime.pool import WarmPool
+
+pytestmark = [pytest.mark.integration, pytest.mark.skipif(not HAVE_BWRAP, reason="bwrap missing")]
+
+
+def owned_processes(state_dir: Path) -> list[int]:
+    """Processes of any sandbox of this test: by marker, or by our state dir on the cmdline."""
+    marker = str(state_dir).encode()
+    return [p.pid for p in procs.scan() if p.sandbox_id or marker in p.cmdline]
+
+
+async def rollout(rt: BaseRuntime) -> None:
+    sb = await rt.start(SandboxSpec(), timeout=60)
+    try:
+        await sb.tools.bash("sleep 0.05; echo step", timeout=10)
+        await sb.exec(["sh", "-c", "sleep 30 & sleep 30"], timeout=30)
+    finally:
+        await sb.stop(grace_s=0.5)
+
+
+async def test_200_cancelled_rollouts_leave_nothing(state_dir: Path) -> None:
+    before = set(owned_processes(state_dir))
+    rt = make_config("bwrap", state_dir).build()
+    rng = random.Random(7)
+    gate = asyncio.Semaphore(25)
+
+    async def one() -> None:
+        async with gate:
+            task = asyncio.create_task(rollout(rt))
+            await asyncio.sleep(rng.uniform(0, 1.2))
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    await asyncio.gather(*(one() for _ in range(200)))
+    assert rt.live == []
+    assert set(owned_processes(state_dir)) <= before
+    assert list(rt.leases.dir.iterdir()) == []
+    assert list(rt.state.sandboxes.iterdir()) == []
+    assert list(rt.state.addresses.iterdir()) == []
+    base = PidsCgroup.base()
+    if base is not None and (base / "agentroll").exists():
+        assert [p.name for p in (base / "agentroll").iterdir() if p.is_dir()] == []
+    await rt.close()
+
+
+async def test_warm_pool_hands_out_ready_sandboxes(state_dir: Path) -> None:
+    rt = make_config("bwrap", state_dir).build()
+    pool = WarmPool(rt, size=2)
+    spec = SandboxSpec(env={"ROLE": "pooled"})
+    await pool.warm(spec)
+    assert pool.idle(spec) == 2
+    sb = await pool.acquire(spec.model_copy(update={"label": "job-1"}), timeout=30)
+    assert sb.spec.label == "job-1"
+    assert (await sb.tools.bash("echo $ROLE", timeout=10)).output.strip() == "pooled"
+    other = await pool.acquire(SandboxSpec(network=True), timeout=30)  # no pool: started fresh
+    assert other.address is not None
+    await asyncio.gather(sb.stop(), other.stop())
+    await pool.close()
+    assert pool.idle(spec) == 0
+    await rt.close()
+    assert rt.live == [] and list(rt.leases.dir.iterdir()) == []
