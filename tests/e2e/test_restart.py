@@ -1,5 +1,6 @@
 """A server SIGKILLed mid-run and restarted on the same database loses nothing."""
 
+import json
 import time
 from pathlib import Path
 
@@ -103,3 +104,38 @@ def test_sigkill_mid_run_then_restart_loses_nothing(tmp_path: Path, on_restart: 
         failed = [r for r in interrupted if r["outcome"] == Outcome.infra_error]
         assert failed and all(r["error"]["type"] == "server_restart" for r in failed)
         assert all(r["reward"] is None for r in failed)
+
+
+def test_restart_after_sigkill_leaves_no_sandbox_behind(tmp_path: Path) -> None:
+    from agentroll.runtime import procs
+
+    def ours() -> set[int]:
+        return {p.pid for p in procs.scan() if p.sandbox_id}
+
+    before = ours()
+    state_dir = tmp_path / "sandboxes"
+    env = {"AGENTROLL_SANDBOX": json.dumps({"type": "bwrap", "state_dir": str(state_dir)})}
+    db = str(tmp_path / "agentroll.db")
+    handler = "tests.integration.server.sandbox_handlers:Sleeper"
+    jobs = [{"job_id": f"s{i}", "handler": handler, "instance": {}} for i in range(6)]
+    with agentroll_process(["serve", "--port", "0", "--db", db], tmp_path, "s1", **env) as first:
+        client = _wait_ready(first.url)
+        client.submit(jobs)
+        deadline = time.monotonic() + 60
+        while client.status().jobs_by_state.get("run", 0) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(ours() - before) >= 6  # live sandbox processes
+        assert len(list((state_dir / "leases").iterdir())) >= 6  # one lease per sandbox
+        first.kill()
+        client.close()
+    with agentroll_process(["serve", "--port", "0", "--db", db], tmp_path, "s2", **env) as second:
+        client = _wait_ready(second.url)
+        assert sorted(client.cancel_where(all=True)) == [j["job_id"] for j in jobs]  # requeued
+        deadline = time.monotonic() + 30
+        while ours() - before and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ours() - before == set()
+        # the dead server's leases were reaped at start, the new server's at teardown
+        assert list((state_dir / "leases").iterdir()) == []
+        assert list((state_dir / "sb").iterdir()) == []
+        client.close()

@@ -7,6 +7,8 @@ from pydantic import BaseModel, ValidationError
 
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.handlers.errors import AgentError, HandlerError
+from agentroll.runtime.action.errors import ActionError
+from agentroll.runtime.errors import SandboxError
 
 Stage = Literal["init", "run", "eval"]
 
@@ -32,6 +34,8 @@ def classify_error(stage: Stage, exc: BaseException) -> ErrorDecision:
         return ErrorDecision("agent_error", exc.cause, str(exc), evaluate=stage == "run")
     if isinstance(exc, HandlerError):
         return ErrorDecision("infra_error", exc.cause, str(exc))
+    if isinstance(exc, SandboxError | ActionError):  # the sandbox or its tool server failed
+        return ErrorDecision("infra_error", "sandbox_failure", f"{type(exc).__name__}: {exc}")
     return ErrorDecision("infra_error", f"{stage}_exception", f"{type(exc).__name__}: {exc}")
 
 

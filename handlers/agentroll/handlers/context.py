@@ -5,7 +5,10 @@ Defined here, implemented by the server, so that handlers never import the serve
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from agentroll.runtime import Sandbox, SandboxSpec
 
 Message = dict[str, Any]
 
@@ -83,6 +86,18 @@ class RolloutContext(Protocol):
     def llm(self) -> LLMSession: ...
     @property
     def state(self) -> dict[str, Any]: ...
+    @property
+    def sandbox(self) -> "Sandbox | None":
+        """The rollout's first sandbox, once `open_sandbox` has started it."""
+        ...
+
+    async def open_sandbox(self, spec: "SandboxSpec | None" = None) -> "Sandbox":
+        """Start a sandbox owned by this rollout (default spec: host root, network off).
+
+        The server tears it down when the rollout ends, however it ends (or after RUN when
+        the handler's `eval_sandbox` is "fresh"). Raises `InfraError` if it cannot start.
+        """
+        ...
 
     def time_left(self) -> float:
         """Seconds until the job's overall deadline."""

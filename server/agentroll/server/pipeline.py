@@ -106,6 +106,8 @@ class Pipeline:
             run_failure = exc  # the policy's fault: still scored
         finally:
             self.run.release()
+        if handler.eval_sandbox == "fresh":
+            ctx.release_sandboxes()  # EVAL starts its own; the agent's sandbox cannot leak in
         await self._enter(job, "eval", self.eval)
         try:
             reward = await self._work(

@@ -29,6 +29,7 @@ def build_trajectory(
     if ctx is not None:
         llm = ctx.llm
         timing.llm_s, timing.llm_calls = llm.llm_s, llm.llm_calls
+        timing.sandbox_start_s = ctx.sandbox_start_s
         segments = llm.segments
         fields = {
             "prompt_ids": llm.prompt_ids,

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from agentroll.handlers import HandlerRegistry
+from agentroll.runtime import Runtime
 from agentroll.server.context import JobContext
 from agentroll.server.jobs import LiveJob
 from agentroll.server.llm import Backend, BackendPool, TokenSession
@@ -58,9 +59,16 @@ def request_fingerprint(request: JobRequest) -> str:
 
 class JobService:
     def __init__(
-        self, settings: Settings, store: JobStore, registry: HandlerRegistry, backends: BackendPool
+        self,
+        settings: Settings,
+        store: JobStore,
+        registry: HandlerRegistry,
+        backends: BackendPool,
+        runtime: Runtime | None = None,
     ) -> None:
         self.settings = settings
+        self.runtime = runtime
+        self.teardowns: set[asyncio.Task[None]] = set()
         self.store = store
         self.registry = registry
         self.backends = backends
@@ -128,6 +136,8 @@ class JobService:
         remaining = [j.task for j in self.live.values() if j.task is not None]
         if remaining:
             await asyncio.wait(remaining, timeout=max(5.0, grace_s))
+        if self.teardowns:
+            await asyncio.wait(set(self.teardowns), timeout=30.0)
 
     # -- submission -----------------------------------------------------------------------
     async def submit(self, requests: list[JobRequest]) -> list[SubmittedJob]:
@@ -223,6 +233,8 @@ class JobService:
             metadata=request.metadata,
             llm=session,
             deadline=job.started + request.limits.deadline_s,
+            runtime=self.runtime,
+            teardowns=self.teardowns,
         )
 
     async def _lifecycle(self, job: LiveJob) -> None:
@@ -231,6 +243,7 @@ class JobService:
         try:
             verdict = await self.pipeline.execute(job, handler, ctx)
         except asyncio.CancelledError:
+            ctx.release_sandboxes()
             cause = job.cancel_cause
             if cause is None:
                 raise  # not ours (event loop teardown): the job stays unfinished and is recovered
@@ -238,6 +251,7 @@ class JobService:
             assert task is not None
             task.uncancel()
             verdict = Verdict(Outcome.cancelled, None, cause, f"job cancelled ({cause})", None)
+        ctx.release_sandboxes()  # in the background: the result need not wait for it
         extra = {}
         try:
             extra = handler.final_result(ctx)

@@ -19,6 +19,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from agentroll.runtime.config import BwrapConfig, RuntimeConfig
 from agentroll.server.schema import PoolSizes
 
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("agentroll_config_file", default=None)
@@ -66,6 +67,10 @@ class Settings(BaseSettings):
         60.0, ge=0, description="How long a rollout waits for a backend to be registered."
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    sandbox: RuntimeConfig = Field(
+        default_factory=BwrapConfig,
+        description="Sandbox runtime: bwrap (default), singularity, or local (no isolation).",
+    )
 
     @model_validator(mode="after")
     def _refuse_exposed_without_token(self) -> "Settings":

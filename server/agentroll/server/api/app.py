@@ -7,6 +7,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from agentroll.handlers import HandlerRegistry
+from agentroll.runtime import Runtime, RuntimeUnavailable
 from agentroll.server.api import routes_admin, routes_backends, routes_jobs, routes_results
 from agentroll.server.api.errors import install_error_handlers
 from agentroll.server.api.middleware import GuardMiddleware
@@ -16,6 +17,23 @@ from agentroll.server.settings import Settings
 from agentroll.server.store import JobStore
 
 log = logging.getLogger("agentroll.server")
+
+
+async def _start_runtime(settings: Settings) -> Runtime | None:
+    """The sandbox runtime, after reaping what servers that died left behind (ours only).
+
+    A machine without the runtime's tools still serves sandbox-free tasks; rollouts that ask
+    for a sandbox then fail as `infra_error` (`no_sandbox_runtime`), never silently.
+    """
+    try:
+        runtime = settings.sandbox.build()
+    except RuntimeUnavailable as exc:
+        log.error("no sandbox runtime (%s): rollouts that need a sandbox will fail", exc)
+        return None
+    reaped = await runtime.reap_orphans()
+    if reaped:
+        log.warning("reaped %d sandboxes left by servers that are gone", reaped)
+    return runtime
 
 
 def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -> FastAPI:
@@ -28,7 +46,8 @@ def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -
         await store.open()
         http = HTTPClient(timeout_s=settings.llm_request_timeout_s)
         backends = BackendPool(http)
-        service = JobService(settings, store, registry, backends)
+        runtime = await _start_runtime(settings)
+        service = JobService(settings, store, registry, backends, runtime)
         app.state.service = service
         app.state.backends = backends
         await service.recover()
@@ -37,6 +56,8 @@ def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -
             yield
         finally:
             await service.shutdown(settings.shutdown_grace_s)
+            if runtime is not None:
+                await runtime.close()
             await http.close()
             await store.close()
 

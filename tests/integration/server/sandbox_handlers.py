@@ -1,0 +1,73 @@
+"""Handlers that use real sandboxes through `RolloutContext.open_sandbox`."""
+
+from pathlib import Path
+from typing import ClassVar, Literal
+
+from agentroll.handlers import AgentHandler, HandlerRegistry, Reward, RolloutContext
+from agentroll.runtime import SandboxSpec
+
+
+class Writer(AgentHandler):
+    """RUN writes a file with the bash tool; EVAL looks for it with a direct exec."""
+
+    name: ClassVar[str] = "writer"
+
+    async def init(self, ctx: RolloutContext) -> None:
+        sandbox = await ctx.open_sandbox()
+        ctx.state["sandbox_id"] = sandbox.id
+
+    async def run(self, ctx: RolloutContext) -> None:
+        assert ctx.sandbox is not None
+        result = await ctx.sandbox.tools.bash("echo made-in-run > out.txt && cat out.txt")
+        ctx.state["observation"] = result.output
+
+    async def eval(self, ctx: RolloutContext) -> Reward:
+        sandbox = ctx.sandbox or await ctx.open_sandbox()
+        found = await sandbox.exec(["cat", "out.txt"], timeout=10)
+        info = {"sandbox_id": ctx.state["sandbox_id"], "eval_sandbox_id": sandbox.id}
+        return Reward(float(found.exit_code == 0 and "made-in-run" in found.stdout), info)
+
+
+class FreshEval(Writer):
+    name: ClassVar[str] = "fresh-eval"
+    eval_sandbox: ClassVar[Literal["reuse", "fresh"]] = "fresh"
+
+
+class Sleeper(Writer):
+    """Holds its sandbox busy in RUN (for cancellation and crash tests)."""
+
+    name: ClassVar[str] = "sleeper"
+
+    async def run(self, ctx: RolloutContext) -> None:
+        assert ctx.sandbox is not None
+        await ctx.sandbox.tools.bash("sleep 300 & sleep 300", timeout=600)
+
+
+class ForkBomb(Writer):
+    """The policy's worst shell command; the rollout must survive it with an observation."""
+
+    name: ClassVar[str] = "fork-bomb"
+
+    async def run(self, ctx: RolloutContext) -> None:
+        assert ctx.sandbox is not None
+        bomb = await ctx.sandbox.tools.bash("b() { b | b & }; b", timeout=5)
+        after = await ctx.sandbox.tools.bash("echo still-here", timeout=30)
+        ctx.state["observation"] = bomb.output
+        ctx.state["after"] = after.output
+
+    async def eval(self, ctx: RolloutContext) -> Reward:
+        return Reward(float("still-here" in ctx.state["after"]), {"bomb": ctx.state["observation"]})
+
+
+class BadImage(Writer):
+    name: ClassVar[str] = "bad-image"
+
+    async def init(self, ctx: RolloutContext) -> None:
+        await ctx.open_sandbox(SandboxSpec(image=Path("/nonexistent/rootfs")))
+
+
+def sandbox_registry() -> HandlerRegistry:
+    registry = HandlerRegistry()
+    for cls in (Writer, FreshEval, Sleeper, ForkBomb, BadImage):
+        registry.register(cls)
+    return registry
