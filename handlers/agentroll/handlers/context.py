@@ -106,3 +106,7 @@ class RolloutContext(Protocol):
     def set_finish_reason(self, reason: str) -> None:
         """Why the agent loop ended (`stop`, `length`, `max_turns`, ...), for the trajectory."""
         ...
+
+    def record_tool_call(self, tool: str, seconds: float) -> None:
+        """Count one tool call and its duration in the trajectory's timing."""
+        ...

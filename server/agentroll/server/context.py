@@ -3,6 +3,7 @@
 import asyncio
 import logging
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +33,8 @@ class JobContext:
     finish_reason: str | None = None
     sandboxes: list[Sandbox] = field(default_factory=list)
     sandbox_start_s: float = 0.0
+    tool_s: float = 0.0
+    tool_calls: Counter[str] = field(default_factory=Counter)
     teardowns: set["asyncio.Task[None]"] = field(default_factory=set)
     """Where background teardowns are tracked (shared with the service, which awaits them)."""
 
@@ -44,6 +47,10 @@ class JobContext:
 
     def set_finish_reason(self, reason: str) -> None:
         self.finish_reason = reason
+
+    def record_tool_call(self, tool: str, seconds: float) -> None:
+        self.tool_calls[tool] += 1
+        self.tool_s += seconds
 
     async def open_sandbox(self, spec: SandboxSpec | None = None) -> Sandbox:
         if self.runtime is None:

@@ -32,6 +32,14 @@ class Verdict:
     error_stage: str | None = None
 
 
+class Refused(Exception):
+    """The job may not start (e.g. its policy is too stale); it ends cancelled with `cause`."""
+
+    def __init__(self, cause: str, message: str) -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
 class StageTimeout(Exception):
     def __init__(self, stage: str, seconds: float) -> None:
         super().__init__(f"{stage} exceeded its {seconds:g} s timeout")
@@ -46,7 +54,9 @@ class _StageFailed(Exception):
 
 
 class Pipeline:
-    def __init__(self, pools: PoolSizes) -> None:
+    def __init__(self, pools: PoolSizes, admit: Callable[[LiveJob], None] | None = None) -> None:
+        """`admit(job)` runs as a job is about to start INIT; it may raise `Refused`."""
+        self._admit = admit or (lambda job: None)
         self.ready = StageLimiter("ready_buffer", pools.ready_buffer)
         self.init = StageLimiter("init", pools.init)
         self.run = StageLimiter("run", pools.run)
@@ -70,6 +80,8 @@ class Pipeline:
                 return await self._stages(job, handler, ctx)
         except StageTimeout as exc:
             return Verdict(Outcome.timed_out, None, f"{exc.stage}_timeout", str(exc), exc.stage)
+        except Refused as exc:
+            return Verdict(Outcome.cancelled, None, exc.cause, str(exc), "queued")
         except _StageFailed as exc:
             d = exc.decision
             return Verdict(Outcome(d.outcome), None, d.cause, d.message, exc.stage)
@@ -86,6 +98,7 @@ class Pipeline:
         try:
             await self._enter(job, "init", self.init)
             try:
+                self._admit(job)
                 await self._work(
                     job, "init", handler.init, handler.on_init_error, ctx, limits.init_timeout_s
                 )

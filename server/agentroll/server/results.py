@@ -30,6 +30,9 @@ def build_trajectory(
         llm = ctx.llm
         timing.llm_s, timing.llm_calls = llm.llm_s, llm.llm_calls
         timing.sandbox_start_s = ctx.sandbox_start_s
+        timing.tool_s, timing.tool_calls = ctx.tool_s, sum(ctx.tool_calls.values())
+        if ctx.tool_calls:
+            metadata["tool_calls"] = dict(ctx.tool_calls)
         segments = llm.segments
         fields = {
             "prompt_ids": llm.prompt_ids,

@@ -20,7 +20,8 @@ from agentroll.runtime import Runtime
 from agentroll.server.context import JobContext
 from agentroll.server.jobs import LiveJob
 from agentroll.server.llm import Backend, BackendPool, TokenSession
-from agentroll.server.pipeline import Pipeline, Verdict
+from agentroll.server.llm.gate import GenerationGate
+from agentroll.server.pipeline import Pipeline, Refused, Verdict
 from agentroll.server.results import STATUS_BY_OUTCOME, build_trajectory
 from agentroll.server.schema import (
     BackendSpec,
@@ -72,10 +73,11 @@ class JobService:
         self.store = store
         self.registry = registry
         self.backends = backends
-        self.pipeline = Pipeline(settings.pools)
+        self.pipeline = Pipeline(settings.pools, admit=self._refuse_if_stale)
         self.live: dict[str, LiveJob] = {}
         self.accepting = True
-        self.policy_version = 0
+        self.gate = GenerationGate()
+        self.max_policy_lag = settings.max_policy_lag
         self._submit_lock = asyncio.Lock()
         self._results_event = asyncio.Event()
 
@@ -90,6 +92,22 @@ class JobService:
                 self.backends.remove(backend.id)
                 raise
         return backend, created
+
+    def drain_backend(self, backend_id: str) -> Backend | None:
+        """No new requests to it; it is removed (and forgotten) once its in-flight calls end."""
+        backend = self.backends.get(backend_id)
+        if backend is None or backend.draining:
+            return backend
+        backend.draining = True
+        task = asyncio.create_task(self._remove_when_idle(backend), name=f"drain:{backend_id}")
+        self.teardowns.add(task)
+        task.add_done_callback(self.teardowns.discard)
+        return backend
+
+    async def _remove_when_idle(self, backend: Backend) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(backend.idle.wait(), self.settings.llm_request_timeout_s)
+        await self.remove_backend(backend.id)
 
     async def remove_backend(self, backend_id: str) -> bool:
         if self.backends.get(backend_id) is None:
@@ -195,8 +213,13 @@ class JobService:
                 for i in fresh
             ]
         )
+        version = self.gate.policy_version
         for job_id in fresh:
-            self._launch(LiveJob(job_id, by_id[job_id].model_copy(update={"job_id": job_id}), now))
+            request = by_id[job_id]
+            stamped = {"job_id": job_id}
+            if request.policy_version is None:
+                stamped["policy_version"] = version  # type: ignore[assignment]
+            self._launch(LiveJob(job_id, request.model_copy(update=stamped), now))
         fresh_set = set(fresh)
         return [
             SubmittedJob(job_id=i, state=self._state_of(i, existing), created=i in fresh_set)
@@ -222,7 +245,7 @@ class JobService:
             tags=frozenset(request.backend_tags),
             max_response_tokens=request.limits.max_response_tokens,
             max_context_tokens=request.limits.max_context_tokens,
-            policy_version=lambda: self.policy_version,
+            gate=self.gate,
             request_timeout_s=self.settings.llm_request_timeout_s,
             backend_wait_s=self.settings.backend_wait_s,
         )
@@ -277,6 +300,31 @@ class JobService:
             job.done.set()
         ev, self._results_event = self._results_event, asyncio.Event()
         ev.set()
+
+    # -- policy versions ------------------------------------------------------------------
+    def _lag(self, job: LiveJob) -> int:
+        submitted = job.request.policy_version
+        return 0 if submitted is None else self.gate.policy_version - submitted
+
+    def _refuse_if_stale(self, job: LiveJob) -> None:
+        if self.max_policy_lag is not None and self._lag(job) > self.max_policy_lag:
+            raise Refused(
+                "stale_policy",
+                f"policy version {job.request.policy_version} lags the current "
+                f"{self.gate.policy_version} by more than {self.max_policy_lag}",
+            )
+
+    def cancel_stale_running(self) -> list[str]:
+        """Cancel started jobs whose policy now lags beyond the bound (cause stale_policy)."""
+        if self.max_policy_lag is None:
+            return []
+        lag = self.max_policy_lag
+        stale = [
+            j
+            for j in self.live.values()
+            if j.state not in (JobState.queued,) and self._lag(j) > lag
+        ]
+        return [j.job_id for j in stale if self._cancel(j, "stale_policy")]
 
     # -- cancellation ---------------------------------------------------------------------
     def _cancel(self, job: LiveJob, cause: str) -> bool:
@@ -360,6 +408,9 @@ class JobService:
         states = Counter(j.state.value for j in self.live.values())
         return StatusResponse(
             accepting=self.accepting,
+            paused=self.gate.paused,
+            policy_version=self.gate.policy_version,
+            max_policy_lag=self.max_policy_lag,
             stages={
                 "init": StageStatus(
                     capacity=p.init.capacity,

@@ -63,6 +63,13 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(32 * 1024 * 1024, ge=1024, description="Largest request body.")
     shutdown_grace_s: float = Field(30.0, ge=0, description="Drain time on shutdown.")
     llm_request_timeout_s: float = Field(600.0, gt=0, description="One generation call.")
+    max_policy_lag: int | None = Field(
+        None, ge=0, description="Jobs whose policy_version lags more than this are not started."
+    )
+    cancel_stale_running: bool = Field(
+        False, description="On resume, also cancel running jobs that now lag beyond the bound."
+    )
+    health_interval_s: float = Field(5.0, gt=0, description="Backend health-check period.")
     backend_wait_s: float = Field(
         60.0, ge=0, description="How long a rollout waits for a backend to be registered."
     )

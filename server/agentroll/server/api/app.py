@@ -1,5 +1,6 @@
 """`create_app(settings)`: the FastAPI application, its state built in the lifespan."""
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -8,7 +9,13 @@ from fastapi import FastAPI
 
 from agentroll.handlers import HandlerRegistry
 from agentroll.runtime import Runtime, RuntimeUnavailable
-from agentroll.server.api import routes_admin, routes_backends, routes_jobs, routes_results
+from agentroll.server.api import (
+    routes_admin,
+    routes_backends,
+    routes_generation,
+    routes_jobs,
+    routes_results,
+)
 from agentroll.server.api.errors import install_error_handlers
 from agentroll.server.api.middleware import GuardMiddleware
 from agentroll.server.llm import BackendPool, HTTPClient
@@ -48,6 +55,9 @@ def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -
         backends = BackendPool(http)
         runtime = await _start_runtime(settings)
         service = JobService(settings, store, registry, backends, runtime)
+        health = asyncio.create_task(
+            backends.probe_forever(settings.health_interval_s), name="backend-health"
+        )
         app.state.service = service
         app.state.backends = backends
         await service.recover()
@@ -55,6 +65,7 @@ def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -
         try:
             yield
         finally:
+            health.cancel()
             await service.shutdown(settings.shutdown_grace_s)
             if runtime is not None:
                 await runtime.close()
@@ -71,6 +82,6 @@ def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -
     token = settings.api_token.get_secret_value() if settings.api_token else None
     app.add_middleware(GuardMiddleware, max_body_bytes=settings.max_body_bytes, api_token=token)
     install_error_handlers(app)
-    for module in (routes_jobs, routes_results, routes_backends, routes_admin):
+    for module in (routes_jobs, routes_results, routes_backends, routes_generation, routes_admin):
         app.include_router(module.router)
     return app

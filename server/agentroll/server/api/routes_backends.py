@@ -29,6 +29,15 @@ async def add_backend(spec: BackendSpec, service: Service, response: Response) -
     return backend.view()
 
 
+@router.post("/backends/{backend_id}/drain", response_model=BackendView, status_code=202)
+async def drain_backend(backend_id: str, service: Service) -> BackendView:
+    """Stop routing new requests to it; it is removed once its in-flight calls finish."""
+    backend = service.drain_backend(backend_id)
+    if backend is None:
+        raise ApiError(404, "not_found", f"no backend {backend_id!r}")
+    return backend.view()
+
+
 @router.delete("/backends/{backend_id}", status_code=204)
 async def remove_backend(backend_id: str, service: Service) -> Response:
     if not await service.remove_backend(backend_id):

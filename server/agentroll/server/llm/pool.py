@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from agentroll.handlers import LLMUnavailable
-from agentroll.server.llm.http import HTTPClient
+from agentroll.server.llm.http import HTTPClient, HTTPTransportError
 from agentroll.server.llm.vllm import VLLMClient
 from agentroll.server.schema import BackendSpec, BackendView
 
@@ -32,6 +32,24 @@ class Backend:
     requests_total: int = 0
     failures_total: int = 0
     tags: frozenset[str] = field(default_factory=frozenset)
+    healthy: bool = True
+    draining: bool = False
+    last_error: str | None = None
+    _failed_probes: int = 0
+    idle: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set while nothing is in flight on this backend."""
+
+    def __post_init__(self) -> None:
+        self.idle.set()
+
+    def mark_down(self, error: str) -> None:
+        """A transport failure: route around it at once; the next good probe restores it."""
+        self.healthy = False
+        self.last_error = error[:300]
+
+    @property
+    def routable(self) -> bool:
+        return self.healthy and not self.draining
 
     def view(self) -> BackendView:
         return BackendView(
@@ -44,6 +62,9 @@ class Backend:
             in_flight=self.in_flight,
             requests_total=self.requests_total,
             failures_total=self.failures_total,
+            healthy=self.healthy,
+            draining=self.draining,
+            last_error=self.last_error,
         )
 
     @property
@@ -95,15 +116,50 @@ class BackendPool:
         client = VLLMClient(str(spec.base_url), spec.model, self._http)
         backend = Backend(backend_id, spec, client, tags=frozenset(spec.tags))
         self._backends[backend_id] = backend
+        self._notify()
+        return backend, True
+
+    def _notify(self) -> None:
+        """Wake rollouts waiting for a usable backend."""
         self._changed.set()
         self._changed = asyncio.Event()
-        return backend, True
+
+    async def probe(self, backend: Backend, timeout_s: float) -> None:
+        """One health check: `/health` answers 200. Two failures in a row mark it down."""
+        url = str(backend.spec.base_url).rstrip("/") + "/health"
+        try:
+            response = await self._http.request("GET", url, timeout_s=timeout_s)
+            ok, error = response.status == 200, f"/health answered {response.status}"
+        except HTTPTransportError as exc:
+            ok, error = False, f"/health failed: {exc}"
+        if ok:
+            backend._failed_probes = 0
+            if not backend.healthy:
+                backend.healthy = True
+                self._notify()
+            return
+        backend._failed_probes += 1
+        backend.last_error = error
+        if backend._failed_probes >= 2:
+            backend.healthy = False
+
+    async def probe_forever(self, interval_s: float) -> None:
+        """The health-check loop (runs for the server's life)."""
+        while True:
+            await asyncio.gather(
+                *(self.probe(b, timeout_s=interval_s) for b in self.all()),
+                return_exceptions=True,
+            )
+            await asyncio.sleep(interval_s)
 
     def remove(self, backend_id: str) -> bool:
         return self._backends.pop(backend_id, None) is not None
 
     def get(self, backend_id: str) -> Backend | None:
         return self._backends.get(backend_id)
+
+    def all(self) -> list[Backend]:
+        return list(self._backends.values())
 
     def views(self) -> list[BackendView]:
         return [b.view() for b in self._backends.values()]
@@ -114,9 +170,15 @@ class BackendPool:
     def choose(
         self, tags: frozenset[str], affinity: str | None, exclude: frozenset[str] = frozenset()
     ) -> Backend:
-        candidates = [b for b in self._backends.values() if tags <= b.tags and b.id not in exclude]
+        matching = [b for b in self._backends.values() if tags <= b.tags and b.id not in exclude]
+        candidates = [b for b in matching if b.routable]
         if not candidates:
             wanted = f" with tags {sorted(tags)}" if tags else ""
+            if matching:
+                raise LLMUnavailable(
+                    f"no healthy LLM backend{wanted} ({len(matching)} down or draining)",
+                    cause="no_healthy_backend",
+                )
             raise LLMUnavailable(f"no LLM backend{wanted} is registered", cause="no_backend")
         if affinity is not None:
             preferred = self._backends.get(affinity)
@@ -133,7 +195,10 @@ class BackendPool:
     def track(self, backend: Backend) -> Iterator[None]:
         backend.in_flight += 1
         backend.requests_total += 1
+        backend.idle.clear()
         try:
             yield
         finally:
             backend.in_flight -= 1
+            if not backend.in_flight:
+                backend.idle.set()

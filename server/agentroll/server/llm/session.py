@@ -11,16 +11,23 @@ It records a trajectory as token ids, never as text:
 
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from agentroll.handlers import ContextLengthExceeded, InfraError, LLMUnavailable, Message, Turn
+from agentroll.server.llm.gate import Flight, GenerationAborted, GenerationGate
 from agentroll.server.llm.pool import Backend, BackendPool
-from agentroll.server.llm.vllm import BackendError, VLLMClient
+from agentroll.server.llm.vllm import BackendError, Completion, VLLMClient
 from agentroll.server.schema import Segment
 
 _PROBE_REPLY = "ok"
 MAX_ATTEMPTS = 3
+
+
+def _split_points(completion: Completion) -> list[int]:
+    """Token offsets where vLLM 0.33 reports the weights changed within one request."""
+    ranges = getattr(completion, "weight_versions", None) or []
+    return [int(start) for _, start, _ in ranges[1:]]
 
 
 def _closing_overlap(sampled: Sequence[int], closing: Sequence[int]) -> int:
@@ -40,7 +47,7 @@ class TokenSession:
         tags: frozenset[str] = frozenset(),
         max_response_tokens: int,
         max_context_tokens: int | None,
-        policy_version: Callable[[], int],
+        gate: GenerationGate,
         request_timeout_s: float,
         backend_wait_s: float = 0.0,
     ) -> None:
@@ -49,7 +56,7 @@ class TokenSession:
         self._tags = tags
         self._max_response_tokens = max_response_tokens
         self._max_context_tokens = max_context_tokens
-        self._policy_version = policy_version
+        self._gate = gate
         self._timeout = request_timeout_s
         self._backend_wait_s = backend_wait_s
         self._affinity: str | None = None
@@ -64,6 +71,10 @@ class TokenSession:
         self.llm_s = 0.0
         self.llm_calls = 0
         self.retries: list[dict[str, str]] = []
+        self.aborted_calls = 0
+        """Generation calls a pause aborted before the backend answered (nothing recorded)."""
+        self.mixed_version_segments = 0
+        """Segments sampled across a weight update without a per-token version record."""
 
         self._first_messages: list[Message] = []
         self._probe_closed: list[int] | None = None
@@ -107,38 +118,76 @@ class TokenSession:
         self._awaiting_reply = True
 
     async def generate(self, *, max_tokens: int | None = None) -> Turn:
+        """One assistant turn. A pause may split it into several segments: the turn then
+        continues from prompt + the tokens sampled so far once generation resumes."""
         if not self._awaiting_reply:
             raise RuntimeError("generate() needs start() or add_messages() first")
-        budget = self._room(max_tokens or int(self._sampling.get("max_tokens", 1024)))
-        prompt = self.prompt_ids + self.response_ids
-        sampling = {**self._sampling, "max_tokens": budget}
-        version = self._policy_version()
-        completion, backend = await self._call_with_backend(
-            lambda c: c.complete(prompt, sampling, timeout_s=self._timeout)
+        wanted = max_tokens or int(self._sampling.get("max_tokens", 1024))
+        turn_start = len(self.response_ids)
+        texts: list[str] = []
+        while True:
+            budget = self._room(wanted - (len(self.response_ids) - turn_start))
+            prompt = self.prompt_ids + self.response_ids
+            sampling = {**self._sampling, "max_tokens": budget}
+            async with self._gate.dispatch() as flight:
+                try:
+                    completion, backend = await self._call_with_backend(
+                        self._completion(prompt, sampling),
+                        flight,
+                    )
+                except GenerationAborted:
+                    self.aborted_calls += 1
+                    continue  # nothing was returned: sample this part again after resume
+            self._record(completion, backend, flight)
+            texts.append(completion.text)
+            sampled = len(self.response_ids) - turn_start
+            if completion.finish_reason != "abort" or sampled >= wanted:
+                break
+        self._messages.append({"role": "assistant", "content": "".join(texts)})
+        self._awaiting_reply = False
+        ids = self.response_ids[turn_start:]
+        return Turn(
+            text="".join(texts),
+            token_ids=tuple(ids),
+            logprobs=tuple(self.response_logprobs[turn_start:]),
+            finish_reason=completion.finish_reason,
+            backend_id=backend.id,
+            policy_version=self.segments[-1].policy_version if ids else flight.policy_version,
         )
+
+    def _completion(
+        self, prompt: list[int], sampling: dict[str, Any]
+    ) -> Callable[[VLLMClient], Awaitable[Completion]]:
+        return lambda client: client.complete(prompt, sampling, timeout_s=self._timeout)
+
+    def _record(self, completion: Completion, backend: Backend, flight: Flight) -> None:
+        """Append the sampled ids (mask 1) with one segment per policy version that made them."""
         start = len(self.response_ids)
         self.response_ids.extend(completion.token_ids)
         self.response_mask.extend([1] * len(completion.token_ids))
         self.response_logprobs.extend(completion.logprobs)
-        self.segments.append(
-            Segment(
-                start=start,
-                end=len(self.response_ids),
-                backend_id=backend.id,
-                policy_version=version,
-                finish_reason=completion.finish_reason,
+        n = len(completion.token_ids)
+        ranges = [(flight.policy_version, 0, n)]
+        if self._gate.kept_since(flight.epoch):
+            # Parked in the engine across a weight update (`keep`): the gate's versions are the
+            # authority; the backend's per-token ranges (vLLM 0.33) say where the update fell.
+            splits = _split_points(completion)
+            if len(splits) == 1 and 0 < splits[0] < n:
+                at = splits[0]
+                ranges = [(flight.policy_version, 0, at), (self._gate.policy_version, at, n)]
+            else:
+                self.mixed_version_segments += 1  # cannot tell which tokens came from which
+        for i, (version, lo, hi) in enumerate(ranges):
+            last = i == len(ranges) - 1
+            self.segments.append(
+                Segment(
+                    start=start + lo,
+                    end=start + hi,
+                    backend_id=backend.id,
+                    policy_version=version,
+                    finish_reason=completion.finish_reason if last else "weight_update",
+                )
             )
-        )
-        self._messages.append({"role": "assistant", "content": completion.text})
-        self._awaiting_reply = False
-        return Turn(
-            text=completion.text,
-            token_ids=tuple(completion.token_ids),
-            logprobs=tuple(completion.logprobs),
-            finish_reason=completion.finish_reason,
-            backend_id=backend.id,
-            policy_version=version,
-        )
 
     async def add_messages(self, messages: Sequence[Message]) -> None:
         if self._awaiting_reply:
@@ -234,7 +283,9 @@ class TokenSession:
         result, _ = await self._call_with_backend(fn)
         return result
 
-    async def _call_with_backend(self, fn: Callable[[VLLMClient], Any]) -> tuple[Any, Backend]:
+    async def _call_with_backend(
+        self, fn: Callable[[VLLMClient], Any], flight: Flight | None = None
+    ) -> tuple[Any, Backend]:
         """Run one backend call, retrying on another backend while nothing was committed."""
         tried: set[str] = set()
         last_error: BackendError | None = None
@@ -248,9 +299,12 @@ class TokenSession:
             started = time.monotonic()
             try:
                 with self._pool.track(backend):
-                    result = await fn(backend.client)
+                    call = fn(backend.client)
+                    result = await (call if flight is None else flight.run(call))
             except BackendError as exc:
                 backend.failures_total += 1
+                if exc.status is None:  # no HTTP answer at all: the backend is unreachable
+                    backend.mark_down(str(exc))
                 if not exc.retryable:
                     raise LLMUnavailable(str(exc), cause="llm_backend_error") from exc
                 tried.add(backend.id)

@@ -19,9 +19,12 @@ from agentroll.server.schema.jobs import (
     SubmittedJob,
 )
 from agentroll.server.schema.status import (
+    PauseRequest,
+    PauseResponse,
     PoolSizes,
     PoolsPatch,
     ResultsPage,
+    ResumeRequest,
     StageStatus,
     StatusResponse,
 )
@@ -50,9 +53,12 @@ __all__ = [
     "JobState",
     "JobView",
     "Outcome",
+    "PauseRequest",
+    "PauseResponse",
     "PoolSizes",
     "PoolsPatch",
     "ResultsPage",
+    "ResumeRequest",
     "SamplingParams",
     "Segment",
     "StageStatus",

@@ -33,3 +33,6 @@ class BackendView(BaseModel):
     in_flight: int
     requests_total: int
     failures_total: int
+    healthy: bool = Field(description="Passing health checks; unhealthy backends get no requests.")
+    draining: bool = Field(description="Getting no new requests; removed once idle.")
+    last_error: str | None = None

@@ -74,6 +74,9 @@ class JobRequest(BaseModel):
     limits: AgentLimits = Field(default_factory=AgentLimits)
     group_id: str | None = Field(None, pattern=IDENTIFIER)
     backend_tags: list[str] = Field(default_factory=list, max_length=16)
+    policy_version: int | None = Field(
+        None, ge=0, description="Trainer's policy version at submission (default: the server's)."
+    )
     metadata: dict[str, Any] = Field(default_factory=dict, description="Echoed in the result.")
 
 

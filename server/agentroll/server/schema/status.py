@@ -1,5 +1,7 @@
 """Server status, pool sizing and result pages."""
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentroll.server.schema.backends import BackendView
@@ -32,8 +34,42 @@ class PoolsPatch(BaseModel):
     ready_buffer: int | None = Field(None, ge=1, le=100_000)
 
 
+class PauseRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["wait", "abort", "keep"] = Field(
+        "wait",
+        description="wait: let in-flight generations finish; abort: stop them (partial tokens are "
+        "kept, the turn continues after resume); keep: park them in the backends (vLLM keep).",
+    )
+    timeout_s: float = Field(60.0, gt=0, le=3600, description="For wait and abort: until quiet.")
+
+
+class PauseResponse(BaseModel):
+    paused: bool
+    mode: str | None
+    policy_version: int
+    in_flight: int = Field(description="Generations still in flight (parked, in keep mode).")
+    waited_s: float
+    backend_errors: dict[str, str] = Field(
+        default_factory=dict, description="Backends whose own pause/resume call failed."
+    )
+
+
+class ResumeRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    policy_version: int = Field(..., ge=0, description="The policy version now being served.")
+    max_policy_lag: int | None = Field(
+        None, ge=0, description="If set: jobs older than current - lag are not started."
+    )
+
+
 class StatusResponse(BaseModel):
     accepting: bool
+    paused: bool = False
+    policy_version: int = 0
+    max_policy_lag: int | None = None
     stages: dict[str, StageStatus]
     ready: int = Field(description="Jobs initialised and waiting for a RUN worker.")
     jobs_by_state: dict[str, int]

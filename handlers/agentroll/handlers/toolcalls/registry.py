@@ -1,0 +1,139 @@
+"""Finding a tool-call parser by the name a job gives.
+
+Lookup order: explicit registration, built-ins (imported on first use), the entry-point group
+`agentroll.toolcall_parsers`, then a `module:attr` path (attr: a parser instance, or a class
+built with no arguments). A name claimed twice is an error, never a silent override; an unknown
+name lists the known ones. Names match vLLM's `--tool-call-parser` values.
+"""
+
+import importlib
+from collections.abc import Sequence
+from importlib.metadata import EntryPoint, entry_points
+
+from agentroll.handlers.errors import RegistryError
+from agentroll.handlers.toolcalls.base import (
+    DuplicateParserError,
+    SchemaAwareParser,
+    ToolCallParser,
+    ToolSchema,
+    UnknownParserError,
+)
+
+ENTRY_POINT_GROUP = "agentroll.toolcall_parsers"
+DEFAULT_PARSER = "hermes"
+
+BUILTIN_PARSERS: dict[str, str] = {
+    "hermes": "agentroll.handlers.toolcalls.hermes:HermesParser",
+    "llama3_json": "agentroll.handlers.toolcalls.llama3_json:Llama3JsonParser",
+    "qwen3_coder": "agentroll.handlers.toolcalls.qwen3_coder:Qwen3CoderParser",
+}
+
+
+def _load(path: str) -> object:
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise RegistryError(f"not a 'module:attr' path: {path!r}")
+    try:
+        obj: object = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise RegistryError(f"cannot import {module_name!r} for parser {path!r}: {exc}") from exc
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError as exc:
+            raise RegistryError(f"{module_name!r} has no attribute {attr!r}") from exc
+    return obj
+
+
+def _as_parser(obj: object, origin: str) -> ToolCallParser:
+    if isinstance(obj, type):
+        cls = obj
+        try:
+            obj = cls()
+        except TypeError as exc:
+            raise RegistryError(f"{origin}: cannot build {cls.__name__}() ({exc})") from exc
+    if not (isinstance(obj, ToolCallParser) and isinstance(getattr(obj, "name", None), str)):
+        raise RegistryError(f"{origin} is not a tool-call parser (needs .name and .parse): {obj!r}")
+    return obj
+
+
+class ParserRegistry:
+    """Resolves parser names to shared parser instances (parsers hold no per-reply state)."""
+
+    def __init__(self) -> None:
+        self._explicit: dict[str, ToolCallParser] = {}
+        self._loaded: dict[str, ToolCallParser] = {}
+        self._entry_points: dict[str, EntryPoint] | None = None
+
+    def register(self, parser: ToolCallParser, name: str | None = None) -> None:
+        parser = _as_parser(parser, f"parser {name or getattr(parser, 'name', '?')!r}")
+        name = name or parser.name
+        if name in self._explicit or name in BUILTIN_PARSERS:
+            raise DuplicateParserError(f"tool-call parser {name!r} is already registered")
+        self._explicit[name] = parser
+
+    def _discovered(self) -> dict[str, EntryPoint]:
+        if self._entry_points is None:
+            found: dict[str, EntryPoint] = {}
+            for ep in entry_points(group=ENTRY_POINT_GROUP):
+                if ep.name in found and found[ep.name].value != ep.value:
+                    raise DuplicateParserError(
+                        f"entry point {ep.name!r} is declared twice: {found[ep.name].value} "
+                        f"and {ep.value}"
+                    )
+                found[ep.name] = ep
+            self._entry_points = found
+        return self._entry_points
+
+    def names(self) -> list[str]:
+        return sorted({*self._explicit, *BUILTIN_PARSERS, *self._discovered()})
+
+    def _resolve(self, name: str) -> ToolCallParser:
+        if name in self._explicit:
+            return self._explicit[name]
+        if name in self._loaded:
+            return self._loaded[name]
+        entry = self._discovered().get(name)
+        if name in BUILTIN_PARSERS:
+            if entry is not None:
+                raise DuplicateParserError(
+                    f"entry point {entry.value!r} claims the built-in parser name {name!r}"
+                )
+            parser = _as_parser(_load(BUILTIN_PARSERS[name]), f"built-in {name!r}")
+        elif entry is not None:
+            parser = _as_parser(entry.load(), f"entry point {name!r}")
+        elif ":" in name:
+            parser = _as_parser(_load(name), repr(name))
+        else:
+            raise UnknownParserError(name, self.names())
+        self._loaded[name] = parser
+        return parser
+
+    def get(
+        self, name: str = DEFAULT_PARSER, *, tools: Sequence[ToolSchema] | None = None
+    ) -> ToolCallParser:
+        """The parser for `name`; with `tools`, one that types arguments by their schemas
+        where the format needs it (others ignore schemas: their arguments are typed JSON)."""
+        parser = self._resolve(name)
+        if tools and isinstance(parser, SchemaAwareParser):
+            return parser.with_tools(tools)
+        return parser
+
+
+_default = ParserRegistry()
+
+
+def get_parser(
+    name: str = DEFAULT_PARSER, *, tools: Sequence[ToolSchema] | None = None
+) -> ToolCallParser:
+    """The parser a job names (default `hermes`) from the process-wide registry."""
+    return _default.get(name, tools=tools)
+
+
+def register_parser(parser: ToolCallParser, name: str | None = None) -> None:
+    """Register a third-party parser process-wide under `name` (default: `parser.name`)."""
+    _default.register(parser, name)
+
+
+def parser_names() -> list[str]:
+    return _default.names()
