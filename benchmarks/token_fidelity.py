@@ -26,7 +26,10 @@ from agentroll.server.serving import start_in_loop
 from agentroll.server.settings import Settings
 from agentroll.trainer_clients import AsyncRolloutClient
 
-WORDS = ["alpha", "bravo", "delta", "echo", "golf", "hotel", "india", "kilo", "lima", "mike", "oscar", "papa", "romeo", "tango"]
+WORDS = [
+    *("alpha", "bravo", "delta", "echo", "golf", "hotel", "india"),
+    *("kilo", "lima", "mike", "oscar", "papa", "romeo", "tango"),
+]
 
 
 class RandomTurns(AgentHandler):
