@@ -1,7 +1,6 @@
 """`agentroll`: serve rollouts, run the demo, or stand in for vLLM with a scripted backend."""
 
 import argparse
-import logging
 import sys
 from pathlib import Path
 
@@ -27,15 +26,14 @@ settings: flags > AGENTROLL_* environment variables > --config TOML file > defau
 
 def _serve(args: argparse.Namespace) -> int:
     from agentroll.server.api import create_app
+    from agentroll.server.logs import configure_logging
     from agentroll.server.serving import serve_forever
     from agentroll.server.settings import load_settings
 
     settings = load_settings(
         args.config, host=args.host, port=args.port, db_path=args.db, log_level=args.log_level
     )
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s %(message)s"
-    )
+    configure_logging(settings.log_level, settings.log_format)
     app = create_app(settings)
     serve_forever(
         app, settings.host, settings.port, log_level=settings.log_level, url_file=args.url_file

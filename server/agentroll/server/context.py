@@ -11,6 +11,7 @@ from typing import Any
 from agentroll.handlers import InfraError
 from agentroll.runtime import Runtime, Sandbox, SandboxError, SandboxSpec
 from agentroll.server.llm import TokenSession
+from agentroll.server.metrics import ServerMetrics
 from agentroll.server.schema import AgentLimits
 
 log = logging.getLogger("agentroll.server.sandboxes")
@@ -36,6 +37,7 @@ class JobContext:
     tool_s: float = 0.0
     tool_calls: Counter[str] = field(default_factory=Counter)
     teardowns: set["asyncio.Task[None]"] = field(default_factory=set)
+    metrics: ServerMetrics | None = None
     """Where background teardowns are tracked (shared with the service, which awaits them)."""
 
     @property
@@ -51,6 +53,8 @@ class JobContext:
     def record_tool_call(self, tool: str, seconds: float) -> None:
         self.tool_calls[tool] += 1
         self.tool_s += seconds
+        if self.metrics is not None:
+            self.metrics.tool_call_seconds.labels(tool).observe(seconds)
 
     async def open_sandbox(self, spec: SandboxSpec | None = None) -> Sandbox:
         if self.runtime is None:
@@ -63,6 +67,8 @@ class JobContext:
             raise InfraError(f"sandbox did not start: {exc}", cause="sandbox_start_failed") from exc
         finally:
             self.sandbox_start_s += time.monotonic() - began
+        if self.metrics is not None:
+            self.metrics.sandbox_start_seconds.observe(time.monotonic() - began)
         self.sandboxes.append(sandbox)
         return sandbox
 

@@ -16,6 +16,7 @@ from agentroll.handlers import AgentError, AgentHandler, ErrorDecision, Reward
 from agentroll.server.context import JobContext
 from agentroll.server.jobs import LiveJob
 from agentroll.server.limiter import StageLimiter
+from agentroll.server.logs import stage_var
 from agentroll.server.schema import JobState, Outcome, PoolSizes
 
 T = TypeVar("T")
@@ -151,6 +152,7 @@ class Pipeline:
         timeout_s: float,
     ) -> T:
         job.state = JobState(stage)
+        stage_var.set(stage)
         began = time.monotonic()
         try:
             async with asyncio.timeout(timeout_s) as stage_timer:

@@ -21,6 +21,8 @@ from agentroll.server.context import JobContext
 from agentroll.server.jobs import LiveJob
 from agentroll.server.llm import Backend, BackendPool, TokenSession
 from agentroll.server.llm.gate import GenerationGate
+from agentroll.server.logs import job_id_var
+from agentroll.server.metrics import ServerMetrics
 from agentroll.server.pipeline import Pipeline, Refused, Verdict
 from agentroll.server.results import STATUS_BY_OUTCOME, build_trajectory
 from agentroll.server.schema import (
@@ -66,9 +68,11 @@ class JobService:
         registry: HandlerRegistry,
         backends: BackendPool,
         runtime: Runtime | None = None,
+        metrics: ServerMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.runtime = runtime
+        self.metrics = metrics or ServerMetrics()
         self.teardowns: set[asyncio.Task[None]] = set()
         self.store = store
         self.registry = registry
@@ -246,6 +250,7 @@ class JobService:
             max_response_tokens=request.limits.max_response_tokens,
             max_context_tokens=request.limits.max_context_tokens,
             gate=self.gate,
+            metrics=self.metrics,
             request_timeout_s=self.settings.llm_request_timeout_s,
             backend_wait_s=self.settings.backend_wait_s,
         )
@@ -258,9 +263,11 @@ class JobService:
             deadline=job.started + request.limits.deadline_s,
             runtime=self.runtime,
             teardowns=self.teardowns,
+            metrics=self.metrics,
         )
 
     async def _lifecycle(self, job: LiveJob) -> None:
+        job_id_var.set(job.job_id)  # this task's own context: every log line names the job
         handler = self.registry.get(job.request.handler)
         ctx = self._context(job)
         try:
@@ -300,6 +307,16 @@ class JobService:
             job.done.set()
         ev, self._results_event = self._results_event, asyncio.Event()
         ev.set()
+        self._observe(trajectory)
+
+    def _observe(self, trajectory: Trajectory) -> None:
+        m = self.metrics
+        m.jobs_finished.labels(trajectory.handler, trajectory.outcome.value).inc()
+        for stage in ("init", "run", "eval"):
+            timing = getattr(trajectory.timing, stage)
+            if timing is not None:
+                m.stage_queue_seconds.labels(stage).observe(timing.queue_s)
+                m.stage_work_seconds.labels(stage).observe(timing.work_s)
 
     # -- policy versions ------------------------------------------------------------------
     def _lag(self, job: LiveJob) -> int:

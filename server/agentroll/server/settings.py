@@ -74,6 +74,9 @@ class Settings(BaseSettings):
         60.0, ge=0, description="How long a rollout waits for a backend to be registered."
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_format: Literal["text", "json"] = Field(
+        "text", description="Log lines as text or JSON; both carry job id, stage and backend."
+    )
     sandbox: RuntimeConfig = Field(
         default_factory=BwrapConfig,
         description="Sandbox runtime: bwrap (default), singularity, or local (no isolation).",

@@ -73,8 +73,16 @@ class NewJob:
 
 
 class JobStore:
-    def __init__(self, path: Path, *, synchronous: str = "NORMAL") -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        synchronous: str = "NORMAL",
+        on_commit: Callable[[float], None] | None = None,
+    ) -> None:
+        """`on_commit(seconds)` is told how long each group commit of results took."""
         self._path = path
+        self._on_commit = on_commit
         self._synchronous = synchronous
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentroll-store")
         self._db: sqlite3.Connection | None = None
@@ -174,6 +182,7 @@ class JobStore:
     async def _flush(self) -> None:
         while self._pending:
             batch, self._pending = self._pending, []
+            began = time.monotonic()
             try:
                 cursors = await self._call(functools.partial(self._write_results, batch=batch))
             except BaseException as exc:
@@ -185,6 +194,8 @@ class JobStore:
                 if not isinstance(exc, Exception):
                     raise
                 continue
+            if self._on_commit is not None:
+                self._on_commit(time.monotonic() - began)
             for (*_, done), cursor in zip(batch, cursors, strict=True):
                 if not done.done():
                     done.set_result(cursor)

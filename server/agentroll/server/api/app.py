@@ -18,7 +18,9 @@ from agentroll.server.api import (
 )
 from agentroll.server.api.errors import install_error_handlers
 from agentroll.server.api.middleware import GuardMiddleware
+from agentroll.server.live_metrics import live_gauges
 from agentroll.server.llm import BackendPool, HTTPClient
+from agentroll.server.metrics import ServerMetrics
 from agentroll.server.service import JobService
 from agentroll.server.settings import Settings
 from agentroll.server.store import JobStore
@@ -26,7 +28,7 @@ from agentroll.server.store import JobStore
 log = logging.getLogger("agentroll.server")
 
 
-async def _start_runtime(settings: Settings) -> Runtime | None:
+async def _start_runtime(settings: Settings, metrics: ServerMetrics) -> Runtime | None:
     """The sandbox runtime, after reaping what servers that died left behind (ours only).
 
     A machine without the runtime's tools still serves sandbox-free tasks; rollouts that ask
@@ -38,6 +40,7 @@ async def _start_runtime(settings: Settings) -> Runtime | None:
         log.error("no sandbox runtime (%s): rollouts that need a sandbox will fail", exc)
         return None
     reaped = await runtime.reap_orphans()
+    metrics.sandboxes_reaped.inc(reaped)
     if reaped:
         log.warning("reaped %d sandboxes left by servers that are gone", reaped)
     return runtime
@@ -49,12 +52,19 @@ def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        store = JobStore(settings.db_path, synchronous=settings.db_synchronous)
+        metrics = ServerMetrics()
+        store = JobStore(
+            settings.db_path,
+            synchronous=settings.db_synchronous,
+            on_commit=metrics.store_write_seconds.observe,
+        )
         await store.open()
         http = HTTPClient(timeout_s=settings.llm_request_timeout_s)
         backends = BackendPool(http)
-        runtime = await _start_runtime(settings)
-        service = JobService(settings, store, registry, backends, runtime)
+        runtime = await _start_runtime(settings, metrics)
+        service = JobService(settings, store, registry, backends, runtime, metrics)
+        metrics.watch(lambda: live_gauges(service))
+        app.state.metrics = metrics
         health = asyncio.create_task(
             backends.probe_forever(settings.health_interval_s), name="backend-health"
         )

@@ -1,7 +1,8 @@
 """Health, readiness, status, pool sizing and shutdown."""
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agentroll.server.api.deps import Service
 from agentroll.server.schema import PoolSizes, PoolsPatch, StatusResponse
@@ -20,6 +21,13 @@ async def readyz(service: Service) -> JSONResponse:
     """Readiness: the store is open and jobs are admitted."""
     body = {"ready": service.accepting, "backends": len(service.backends)}
     return JSONResponse(body, status_code=200 if service.accepting else 503)
+
+
+@router.get("/metrics", response_class=Response)
+async def metrics(request: Request) -> Response:
+    """Prometheus exposition of this server's metrics."""
+    registry = request.app.state.metrics.registry
+    return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
 
 @router.get("/v1/status", response_model=StatusResponse)

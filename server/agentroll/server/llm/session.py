@@ -12,13 +12,17 @@ It records a trajectory as token ids, never as text:
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentroll.handlers import ContextLengthExceeded, InfraError, LLMUnavailable, Message, Turn
 from agentroll.server.llm.gate import Flight, GenerationAborted, GenerationGate
 from agentroll.server.llm.pool import Backend, BackendPool
 from agentroll.server.llm.vllm import BackendError, Completion, VLLMClient
+from agentroll.server.logs import backend_var
 from agentroll.server.schema import Segment
+
+if TYPE_CHECKING:
+    from agentroll.server.metrics import ServerMetrics
 
 _PROBE_REPLY = "ok"
 MAX_ATTEMPTS = 3
@@ -49,6 +53,7 @@ class TokenSession:
         max_context_tokens: int | None,
         gate: GenerationGate,
         request_timeout_s: float,
+        metrics: "ServerMetrics | None" = None,
         backend_wait_s: float = 0.0,
     ) -> None:
         self._pool = pool
@@ -57,6 +62,7 @@ class TokenSession:
         self._max_response_tokens = max_response_tokens
         self._max_context_tokens = max_context_tokens
         self._gate = gate
+        self._metrics = metrics
         self._timeout = request_timeout_s
         self._backend_wait_s = backend_wait_s
         self._affinity: str | None = None
@@ -139,6 +145,11 @@ class TokenSession:
                     self.aborted_calls += 1
                     continue  # nothing was returned: sample this part again after resume
             self._record(completion, backend, flight)
+            if self._metrics is not None:
+                self._metrics.llm_tokens.labels(backend.id, "prompt").inc(len(prompt))
+                self._metrics.llm_tokens.labels(backend.id, "completion").inc(
+                    len(completion.token_ids)
+                )
             texts.append(completion.text)
             sampled = len(self.response_ids) - turn_start
             if completion.finish_reason != "abort" or sampled >= wanted:
@@ -297,12 +308,15 @@ class TokenSession:
                     raise
                 break
             started = time.monotonic()
+            backend_var.set(backend.id)
             try:
                 with self._pool.track(backend):
                     call = fn(backend.client)
                     result = await (call if flight is None else flight.run(call))
             except BackendError as exc:
                 backend.failures_total += 1
+                if self._metrics is not None:
+                    self._metrics.llm_failures.labels(backend.id).inc()
                 if exc.status is None:  # no HTTP answer at all: the backend is unreachable
                     backend.mark_down(str(exc))
                 if not exc.retryable:
@@ -312,8 +326,11 @@ class TokenSession:
                 self.retries.append({"backend": backend.id, "error": str(exc)[:300]})
                 continue
             finally:
-                self.llm_s += time.monotonic() - started
+                took = time.monotonic() - started
+                self.llm_s += took
                 self.llm_calls += 1
+                if self._metrics is not None:
+                    self._metrics.llm_request_seconds.labels(backend.id).observe(took)
             self._affinity = backend.id
             return result, backend
         raise LLMUnavailable(

@@ -1,0 +1,53 @@
+"""Gauges read from the live server at scrape time (see `metrics.ServerMetrics.watch`)."""
+
+from collections import Counter
+from collections.abc import Iterator
+
+from prometheus_client.core import Metric
+
+from agentroll.server.metrics import gauge
+from agentroll.server.service import JobService
+
+
+def live_gauges(service: JobService) -> Iterator[Metric]:
+    p = service.pipeline
+    queue = gauge("agentroll_stage_queue_depth", "Jobs waiting for a stage worker.", ["stage"])
+    busy = gauge("agentroll_stage_busy_workers", "Stage workers holding a job.", ["stage"])
+    workers = gauge("agentroll_stage_workers", "Configured stage workers.", ["stage"])
+    waiting_init = p.ready.queued + p.init.queued
+    for stage, limiter, waiting in (
+        ("init", p.init, waiting_init),
+        ("run", p.run, p.run.queued),
+        ("eval", p.eval, p.eval.queued),
+    ):
+        queue.add_metric([stage], waiting)
+        busy.add_metric([stage], limiter.busy)
+        workers.add_metric([stage], limiter.capacity)
+    yield from (queue, busy, workers)
+
+    states = Counter(j.state.value for j in service.live.values())
+    live = gauge("agentroll_jobs_live", "Unfinished jobs by state.", ["state"])
+    for state, count in sorted(states.items()):
+        live.add_metric([state], count)
+    yield live
+
+    in_flight = gauge("agentroll_backend_in_flight", "Calls in flight per backend.", ["backend"])
+    healthy = gauge(
+        "agentroll_backend_healthy", "1 if the backend passes health checks.", ["backend"]
+    )
+    for backend in service.backends.all():
+        in_flight.add_metric([backend.id], backend.in_flight)
+        healthy.add_metric([backend.id], 1.0 if backend.routable else 0.0)
+    yield from (in_flight, healthy)
+
+    version = gauge("agentroll_policy_version", "Policy version now stamped on new tokens.")
+    version.add_metric([], service.gate.policy_version)
+    paused = gauge("agentroll_generation_paused", "1 while generation is paused.")
+    paused.add_metric([], 1.0 if service.gate.paused else 0.0)
+    accepting = gauge("agentroll_accepting_jobs", "1 while submissions are admitted.")
+    accepting.add_metric([], 1.0 if service.accepting else 0.0)
+    yield from (version, paused, accepting)
+
+    sandboxes = gauge("agentroll_sandboxes_active", "Sandboxes this server owns now.")
+    sandboxes.add_metric([], len(getattr(service.runtime, "live", ())))
+    yield sandboxes
