@@ -42,6 +42,8 @@ from agentroll.server.settings import Settings
 from agentroll.server.store import JobRow, JobStore, NewJob, StoreError
 
 log = logging.getLogger("agentroll.server")
+PERSIST_RETRY_MIN_S = 0.2
+PERSIST_RETRY_MAX_S = 5.0
 
 
 class SubmissionError(ValueError):
@@ -294,17 +296,28 @@ class JobService:
         await asyncio.shield(self._persist(job, trajectory))
 
     async def _persist(self, job: LiveJob, trajectory: Trajectory) -> None:
+        """Commit the result, retrying while the store refuses writes (e.g. a full disk).
+
+        Until it is committed the result stays in memory and the job stays live; it is never
+        visible to a trainer before the commit. A server killed meanwhile requeues the job.
+        """
         state = STATUS_BY_OUTCOME[trajectory.outcome]
-        try:
-            await self.store.finish(job.job_id, state.value, trajectory.model_dump(mode="json"))
-        except Exception:
-            # Not committed: the job stays unfinished in the store and is recovered on restart.
-            log.exception("could not persist the result of job %s", job.job_id)
-            raise
-        finally:
-            self.live.pop(job.job_id, None)
-            job.state = state
-            job.done.set()
+        result = trajectory.model_dump(mode="json")
+        delay = PERSIST_RETRY_MIN_S
+        while True:
+            try:
+                await self.store.finish(job.job_id, state.value, result)
+                break
+            except StoreError as exc:
+                if self.store.closed:
+                    log.error("store closed before job %s was persisted", job.job_id)
+                    raise
+                log.warning("cannot persist job %s yet (%s); retrying", job.job_id, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, PERSIST_RETRY_MAX_S)
+        self.live.pop(job.job_id, None)
+        job.state = state
+        job.done.set()
         ev, self._results_event = self._results_event, asyncio.Event()
         ev.set()
         self._observe(trajectory)

@@ -46,6 +46,13 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Listen address. Beyond loopback needs api_token.")
     port: int = Field(8700, ge=0, le=65535, description="Listen port (0 picks a free one).")
     api_token: SecretStr | None = Field(None, description="Bearer token clients must present.")
+    admin_token: SecretStr | None = Field(
+        None,
+        description="If set, the only token accepted for pause/resume, pools and shutdown.",
+    )
+    max_requests_per_client: int = Field(
+        512, ge=1, description="Concurrent requests per client address; beyond: 429."
+    )
     db_path: Path = Field(Path("var/agentroll.db"), description="SQLite job and result store.")
     db_synchronous: Literal["NORMAL", "FULL"] = Field(
         "NORMAL",

@@ -92,7 +92,8 @@ class JobStore:
 
     async def _call(self, fn: Callable[[sqlite3.Connection], T]) -> T:
         def run() -> T:
-            assert self._db is not None, "store is not open"
+            if self._db is None:
+                raise StoreError("job store is closed")
             try:
                 return fn(self._db)
             except sqlite3.OperationalError as exc:
@@ -101,6 +102,10 @@ class JobStore:
                 raise StoreError(f"job store unavailable: {exc}") from exc
 
         return await asyncio.get_running_loop().run_in_executor(self._executor, run)
+
+    @property
+    def closed(self) -> bool:
+        return self._db is None
 
     async def open(self) -> None:
         def connect() -> None:

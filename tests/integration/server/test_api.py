@@ -173,3 +173,58 @@ async def test_submissions_are_refused_once_shutting_down(agentroll_server: Serv
             assert r.status_code == 503 and _envelope(r)["type"] == "shutting_down"
             assert r.headers["retry-after"] == "5"
             assert (await http.get("/readyz")).status_code == 503
+
+
+async def test_admin_token_guards_weight_sync_pools_and_shutdown(
+    agentroll_server: ServerFactory,
+) -> None:
+    async with agentroll_server(api_token="user", admin_token="admin") as (server, _):
+        user = {"authorization": "Bearer user"}
+        admin = {"authorization": "Bearer admin"}
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            assert (await http.get("/v1/status", headers=user)).status_code == 200
+            for method, path, body in [
+                ("POST", "/v1/generation/pause", {}),
+                ("POST", "/v1/generation/resume", {"policy_version": 1}),
+                ("PATCH", "/v1/admin/pools", {"run": 4}),
+            ]:
+                r = await http.request(method, path, json=body, headers=user)
+                assert r.status_code == 401, path
+                r = await http.request(method, path, json=body, headers=admin)
+                assert r.status_code == 200, path
+            assert (await http.get("/v1/status", headers=admin)).status_code == 401
+
+
+async def test_deeply_nested_input_is_refused(agentroll_server: ServerFactory) -> None:
+    async with agentroll_server(registry=make_registry(Gates())) as (server, client):
+        nested: dict[str, object] = {"leaf": 1}
+        for _ in range(40):
+            nested = {"x": nested}
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            r = await http.post("/v1/jobs", json=job("deep", **nested))
+            assert r.status_code == 400 and "nested deeper" in json.dumps(_envelope(r)["detail"])
+            body = '{"handler":"steered","instance":{"x":' + "[" * 50_000 + "]" * 50_000 + "}}"
+            r = await http.post(
+                "/v1/jobs", content=body, headers={"content-type": "application/json"}
+            )
+            assert r.status_code == 400 and _envelope(r)["type"] == "invalid_request"
+        assert (await client.status()).accepting  # the server shrugged it off
+
+
+async def test_per_client_concurrency_limit_answers_429(agentroll_server: ServerFactory) -> None:
+    async with agentroll_server(registry=make_registry(Gates()), max_requests_per_client=4) as (
+        server,
+        client,
+    ):
+        await client.submit([job("slow", block=["run"])])
+        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+            polls = [
+                asyncio.create_task(http.get("/v1/jobs/slow/result", params={"wait": 2}))
+                for _ in range(4)
+            ]
+            await asyncio.sleep(0.2)
+            r = await http.get("/v1/status")
+            assert r.status_code == 429 and r.headers["retry-after"] == "1"
+            assert _envelope(r)["type"] == "too_many_requests"
+            await asyncio.gather(*polls)
+            assert (await http.get("/v1/status")).status_code == 200  # slots came back

@@ -90,7 +90,14 @@ def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -
     )
     app.state.request_exit = lambda: None  # replaced by whoever serves the app
     token = settings.api_token.get_secret_value() if settings.api_token else None
-    app.add_middleware(GuardMiddleware, max_body_bytes=settings.max_body_bytes, api_token=token)
+    admin = settings.admin_token.get_secret_value() if settings.admin_token else None
+    app.add_middleware(
+        GuardMiddleware,
+        max_body_bytes=settings.max_body_bytes,
+        api_token=token,
+        admin_token=admin,
+        max_requests_per_client=settings.max_requests_per_client,
+    )
     install_error_handlers(app)
     for module in (routes_jobs, routes_results, routes_backends, routes_generation, routes_admin):
         app.include_router(module.router)

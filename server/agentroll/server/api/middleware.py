@@ -6,6 +6,7 @@ import json
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 OPEN_PATHS = frozenset({"/healthz"})
+ADMIN_PREFIXES = ("/v1/generation/", "/v1/admin/")
 
 
 async def _send_error(send: Send, status: int, type_: str, message: str) -> None:
@@ -13,6 +14,8 @@ async def _send_error(send: Send, status: int, type_: str, message: str) -> None
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
+    if status == 429:
+        headers.append((b"retry-after", b"1"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
@@ -21,24 +24,62 @@ class BodyTooLarge(Exception):
     """Raised while a route reads a body (without Content-Length) that grows too large."""
 
 
-class GuardMiddleware:
-    """Refuses oversized bodies (413) and, when a token is set, unauthenticated calls (401)."""
+def _bearer(token: str | None) -> bytes | None:
+    return None if token is None else f"Bearer {token}".encode()
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, api_token: str | None) -> None:
+
+class GuardMiddleware:
+    """Refuses, before any route runs: unauthenticated calls (401; admin routes take only the
+    admin token when one is set), clients over their concurrency limit (429), oversized
+    bodies (413)."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        max_body_bytes: int,
+        api_token: str | None,
+        admin_token: str | None = None,
+        max_requests_per_client: int = 512,
+    ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
-        self._token = None if api_token is None else f"Bearer {api_token}".encode()
+        self._token = _bearer(api_token)
+        self._admin_token = _bearer(admin_token)
+        self._per_client = max_requests_per_client
+        self._active: dict[str, int] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        if self._token is not None and scope["path"] not in OPEN_PATHS:
+        path = scope["path"]
+        required = self._token
+        if self._admin_token is not None and path.startswith(ADMIN_PREFIXES):
+            required = self._admin_token
+        if required is not None and path not in OPEN_PATHS:
             given = headers.get(b"authorization", b"")
-            if not hmac.compare_digest(given, self._token):  # constant time
+            if not hmac.compare_digest(given, required):  # constant time
                 await _send_error(send, 401, "unauthorized", "missing or invalid bearer token")
                 return
+        client = (scope.get("client") or ("unknown", 0))[0]
+        if self._active.get(client, 0) >= self._per_client:
+            await _send_error(send, 429, "too_many_requests", "too many concurrent requests")
+            return
+        self._active[client] = self._active.get(client, 0) + 1
+        try:
+            await self._guarded(scope, receive, send, headers)
+        finally:
+            left = self._active[client] - 1
+            if left:
+                self._active[client] = left
+            else:
+                del self._active[client]  # no growth from clients that come and go
+
+    async def _guarded(
+        self, scope: Scope, receive: Receive, send: Send, headers: dict[bytes, bytes]
+    ) -> None:
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
             await _send_error(send, 413, "payload_too_large", self._too_large())

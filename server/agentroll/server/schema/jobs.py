@@ -1,9 +1,16 @@
 """Job submission, job views and cancellation."""
 
 from enum import StrEnum
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    model_validator,
+)
 
 from agentroll.server.schema.trajectory import Timing, Trajectory
 
@@ -11,6 +18,28 @@ IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 """Client-chosen ids (job, group, backend): printable, no spaces, at most 128 characters."""
 
 MAX_BATCH = 10_000
+MAX_NESTING = 32
+
+
+def _depth(value: Any, limit: int, level: int = 1) -> None:
+    if level > limit:
+        raise ValueError(f"nested deeper than {limit} levels")
+    if isinstance(value, dict):
+        for item in value.values():
+            _depth(item, limit, level + 1)
+    elif isinstance(value, list):
+        for item in value:
+            _depth(item, limit, level + 1)
+
+
+def _shallow(value: dict[str, Any]) -> dict[str, Any]:
+    _depth(value, MAX_NESTING)
+    return value
+
+
+JSONObject = Annotated[dict[str, Any], AfterValidator(_shallow)]
+"""A JSON object of bounded nesting (deeply nested input is refused, not recursed into)."""
+StopString = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
 
 
 class JobState(StrEnum):
@@ -42,7 +71,7 @@ class SamplingParams(BaseModel):
     top_k: int = Field(-1, ge=-1)
     max_tokens: int = Field(1024, ge=1, le=1_000_000, description="Per generation call.")
     seed: int | None = None
-    stop: list[str] = Field(default_factory=list, max_length=16)
+    stop: list[StopString] = Field(default_factory=list, max_length=16)
     stop_token_ids: list[int] = Field(default_factory=list, max_length=64)
 
 
@@ -69,15 +98,17 @@ class JobRequest(BaseModel):
         None, pattern=IDENTIFIER, description="Client-chosen id; resubmission is idempotent."
     )
     handler: str = Field(..., min_length=1, max_length=256)
-    instance: dict[str, Any] = Field(..., description="The task instance, handler-specific.")
+    instance: JSONObject = Field(..., description="The task instance, handler-specific.")
     sampling: SamplingParams = Field(default_factory=SamplingParams)
     limits: AgentLimits = Field(default_factory=AgentLimits)
     group_id: str | None = Field(None, pattern=IDENTIFIER)
-    backend_tags: list[str] = Field(default_factory=list, max_length=16)
+    backend_tags: list[Annotated[str, StringConstraints(max_length=128)]] = Field(
+        default_factory=list, max_length=16
+    )
     policy_version: int | None = Field(
         None, ge=0, description="Trainer's policy version at submission (default: the server's)."
     )
-    metadata: dict[str, Any] = Field(default_factory=dict, description="Echoed in the result.")
+    metadata: JSONObject = Field(default_factory=dict, description="Echoed in the result.")
 
 
 class SubmitBatch(BaseModel):
