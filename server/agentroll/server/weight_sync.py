@@ -31,7 +31,7 @@ class VersionConflict(ValueError):
 
 
 async def _forward(service: JobService, action: str, *args: str) -> dict[str, str]:
-    """Call `pause`/`resume` on every backend client that has it; returns the failures."""
+    """Call `pause`/`resume` on every backend; returns the failures by backend id."""
     calls = {}
     for backend in service.backends.all():
         control = getattr(backend.client, action, None)
@@ -66,7 +66,10 @@ async def pause(service: JobService, mode: PauseMode, timeout_s: float) -> Pause
     if mode in ("abort", "keep"):
         errors = await _forward(service, "pause", mode)
     if mode == "abort":
-        service.gate.abort_in_flight()  # what the backends did not answer themselves
+        # Backends that aborted their requests themselves answer them with partial tokens;
+        # only calls to the others are cancelled here (their tokens are sampled again).
+        done_by_backend = frozenset(b.id for b in service.backends.all() if b.id not in errors)
+        service.gate.abort_in_flight(spare=done_by_backend)
     if mode != "keep" and not await service.gate.wait_quiet(timeout_s):
         raise PauseTimeout(_response(service, began, errors))
     return _response(service, began, errors)

@@ -23,7 +23,7 @@ WORDS = ["one", "two three", "four", "five six", "seven"]
 
 @pytest.fixture
 async def slow_backend() -> AsyncIterator[RunningServer]:
-    server = await start_in_loop(create_scripted_app(ScriptedLLMConfig(latency_s=0.2, seed=5)))
+    server = await start_in_loop(create_scripted_app(ScriptedLLMConfig(latency_s=0.4, seed=5)))
     yield server
     await server.stop()
 
@@ -40,15 +40,25 @@ async def backend_log(url: str) -> list[dict[str, Any]]:
 
 
 def assert_exact(t: Trajectory, log: list[dict[str, Any]]) -> None:
-    """Invariants 1 and 3 against the backend's own record of every call."""
+    """Invariants 1 and 3 against the backend's own record of every call: each call's prompt
+    is prompt_ids + everything recorded before it, and its ids are recorded verbatim (a call
+    parked across an update is split into one segment per policy version)."""
     by_prompt = {tuple(c["prompt_token_ids"]): c for c in log}
-    for seg in t.segments:
-        call = by_prompt[tuple(t.prompt_ids + t.response_ids[: seg.start])]
-        assert t.response_ids[seg.start : seg.end] == call["token_ids"][: seg.end - seg.start]
+    i = 0
+    while i < len(t.segments):
+        first = t.segments[i]
+        while t.segments[i].finish_reason == "weight_update":
+            i += 1
+        last = t.segments[i]
+        call = by_prompt[tuple(t.prompt_ids + t.response_ids[: first.start])]
+        assert t.response_ids[first.start : last.end] == call["token_ids"]
+        assert all(t.response_mask[first.start : last.end])
+        i += 1
 
 
-async def test_wait_pause_is_a_barrier_and_versions_are_stamped(
-    agentroll_server: ServerFactory, slow_backend: RunningServer
+@pytest.mark.parametrize("mode", ["wait", "abort", "keep"])
+async def test_pause_is_a_barrier_and_versions_are_stamped(
+    agentroll_server: ServerFactory, slow_backend: RunningServer, mode: str
 ) -> None:
     async with agentroll_server(registry=registry(), pools={"run": 256}) as (_, client):
         await client.add_backend({"id": "b", "base_url": slow_backend.url})
@@ -61,10 +71,14 @@ async def test_wait_pause_is_a_barrier_and_versions_are_stamped(
         )
         while len(await backend_log(slow_backend.url)) < 400:  # mid-flight: ~2 of 6 turns each
             await asyncio.sleep(0.02)
-        paused = await client.pause(mode="wait", timeout_s=30)
-        assert paused.paused and paused.in_flight == 0 and paused.mode == "wait"
+        paused = await client.pause(mode=mode, timeout_s=30)  # type: ignore[arg-type]
+        assert paused.paused and paused.mode == mode and paused.backend_errors == {}
+        assert paused.in_flight == 0 or mode == "keep"  # keep parks them in the engine
         calls_at_pause = len(await backend_log(slow_backend.url))
-        await asyncio.sleep(0.5)  # rollouts keep running, but nothing reaches a backend
+        async with httpx.AsyncClient(base_url=slow_backend.url) as http:
+            # the trainer pushes weights and names their version on the engine
+            await http.post("/update_weight_version", json={"new_version": "1"})
+        await asyncio.sleep(0.5)  # rollouts keep running, but no new request reaches a backend
         assert len(await backend_log(slow_backend.url)) == calls_at_pause
         status = await client.status()
         assert status.paused and status.jobs_by_state.get("run", 0) > 0
@@ -79,6 +93,14 @@ async def test_wait_pause_is_a_barrier_and_versions_are_stamped(
         versions = [s.policy_version for s in t.segments]
         assert versions == sorted(versions)  # never back in time
         assert_exact(t, log)
+    if mode == "abort":  # partial turns were kept and continued under the new policy
+        aborted = [s for t in results.values() for s in t.segments if s.finish_reason == "abort"]
+        assert aborted and all(s.policy_version == 0 and s.end > s.start for s in aborted)
+    if mode == "keep":  # parked calls finished after resume: one segment per version
+        split = [
+            s for t in results.values() for s in t.segments if s.finish_reason == "weight_update"
+        ]
+        assert split and all(s.policy_version == 0 for s in split)
 
 
 async def test_resume_cannot_go_back_in_version(agentroll_server: ServerFactory) -> None:

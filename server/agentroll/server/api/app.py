@@ -66,7 +66,8 @@ def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -
         metrics.watch(lambda: live_gauges(service))
         app.state.metrics = metrics
         health = asyncio.create_task(
-            backends.probe_forever(settings.health_interval_s), name="backend-health"
+            backends.probe_forever(settings.health_interval_s, lambda: service.gate.paused),
+            name="backend-health",
         )
         app.state.service = service
         app.state.backends = backends

@@ -1,12 +1,16 @@
-"""Token-in/token-out access to the trainer's inference servers."""
+"""Token-in/token-out access to the trainer's inference servers (vLLM, SGLang)."""
 
+from agentroll.server.llm.base import BackendClient, BackendError, Completion, TokenizeResult
 from agentroll.server.llm.http import HTTPClient, HTTPResponse, HTTPTimeout, HTTPTransportError
 from agentroll.server.llm.pool import Backend, BackendPool
+from agentroll.server.llm.registry import make_client
 from agentroll.server.llm.session import TokenSession
-from agentroll.server.llm.vllm import BackendError, Completion, VLLMClient
+from agentroll.server.llm.sglang import SGLangClient
+from agentroll.server.llm.vllm import VLLMClient
 
 __all__ = [
     "Backend",
+    "BackendClient",
     "BackendError",
     "BackendPool",
     "Completion",
@@ -14,6 +18,9 @@ __all__ = [
     "HTTPResponse",
     "HTTPTimeout",
     "HTTPTransportError",
+    "SGLangClient",
     "TokenSession",
+    "TokenizeResult",
     "VLLMClient",
+    "make_client",
 ]

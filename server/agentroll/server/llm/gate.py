@@ -32,6 +32,7 @@ class Flight:
 
     policy_version: int
     epoch: int
+    backend_id: str | None = None
     call: "asyncio.Future[object] | None" = None
     aborted: bool = False
     started: float = field(default_factory=time.monotonic)
@@ -109,9 +110,12 @@ class GenerationGate:
         """Whether a `keep` pause happened after `epoch` (calls then span a weight update)."""
         return self._last_keep_epoch > epoch
 
-    def abort_in_flight(self) -> None:
-        """Cancel the calls still in flight (backends that could not abort them themselves)."""
+    def abort_in_flight(self, spare: frozenset[str] = frozenset()) -> None:
+        """Cancel the calls still in flight, except on the `spare` backends: those aborted
+        their requests themselves and are sending back the partial tokens to keep."""
         for flight in self._flights:
+            if flight.backend_id in spare:
+                continue
             flight.aborted = True
             if flight.call is not None and not flight.call.done():
                 flight.call.cancel()

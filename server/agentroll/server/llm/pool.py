@@ -9,13 +9,16 @@ import asyncio
 import contextlib
 import itertools
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from agentroll.handlers import LLMUnavailable
+from agentroll.server.llm.base import BackendClient
 from agentroll.server.llm.http import HTTPClient, HTTPTransportError
-from agentroll.server.llm.vllm import VLLMClient
+from agentroll.server.llm.local_tokenizer import LocalChatTokenizer
+from agentroll.server.llm.registry import make_client
 from agentroll.server.schema import BackendSpec, BackendView
 
 
@@ -27,7 +30,7 @@ class BackendConflict(ValueError):
 class Backend:
     id: str
     spec: BackendSpec
-    client: VLLMClient
+    client: BackendClient
     in_flight: int = 0
     requests_total: int = 0
     failures_total: int = 0
@@ -113,7 +116,12 @@ class BackendPool:
                 raise BackendConflict(f"backend {backend_id!r} exists with a different spec")
             return existing, False
         spec = spec.model_copy(update={"id": backend_id})
-        client = VLLMClient(str(spec.base_url), spec.model, self._http)
+        tokenizer = None
+        if spec.tokenizer_path is not None:
+            tokenizer = LocalChatTokenizer.from_dir(Path(spec.tokenizer_path))
+        client = make_client(
+            spec.kind, str(spec.base_url), spec.model, self._http, tokenizer=tokenizer
+        )
         backend = Backend(backend_id, spec, client, tags=frozenset(spec.tags))
         self._backends[backend_id] = backend
         self._notify()
@@ -143,13 +151,16 @@ class BackendPool:
         if backend._failed_probes >= 2:
             backend.healthy = False
 
-    async def probe_forever(self, interval_s: float) -> None:
-        """The health-check loop (runs for the server's life)."""
+    async def probe_forever(self, interval_s: float, paused: Callable[[], bool]) -> None:
+        """The health-check loop (runs for the server's life). While generation is paused for
+        a weight update, probes are skipped: an engine mid-update may not answer /health
+        (SGLang's runs a generation), and that is not a failure."""
         while True:
-            await asyncio.gather(
-                *(self.probe(b, timeout_s=interval_s) for b in self.all()),
-                return_exceptions=True,
-            )
+            if not paused():
+                await asyncio.gather(
+                    *(self.probe(b, timeout_s=interval_s) for b in self.all()),
+                    return_exceptions=True,
+                )
             await asyncio.sleep(interval_s)
 
     def remove(self, backend_id: str) -> bool:

@@ -15,9 +15,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentroll.handlers import ContextLengthExceeded, InfraError, LLMUnavailable, Message, Turn
+from agentroll.server.llm.base import BackendClient, BackendError, Completion, TokenizeResult
 from agentroll.server.llm.gate import Flight, GenerationAborted, GenerationGate
 from agentroll.server.llm.pool import Backend, BackendPool
-from agentroll.server.llm.vllm import BackendError, Completion, VLLMClient
 from agentroll.server.logs import backend_var
 from agentroll.server.schema import Segment
 
@@ -168,11 +168,13 @@ class TokenSession:
 
     def _completion(
         self, prompt: list[int], sampling: dict[str, Any]
-    ) -> Callable[[VLLMClient], Awaitable[Completion]]:
+    ) -> Callable[[BackendClient], Awaitable[Completion]]:
         return lambda client: client.complete(prompt, sampling, timeout_s=self._timeout)
 
     def _record(self, completion: Completion, backend: Backend, flight: Flight) -> None:
         """Append the sampled ids (mask 1) with one segment per policy version that made them."""
+        if not completion.token_ids:
+            return  # e.g. aborted before the first token: nothing was sampled
         start = len(self.response_ids)
         self.response_ids.extend(completion.token_ids)
         self.response_mask.extend([1] * len(completion.token_ids))
@@ -238,6 +240,48 @@ class TokenSession:
         self._messages.extend(new)
         self._awaiting_reply = True
 
+    # -- raw calls for the recording proxy (agentroll.server.proxy) ---------------------
+    # The proxy keeps its own token chains but shares this session's backends, affinity,
+    # retries, gate and timing counters, so a harness's traffic is routed, paused and
+    # accounted exactly like a handler's.
+    @property
+    def sampling(self) -> dict[str, Any]:
+        """The job's sampling parameters (sent explicitly with every generation call)."""
+        return dict(self._sampling)
+
+    @property
+    def gate(self) -> GenerationGate:
+        return self._gate
+
+    async def tokenize_chat(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Message] | None,
+        *,
+        add_generation_prompt: bool,
+        continue_final_message: bool = False,
+    ) -> TokenizeResult:
+        """Server-side chat-template tokenization of a whole conversation."""
+        return await self._call(
+            lambda c: c.tokenize_messages(
+                list(messages),
+                list(tools) if tools else None,
+                add_generation_prompt=add_generation_prompt,
+                continue_final_message=continue_final_message,
+            )
+        )
+
+    async def sample(
+        self, prompt_ids: list[int], sampling: dict[str, Any]
+    ) -> tuple[Completion, Backend, Flight]:
+        """One generation call through the gate. `GenerationAborted` propagates (nothing was
+        returned: sample again after resume); nothing is recorded in this session."""
+        async with self._gate.dispatch() as flight:
+            completion, backend = await self._call_with_backend(
+                self._completion(prompt_ids, sampling), flight
+            )
+        return completion, backend, flight
+
     # -- internals ------------------------------------------------------------------------
     async def _render_probe(self, probe: list[Message]) -> None:
         tools = self.tools or None
@@ -290,12 +334,12 @@ class TokenSession:
     def _context_limit(self) -> int | None:
         return self._max_context_tokens or self._max_model_len
 
-    async def _call(self, fn: Callable[[VLLMClient], Any]) -> Any:
+    async def _call(self, fn: Callable[[BackendClient], Any]) -> Any:
         result, _ = await self._call_with_backend(fn)
         return result
 
     async def _call_with_backend(
-        self, fn: Callable[[VLLMClient], Any], flight: Flight | None = None
+        self, fn: Callable[[BackendClient], Any], flight: Flight | None = None
     ) -> tuple[Any, Backend]:
         """Run one backend call, retrying on another backend while nothing was committed."""
         tried: set[str] = set()
@@ -311,6 +355,8 @@ class TokenSession:
             backend_var.set(backend.id)
             try:
                 with self._pool.track(backend):
+                    if flight is not None:
+                        flight.backend_id = backend.id
                     call = fn(backend.client)
                     result = await (call if flight is None else flight.run(call))
             except BackendError as exc:

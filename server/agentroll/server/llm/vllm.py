@@ -2,55 +2,80 @@
 
 Generation always goes through `/v1/completions` with a token-id prompt, so the model
 continues from exactly the ids it produced; chat-template rendering of *new* messages
-goes through `/tokenize` with the messages form.
+goes through `/tokenize` with the messages form. Both exist unchanged from 0.11 to 0.33.
+
+What differs per release, and is handled here (reference §1, §7, §8):
+- `/pause`: none in 0.11; `?wait_for_inflight_requests=` in 0.12-0.19; `?mode=` from 0.20
+  (dev mode only, `VLLM_SERVER_DEV_MODE=1`). `detect()` reads `/version` to choose.
+- requests arriving while paused: held (0.12-0.26) or refused with 503 (0.33) -> `BackendPaused`.
+- context-length messages (all mapped to `ContextLengthExceeded`) and 0.33's `weight_versions`.
 """
 
 import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from agentroll.handlers import ContextLengthExceeded, Message
-from agentroll.server.llm.http import HTTPClient, HTTPResponse, HTTPTimeout, HTTPTransportError
-
-# Every version's "prompt too long" wording, plus 0.33's max_tokens checks (reference §8).
-_CONTEXT_ERROR = re.compile(
-    r"maximum context length|cannot be greater than max_model_len|max_tokens must be at least 1"
-    r"|cannot be greater than the model's maximum context length"
+from agentroll.handlers import Message
+from agentroll.server.llm.base import (
+    BackendError,
+    BackendPaused,
+    Completion,
+    PauseMode,
+    PauseUnsupported,
+    TokenizeResult,
 )
+from agentroll.server.llm.http import HTTPClient
+from agentroll.server.llm.wire import error_message, exchange, raise_for_status
+
+__all__ = [
+    "BackendError",
+    "BackendPaused",
+    "Completion",
+    "TokenizeResult",
+    "VLLMClient",
+    "VllmFamily",
+    "family_of",
+    "parse_release",
+]
+
+VllmFamily = Literal["0.11", "0.2x", "0.33"]
+"""Protocol families: 0.11 (no pause), 0.12-0.32 (pause; requests held), 0.33+ (503s)."""
+
+_RELEASE = re.compile(r"^v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
-class BackendError(RuntimeError):
-    """A backend call failed. `retryable` means no token was committed and another try may work."""
-
-    def __init__(self, message: str, *, retryable: bool, status: int | None = None) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-        self.status = status
-
-
-@dataclass(frozen=True, slots=True)
-class Completion:
-    token_ids: list[int]
-    logprobs: list[float]
-    text: str
-    finish_reason: str
-    prompt_tokens: int
+def parse_release(version: str) -> tuple[int, int, int]:
+    """`"0.26.0"`, `"0.14.1rc2.dev3+g0abc"` -> (0, 26, 0); BackendError if unreadable."""
+    match = _RELEASE.match(version.strip())
+    if match is None:
+        raise BackendError(f"unreadable vLLM version {version!r}", retryable=False)
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
 
 
-@dataclass(frozen=True, slots=True)
-class TokenizeResult:
-    token_ids: list[int]
-    max_model_len: int | None
+def family_of(release: tuple[int, int, int]) -> VllmFamily:
+    if release < (0, 12, 0):
+        return "0.11"
+    if release < (0, 33, 0):
+        return "0.2x"
+    return "0.33"
 
 
-def _error_message(response: HTTPResponse) -> str:
-    body = response.body
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict):
-            return str(err.get("message", err))
-        return str(err)
-    return str(body)[:500]
+def _logprobs_of(raw: Any, n: int) -> list[float]:
+    """Sampled-token logprobs from either shape vLLM uses: completions'
+    `{"token_logprobs": [...]}` or the chat/generate `{"content": [{"logprob": ...}]}`."""
+    if not raw:
+        return [0.0] * n
+    if "token_logprobs" in raw:
+        values = raw["token_logprobs"]
+    else:
+        values = [entry.get("logprob") for entry in raw.get("content") or []]
+    return [0.0 if lp is None else float(lp) for lp in values]
+
+
+def _weight_versions(raw: Any) -> list[tuple[str, int, int]] | None:
+    if not raw:
+        return None
+    return [(str(r["version"]), int(r["start"]), int(r["end"])) for r in raw]
 
 
 class VLLMClient:
@@ -58,31 +83,36 @@ class VLLMClient:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self._http = http
+        self.release: tuple[int, int, int] | None = None
+        """Set by `detect()` (called on demand by `pause`/`resume`)."""
 
     async def _post(self, path: str, body: dict[str, Any], timeout_s: float | None) -> Any:
         if self.model is not None:
             body["model"] = self.model
-        try:
-            response = await self._http.request(
-                "POST", self.base_url + path, json_body=body, timeout_s=timeout_s
-            )
-        except HTTPTimeout as exc:
-            # The request may have reached the engine: the time is lost but no token was kept.
-            raise BackendError(f"{path} timed out: {exc!r}", retryable=True) from exc
-        except HTTPTransportError as exc:
-            raise BackendError(f"{path} failed: {exc!r}", retryable=True) from exc
-        if response.status == 200:
-            return response.body
-        message = _error_message(response)
-        if response.status == 400 and _CONTEXT_ERROR.search(message):
-            raise ContextLengthExceeded(message)
-        retryable = response.status >= 500 or response.status in (404, 429)
-        raise BackendError(
-            f"{path} returned {response.status}: {message}",
-            retryable=retryable,
-            status=response.status,
+        response = await exchange(
+            self._http, "POST", self.base_url + path, json_body=body, timeout_s=timeout_s
         )
+        raise_for_status(path, response)
+        return response.body
 
+    # -- discovery ------------------------------------------------------------------------
+    async def detect(self, *, timeout_s: float = 10.0) -> VllmFamily:
+        """Read `GET /version`; remembers the release and returns its protocol family."""
+        response = await exchange(
+            self._http, "GET", self.base_url + "/version", timeout_s=timeout_s
+        )
+        raise_for_status("/version", response)
+        body = response.body
+        if not isinstance(body, dict) or "version" not in body:
+            raise BackendError(f"/version answered {str(body)[:200]!r}", retryable=False)
+        self.release = parse_release(str(body["version"]))
+        return family_of(self.release)
+
+    @property
+    def family(self) -> VllmFamily | None:
+        return None if self.release is None else family_of(self.release)
+
+    # -- data plane -----------------------------------------------------------------------
     async def tokenize_messages(
         self,
         messages: list[Message],
@@ -112,26 +142,71 @@ class VLLMClient:
             "logprobs": 0,
             "return_token_ids": True,
             "return_tokens_as_token_ids": True,
+            # 0.33 reports which weights sampled which tokens; older releases ignore the field
+            "return_weight_versions": True,
             "n": 1,
         }
         data = await self._post("/v1/completions", body, timeout_s)
         try:
             choice = data["choices"][0]
             ids = [int(t) for t in choice["token_ids"]]
-            raw = (choice.get("logprobs") or {}).get("token_logprobs") or [0.0] * len(ids)
-            logprobs = [0.0 if lp is None else float(lp) for lp in raw]
             usage = data.get("usage") or {}
             completion = Completion(
                 ids,
-                logprobs,
+                _logprobs_of(choice.get("logprobs"), len(ids)),
                 choice.get("text") or "",
                 choice.get("finish_reason") or "stop",
                 int(usage.get("prompt_tokens", len(prompt_ids))),
+                _weight_versions(choice.get("weight_versions")),
             )
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise BackendError(f"malformed completion response: {exc!r}", retryable=False) from exc
         if len(completion.logprobs) != len(completion.token_ids):
             raise BackendError(
                 "backend returned logprobs misaligned with token ids", retryable=False
             )
         return completion
+
+    # -- control plane --------------------------------------------------------------------
+    async def _release(self) -> tuple[int, int, int]:
+        if self.release is None:
+            await self.detect()
+        assert self.release is not None
+        return self.release
+
+    async def pause(self, mode: PauseMode = "wait", *, timeout_s: float = 300.0) -> None:
+        """Pause generation: `abort` in-flight requests (partial tokens come back with
+        finish_reason `abort`), `wait` until they finish, or `keep` them frozen (0.20+)."""
+        release = await self._release()
+        if release < (0, 12, 0):
+            raise PauseUnsupported(
+                f"vLLM {_dotted(release)} has no /pause; stop sending requests instead"
+            )
+        if release < (0, 20, 0):
+            if mode == "keep":
+                raise PauseUnsupported(f"vLLM {_dotted(release)} has no keep mode (0.20+)")
+            params = {"wait_for_inflight_requests": "true" if mode == "wait" else "false"}
+        else:
+            params = {"mode": mode}
+        await self._control("/pause", params, timeout_s)
+
+    async def resume(self, *, timeout_s: float = 60.0) -> None:
+        release = await self._release()
+        if release < (0, 12, 0):
+            raise PauseUnsupported(f"vLLM {_dotted(release)} has no /resume")
+        await self._control("/resume", None, timeout_s)
+
+    async def _control(self, path: str, params: dict[str, str] | None, timeout_s: float) -> None:
+        response = await exchange(
+            self._http, "POST", self.base_url + path, params=params, timeout_s=timeout_s
+        )
+        if response.status == 404 and self.release is not None and self.release >= (0, 20, 0):
+            raise PauseUnsupported(
+                f"{path} is not served: vLLM {_dotted(self.release)} exposes it only with "
+                f"VLLM_SERVER_DEV_MODE=1 ({error_message(response)})"
+            )
+        raise_for_status(path, response)
+
+
+def _dotted(release: tuple[int, int, int]) -> str:
+    return ".".join(map(str, release))

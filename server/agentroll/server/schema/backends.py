@@ -21,6 +21,12 @@ class BackendSpec(BaseModel):
     model: str | None = Field(None, max_length=256, description="Served model name to request.")
     tags: list[str] = Field(default_factory=list, max_length=32)
     max_concurrency: int = Field(1024, ge=1, le=100_000)
+    tokenizer_path: str | None = Field(
+        None,
+        max_length=4096,
+        description="A Hugging Face tokenizer directory on this host, used to render chat "
+        "templates locally (needed for SGLang, whose /tokenize cannot continue a message).",
+    )
 
 
 class BackendView(BaseModel):

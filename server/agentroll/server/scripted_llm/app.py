@@ -15,7 +15,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.responses import PlainTextResponse, Response
 
 from agentroll.server.scripted_llm.completions import check_model, create_completion
-from agentroll.server.scripted_llm.config import RELEASE_OF, ScriptedLLMConfig
+from agentroll.server.scripted_llm.config import ScriptedLLMConfig
 from agentroll.server.scripted_llm.engine import PAUSE_MODES, Engine
 from agentroll.server.scripted_llm.errors import ProtocolError
 from agentroll.server.scripted_llm.metrics import render_metrics
@@ -49,8 +49,18 @@ async def _body(request: Request) -> Any:
         ) from exc
 
 
+def _before_mode_param(release: str) -> bool:
+    parts = tuple(int(p) for p in release.split(".")[:2])
+    return parts < (0, 20)
+
+
 def create_app(config: ScriptedLLMConfig, rules: RuleRegistry | None = None) -> FastAPI:
-    """A fresh app (and engine). `rules` lets callers add their own scripted rules."""
+    """A fresh app (and engine). `rules` lets callers add their own scripted rules.
+    `config.flavor == "sglang"` gives SGLang's native API instead (see `sglang_app.py`)."""
+    if config.flavor == "sglang":
+        from agentroll.server.scripted_llm.sglang_app import create_sglang_app
+
+        return create_sglang_app(config, rules)
     tokenizer = get_tokenizer()
     policy = (rules or default_rules()).chain(config.policy)
     app = FastAPI(
@@ -76,7 +86,7 @@ def create_app(config: ScriptedLLMConfig, rules: RuleRegistry | None = None) -> 
     _info_routes(app)
     if config.version != "0.11":
         _control_routes(app)
-    _scripted_routes(app)
+    scripted_routes(app)
     return app
 
 
@@ -174,7 +184,7 @@ def _info_routes(app: FastAPI) -> None:
 
     @app.get("/version")
     async def version(request: Request) -> Response:
-        return json_response({"version": RELEASE_OF[_engine(request).config.version]})
+        return json_response({"version": _engine(request).config.reported_release})
 
     @app.get("/load")
     async def load(request: Request) -> Response:
@@ -201,7 +211,10 @@ def _control_routes(app: FastAPI) -> None:
         query = request.query_params
         mode = query.get("mode")
         legacy = query.get("wait_for_inflight_requests")
-        if mode is None and legacy is not None and engine.config.version == "0.2x":
+        if _before_mode_param(engine.config.reported_release):
+            # 0.12-0.19 know only the flag (default false = abort); `mode` is ignored
+            mode = "wait" if (legacy or "").lower() in ("1", "true") else "abort"
+        elif mode is None and legacy is not None and engine.config.version == "0.2x":
             mode = "wait" if legacy.lower() in ("1", "true") else "abort"
         mode = mode or "abort"  # 0.33 ignores the legacy flag: silently abort mode
         if mode not in PAUSE_MODES:
@@ -254,7 +267,9 @@ def _control_routes(app: FastAPI) -> None:
         return json_response({"weight_version": _engine(request).weight_version})
 
 
-def _scripted_routes(app: FastAPI) -> None:
+def scripted_routes(app: FastAPI) -> None:
+    """The `/scripted/*` test-double extensions (shared by both flavors)."""
+
     @app.get("/scripted/requests")
     async def requests_log(request: Request) -> Response:
         engine = _engine(request)
@@ -280,7 +295,10 @@ def _scripted_routes(app: FastAPI) -> None:
         tok = engine.tokenizer
         return json_response(
             {
-                "version": engine.config.version,
+                "flavor": engine.config.flavor,
+                "version": engine.config.version
+                if engine.config.flavor == "vllm"
+                else engine.config.sglang_version,
                 "model": engine.config.model,
                 "vocab_size": tok.vocab_size,
                 "eos_token_id": tok.eos_token_id,

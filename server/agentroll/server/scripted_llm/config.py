@@ -1,10 +1,13 @@
 """Settings of the scripted LLM backend (one pydantic model, documented field by field)."""
 
+import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 VllmVersion = Literal["0.11", "0.2x", "0.33"]
+SGLangVersion = Literal["0.5.2", "0.5.23"]
+Flavor = Literal["vllm", "sglang"]
 
 # What `/version` reports for each protocol family the double imitates.
 RELEASE_OF: dict[str, str] = {"0.11": "0.11.0", "0.2x": "0.26.0", "0.33": "0.33.0"}
@@ -16,8 +19,20 @@ class ScriptedLLMConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     type: Literal["scripted"] = "scripted"
+    flavor: Flavor = "vllm"
+    """Which server to imitate: vLLM's HTTP API, or SGLang's native API (`/generate`)."""
     version: VllmVersion = "0.33"
     """vLLM protocol family to imitate (context-length rules, pause semantics, shapes)."""
+    release: str | None = None
+    """What vLLM's `/version` reports; default: the family's reference release (0.11.0,
+    0.26.0, 0.33.0). Must belong to `version`'s family, e.g. "0.14.0" for "0.2x" (a release
+    before 0.20 takes `/pause?wait_for_inflight_requests=` instead of `mode=`)."""
+    sglang_version: SGLangVersion = "0.5.23"
+    """SGLang release to imitate (flavor "sglang" only): 0.5.2 has no `/tokenize` and its
+    pause always aborts; 0.5.23 rejects unknown `sampling_params` keys."""
+    tokenizer_path: str | None = None
+    """SGLang's `tokenizer_path` in `/get_model_info` (default: the model name, as for a hub
+    id). Point it at a directory written by `export_tokenizer` to let clients load it."""
     model: str = "policy"
     """The one served model name; requests naming another model get 404."""
     max_model_len: int = Field(default=8192, ge=16)
@@ -47,9 +62,35 @@ class ScriptedLLMConfig(BaseModel):
     weight_version: str = "0"
     """Initial weight version label (0.33 `return_weight_versions`, `/weight_info`)."""
 
+    @model_validator(mode="after")
+    def _flavor_fields(self) -> "ScriptedLLMConfig":
+        vllm_only = {"version", "release"} & self.model_fields_set
+        if self.flavor == "sglang" and vllm_only:
+            raise ValueError(f"{sorted(vllm_only)} apply to flavor 'vllm' only")
+        if self.flavor == "vllm" and {"sglang_version", "tokenizer_path"} & self.model_fields_set:
+            raise ValueError("sglang_version and tokenizer_path apply to flavor 'sglang' only")
+        if self.release is not None and family_of_release(self.release) != self.version:
+            raise ValueError(f"release {self.release} is not in the {self.version} family")
+        return self
+
+    @property
+    def reported_release(self) -> str:
+        return self.release or RELEASE_OF[self.version]
+
     @field_validator("policy", mode="before")
     @classmethod
     def _split_policy(cls, value: object) -> object:
         if isinstance(value, str):
             return [name.strip() for name in value.split(",") if name.strip()]
         return value
+
+
+def family_of_release(release: str) -> VllmVersion | None:
+    """The family of a release string ("0.14.0" -> "0.2x"); None when unreadable."""
+    match = re.match(r"^(\d+)\.(\d+)\.(\d+)$", release)
+    if match is None:
+        return None
+    key = tuple(int(g) for g in match.groups())
+    if key < (0, 12, 0):
+        return "0.11"
+    return "0.2x" if key < (0, 33, 0) else "0.33"

@@ -85,11 +85,12 @@ class Engine:
             raise ProtocolError("Internal server error", status=500, err_type="InternalServerError")
 
     async def admit(self) -> None:
-        """Gate a new request: 0.33 refuses it during abort/wait pauses (503); otherwise it
-        is queued until `/resume` (0.2x always, 0.33 in keep mode)."""
+        """Gate a new request: vLLM 0.33 refuses it during abort/wait pauses (503); otherwise
+        it is queued until resume (vLLM 0.2x always, 0.33 in keep mode, SGLang always)."""
         if not self.paused:
             return
-        if self.config.version == "0.33" and self.pause_mode in ("abort", "wait"):
+        refuses = self.config.flavor == "vllm" and self.config.version == "0.33"
+        if refuses and self.pause_mode in ("abort", "wait"):
             raise ProtocolError(PAUSED_MESSAGE, status=503, err_type="ServiceUnavailableError")
         self.waiting += 1
         try:
@@ -167,10 +168,18 @@ class Engine:
         self.pause_mode = None
         self._notify()
 
-    def abort(self, engine_ids: list[str] | None) -> int:
-        """Abort the runs owning any of `engine_ids` (all runs when None/empty)."""
+    def abort(self, engine_ids: list[str] | None, *, prefix: bool = False) -> int:
+        """Abort the runs owning any of `engine_ids` (all runs when None/empty); with
+        `prefix`, an id matches every engine id it starts (SGLang's `rid` matching)."""
         wanted = set(engine_ids or ())
-        hit = [r for r in self.running if not wanted or r.engine_ids & wanted]
+        if prefix:
+            hit = [
+                r
+                for r in self.running
+                if not wanted or any(e.startswith(w) for e in r.engine_ids for w in wanted)
+            ]
+        else:
+            hit = [r for r in self.running if not wanted or r.engine_ids & wanted]
         for run in hit:
             run.aborted = True
         self._notify()

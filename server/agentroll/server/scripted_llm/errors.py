@@ -4,7 +4,9 @@ ScriptedLLMError(Exception)
  ├── UnknownRuleError(ScriptedLLMError, KeyError)     policy names an unregistered rule
  ├── DuplicateRuleError(ScriptedLLMError, ValueError) a rule name registered twice
  └── ProtocolError(ScriptedLLMError, ValueError)      a request vLLM would refuse; carries
-                                                      the HTTP status and envelope fields
+      │                                               the HTTP status and envelope fields
+      └── ContractError(ProtocolError)                SGLang 0.5.23's sampling-params contract
+                                                      refusal, sent as `{"error": "<message>"}`
 """
 
 from typing import Any
@@ -49,3 +51,10 @@ class ProtocolError(ScriptedLLMError, ValueError):
                 "code": self.status,
             }
         }
+
+
+class ContractError(ProtocolError):
+    """SGLang 0.5.23 refuses unknown `sampling_params` keys with a bare-string error body."""
+
+    def envelope(self) -> dict[str, Any]:
+        return {"error": self.message}

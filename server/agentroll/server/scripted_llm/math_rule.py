@@ -2,12 +2,15 @@
 
 Tasks live in `agentroll.handlers.builtin` package data (`data/math_tasks.jsonl`), the same
 file the math handler serves to trainers, so the scripted model "knows" exactly those.
+When the prompt offers tools (the handler's tool path), it first runs the task's reference
+Python in the `python` tool, then calls `submit(answer=...)`.
 """
 
 import re
 from decimal import Decimal
 
 from agentroll.handlers.builtin.math import MathTask, load_math_tasks
+from agentroll.server.scripted_llm.agent_steps import call, offered_tools, step, task_text
 from agentroll.server.scripted_llm.policy import Conversation, Reply, RuleContext
 
 UNSURE_REPLY = "I am not sure. \\boxed{0}"
@@ -30,9 +33,24 @@ def _find_task(text: str) -> MathTask | None:
     return max(matches, key=lambda t: len(t.question)) if matches else None
 
 
+def _with_tools(conv: Conversation, ctx: RuleContext, tools: set[str]) -> Reply | None:
+    task = _find_task(task_text(conv))
+    if task is None:
+        return None
+    if step(conv) == 0 and "python" in tools and task.python:
+        return call("python", {"code": task.python}, "Let me compute this.")
+    answer = task.answer
+    if ctx.rng.random() < ctx.wrong_rate:
+        answer = wrong_answer(answer)
+    return call("submit", {"answer": answer}, f"The answer is {answer}.")
+
+
 def math_rule(conv: Conversation, ctx: RuleContext) -> Reply | None:
     """Worked solution for the task asked in the last user message; a bare `\\boxed{}`
     for a follow-up that asks for the final answer; `I am not sure` otherwise."""
+    tools = offered_tools(conv)
+    if "submit" in tools:
+        return _with_tools(conv, ctx, tools)
     users = conv.of_role("user")
     if not users:
         return None

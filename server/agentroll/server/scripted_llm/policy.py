@@ -110,12 +110,23 @@ class Policy:
         return Reply(DEFAULT_REPLY)
 
 
+# Every built-in task family, for a scripted backend that serves mixed batches.
+TASK_RULES = ("swe", "code", "stem", "math")
+
+
 def default_rules() -> RuleRegistry:
-    """A fresh registry holding the built-in rules: `default`, `echo`, `math`."""
+    """A fresh registry holding the built-in rules: `default`, `echo`, and one per bundled
+    task family: `math`, `code`, `swe`, `stem` (tool-using where the prompt offers tools)."""
+    from agentroll.server.scripted_llm.code_rule import code_rule
     from agentroll.server.scripted_llm.math_rule import math_rule
+    from agentroll.server.scripted_llm.stem_rule import stem_rule
+    from agentroll.server.scripted_llm.swe_rule import swe_rule
 
     registry = RuleRegistry()
     registry.register("default", default_rule)
     registry.register("echo", echo_rule)
     registry.register("math", math_rule)
+    registry.register("code", code_rule)
+    registry.register("swe", swe_rule)
+    registry.register("stem", stem_rule)
     return registry

@@ -81,8 +81,12 @@ def record(job: Job) -> None:
 
 def weight_versions(job: Job, s: Sample) -> list[dict[str, Any]]:
     """Half-open output-token ranges per weight version that produced them."""
-    marks = job.run.versions if job.run else [(job.engine.weight_version, 0.0)]
-    n = len(s.token_ids)
+    return version_ranges(job.engine, job.run, len(s.token_ids))
+
+
+def version_ranges(engine: Engine, run: Run | None, n: int) -> list[dict[str, Any]]:
+    """`n` output tokens split by the weight versions that were live during `run`."""
+    marks = run.versions if run else [(engine.weight_version, 0.0)]
     starts = [0] + [min(int(frac * n), n) for _, frac in marks[1:]]
     ends = [*starts[1:], n]
     ranges = [

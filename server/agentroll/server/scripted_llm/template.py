@@ -1,5 +1,8 @@
 """ChatML chat template (Qwen2.5 style), rendered with a sandboxed jinja2 environment.
 
+The template also renders raw OpenAI messages (`tool_calls[].function`, null content) so that
+it works unchanged as a Hugging Face `chat_template` (see `export.py`).
+
 `ChatTemplate.render` turns OpenAI-style messages into prompt text; `parse_chatml` is its
 inverse, used by the policy to read a conversation back out of prompt token ids.
 """
@@ -18,7 +21,9 @@ from agentroll.server.scripted_llm.tokenizer import ScriptedTokenizer, get_token
 CHATML_TEMPLATE = r"""
 {%- if tools %}
 {{- '<|im_start|>system\n' }}
-{%- if messages and messages[0].role == 'system' %}{{- messages[0].content + '\n\n' }}{%- endif %}
+{%- if messages and messages[0].role == 'system' %}
+{{- (messages[0].content or '') + '\n\n' }}
+{%- endif %}
 {{- '# Tools\n\nYou may call one or more functions to assist with the user query.\n\n' }}
 {{- 'You are provided with function signatures within <tools></tools> XML tags:\n<tools>' }}
 {%- for tool in tools %}{{- '\n' + (tool | tojson) }}{%- endfor %}
@@ -26,7 +31,7 @@ CHATML_TEMPLATE = r"""
 {{- 'arguments within <tool_call></tool_call> XML tags:\n<tool_call>\n' }}
 {{- '{"name": <function-name>, "arguments": <args-json-object>}\n</tool_call><|im_end|>\n' }}
 {%- elif messages and messages[0].role == 'system' %}
-{{- '<|im_start|>system\n' + messages[0].content + '<|im_end|>\n' }}
+{{- '<|im_start|>system\n' + (messages[0].content or '') + '<|im_end|>\n' }}
 {%- endif %}
 {%- for message in messages %}
 {%- if loop.first and message.role == 'system' %}
@@ -34,13 +39,14 @@ CHATML_TEMPLATE = r"""
 {%- if loop.first or messages[loop.index0 - 1].role != 'tool' %}
 {{- '<|im_start|>user' }}
 {%- endif %}
-{{- '\n<tool_response>\n' + message.content + '\n</tool_response>' }}
+{{- '\n<tool_response>\n' + (message.content or '') + '\n</tool_response>' }}
 {%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}
 {%- if not (loop.last and continue_final_message) %}{{- '<|im_end|>\n' }}{%- endif %}
 {%- endif %}
 {%- else %}
-{{- '<|im_start|>' + message.role + '\n' + message.content }}
-{%- for call in message.tool_calls %}
+{{- '<|im_start|>' + message.role + '\n' + (message.content or '') }}
+{%- for call in (message.tool_calls or []) %}
+{%- set call = call.function if call.function is defined else call %}
 {%- if message.content or not loop.first %}{{- '\n' }}{%- endif %}
 {{- '<tool_call>\n{"name": ' + (call.name | tojson) + ', "arguments": ' }}
 {%- if call.arguments is string %}{{- call.arguments }}

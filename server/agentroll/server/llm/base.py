@@ -1,0 +1,107 @@
+"""What every inference-backend client offers, whatever its wire protocol.
+
+`VLLMClient` (vllm.py) and `SGLangClient` (sglang.py) both satisfy `BackendClient`;
+`registry.make_client(kind, ...)` builds the right one. Results use vLLM's vocabulary
+(finish reasons `stop` / `length` / `abort`), so callers never branch on the backend kind.
+
+Errors raised by clients (plus `ContextLengthExceeded` from the handlers package):
+
+    BackendError(RuntimeError)                     a call failed; `.retryable`, `.status`
+     ├── BackendPaused(BackendError)                refused because generation is paused
+     │                                              (vLLM 0.33 answers 503); always retryable
+     └── PauseUnsupported(BackendError, NotImplementedError)
+                                                    the server has no pause/resume control
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from agentroll.handlers import Message
+
+PauseMode = Literal["abort", "wait", "keep"]
+"""Portable pause modes: abort in-flight requests (partial tokens come back with
+finish_reason `abort`), wait for them to finish, or keep them frozen until resume."""
+
+
+class BackendError(RuntimeError):
+    """A backend call failed. `retryable` means no token was committed and another try may work."""
+
+    def __init__(self, message: str, *, retryable: bool, status: int | None = None) -> None:
+        super().__init__(message)
+        self.retryable = retryable
+        self.status = status
+
+
+class BackendPaused(BackendError):
+    """The backend refused a request because generation is paused; retry after resume."""
+
+    def __init__(self, message: str, *, status: int | None = 503) -> None:
+        super().__init__(message, retryable=True, status=status)
+
+
+class PauseUnsupported(BackendError, NotImplementedError):
+    """The backend version has no such pause control (e.g. vLLM 0.11 has no `/pause`)."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Completion:
+    token_ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish_reason: str
+    """vLLM vocabulary: `stop`, `length`, `abort` (SGLang's objects are mapped onto it)."""
+    prompt_tokens: int
+    weight_versions: list[tuple[str, int, int]] | None = None
+    """(version, start, end) half-open ranges over `token_ids` when the backend reports which
+    weights produced which tokens (vLLM 0.33 `return_weight_versions`); otherwise None."""
+
+
+@dataclass(frozen=True, slots=True)
+class TokenizeResult:
+    token_ids: list[int]
+    max_model_len: int | None
+
+
+@runtime_checkable
+class BackendClient(Protocol):
+    """Token-in/token-out access to one inference server."""
+
+    base_url: str
+    model: str | None
+
+    async def tokenize_messages(
+        self,
+        messages: list[Message],
+        tools: list[Message] | None,
+        *,
+        add_generation_prompt: bool,
+        continue_final_message: bool = False,
+        timeout_s: float = 60.0,
+    ) -> TokenizeResult: ...
+
+    async def complete(
+        self, prompt_ids: list[int], sampling: dict[str, Any], *, timeout_s: float
+    ) -> Completion: ...
+
+    async def pause(self, mode: PauseMode = "wait", *, timeout_s: float = 300.0) -> None: ...
+
+    async def resume(self, *, timeout_s: float = 60.0) -> None: ...
+
+
+class ChatTokenizer(Protocol):
+    """A client-side chat template + tokenizer (for servers that cannot render templates)."""
+
+    max_model_len: int | None
+
+    def encode_messages(
+        self,
+        messages: Sequence[Message],
+        tools: Sequence[Message] | None,
+        *,
+        add_generation_prompt: bool,
+        continue_final_message: bool = False,
+    ) -> list[int]: ...
