@@ -8,6 +8,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.conftest import ServerFactory
+from tests.integration.server.test_trajectory import Parrot
 
 from agentroll.handlers import HandlerRegistry
 from agentroll.server.launch import agentroll_process
@@ -15,8 +17,6 @@ from agentroll.server.schema import Outcome
 from agentroll.server.scripted_llm import ScriptedLLMConfig
 from agentroll.server.scripted_llm import create_app as create_scripted_app
 from agentroll.server.serving import RunningServer, start_in_loop
-from tests.conftest import ServerFactory
-from tests.integration.server.test_trajectory import Parrot
 
 pytestmark = pytest.mark.integration
 

@@ -5,14 +5,13 @@ import asyncio
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-
-from agentroll.handlers import HandlerRegistry
-from agentroll.server.scripted_llm import ScriptedLLMConfig
-from agentroll.server.scripted_llm import create_app as create_scripted_app
-from agentroll.server.serving import start_in_loop
 from tests.conftest import ServerFactory
 from tests.integration.server.scripted_handlers import Gates, job, make_registry
 from tests.integration.server.test_trajectory import Parrot
+
+from agentroll.server.scripted_llm import ScriptedLLMConfig
+from agentroll.server.scripted_llm import create_app as create_scripted_app
+from agentroll.server.serving import start_in_loop
 
 pytestmark = pytest.mark.integration
 

@@ -6,15 +6,14 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.conftest import ServerFactory
+from tests.integration.server.test_trajectory import Parrot
 
 from agentroll.handlers import HandlerRegistry
 from agentroll.server.schema import Outcome, Trajectory
 from agentroll.server.scripted_llm import ScriptedLLMConfig
 from agentroll.server.scripted_llm import create_app as create_scripted_app
 from agentroll.server.serving import RunningServer, start_in_loop
-from agentroll.trainer_clients import AsyncRolloutClient
-from tests.conftest import ServerFactory
-from tests.integration.server.test_trajectory import Parrot
 
 pytestmark = pytest.mark.integration
 
