@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml tests/fixtures/*/pyproject.toml | sha1sum | cut -c1-12)
 
 .PHONY: demo test lint typecheck pytest setup system-deps clean
 

@@ -8,6 +8,9 @@ command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 # mmdebstrap: builds root-filesystem images for bubblewrap sandboxes (agentroll build-image).
 command -v nsenter >/dev/null 2>&1 && command -v prlimit >/dev/null 2>&1 || missing+=(util-linux)
 command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
+# slurm-wlm + munge: the deployment test runs a real single-node Slurm controller and daemon.
+command -v slurmctld >/dev/null 2>&1 || missing+=(slurm-wlm)
+command -v munged >/dev/null 2>&1 || missing+=(munge)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else

@@ -5,10 +5,10 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.integration.faults.support import drain, sandbox_pids, wait_ready
 
 from agentroll.server.launch import agentroll_process
 from agentroll.server.schema import Outcome
-from agentroll.trainer_clients import RolloutClient, ServerUnavailable
 
 pytestmark = pytest.mark.e2e
 
@@ -31,29 +31,6 @@ def _math_jobs() -> list[dict[str, object]]:
     ]
 
 
-def _wait_ready(url: str) -> RolloutClient:
-    client = RolloutClient(url, timeout_s=30)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            client.status()
-            return client
-        except ServerUnavailable:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
-def _drain(client: RolloutClient, expected: int, timeout_s: float = 120) -> list[dict[str, object]]:
-    seen: list[dict[str, object]] = []
-    cursor, deadline = 0, time.monotonic() + timeout_s
-    while len(seen) < expected and time.monotonic() < deadline:
-        page = client.results(after=cursor, limit=500, wait=2)
-        seen += [t.model_dump() for t in page.results]
-        cursor = page.next_cursor
-    return seen
-
-
 @pytest.mark.parametrize("on_restart", ["requeue", "infra_error"])
 def test_sigkill_mid_run_then_restart_loses_nothing(tmp_path: Path, on_restart: str) -> None:
     db = str(tmp_path / "agentroll.db")
@@ -68,7 +45,7 @@ def test_sigkill_mid_run_then_restart_loses_nothing(tmp_path: Path, on_restart: 
         with agentroll_process(
             ["serve", "--port", "0", "--db", db], tmp_path, "server1", **env
         ) as first:
-            client = _wait_ready(first.url)
+            client = wait_ready(first.url)
             client.add_backend({"id": "llm", "base_url": llm.url})
             client.submit(_math_jobs())
             while client.status().results_cursor < 40:
@@ -82,9 +59,9 @@ def test_sigkill_mid_run_then_restart_loses_nothing(tmp_path: Path, on_restart: 
         with agentroll_process(
             ["serve", "--port", "0", "--db", db], tmp_path, "server2", **env
         ) as second:
-            client = _wait_ready(second.url)
+            client = wait_ready(second.url)
             assert [b.id for b in client.backends()] == ["llm"]  # registrations persisted
-            results = _drain(client, JOBS)
+            results = drain(client, JOBS)
             views = {jid: client.job(jid) for jid in ("j000", f"j{JOBS - 1:03d}")}
             client.close()
 
@@ -107,11 +84,7 @@ def test_sigkill_mid_run_then_restart_loses_nothing(tmp_path: Path, on_restart: 
 
 
 def test_restart_after_sigkill_leaves_no_sandbox_behind(tmp_path: Path) -> None:
-    from agentroll.runtime import procs
-
-    def ours() -> set[int]:
-        return {p.pid for p in procs.scan() if p.sandbox_id}
-
+    ours = sandbox_pids
     before = ours()
     state_dir = tmp_path / "sandboxes"
     env = {"AGENTROLL_SANDBOX": json.dumps({"type": "bwrap", "state_dir": str(state_dir)})}
@@ -119,7 +92,7 @@ def test_restart_after_sigkill_leaves_no_sandbox_behind(tmp_path: Path) -> None:
     handler = "tests.integration.server.sandbox_handlers:Sleeper"
     jobs = [{"job_id": f"s{i}", "handler": handler, "instance": {}} for i in range(6)]
     with agentroll_process(["serve", "--port", "0", "--db", db], tmp_path, "s1", **env) as first:
-        client = _wait_ready(first.url)
+        client = wait_ready(first.url)
         client.submit(jobs)
         deadline = time.monotonic() + 60
         while client.status().jobs_by_state.get("run", 0) < 6 and time.monotonic() < deadline:
@@ -129,7 +102,7 @@ def test_restart_after_sigkill_leaves_no_sandbox_behind(tmp_path: Path) -> None:
         first.kill()
         client.close()
     with agentroll_process(["serve", "--port", "0", "--db", db], tmp_path, "s2", **env) as second:
-        client = _wait_ready(second.url)
+        client = wait_ready(second.url)
         assert sorted(client.cancel_where(all=True)) == [j["job_id"] for j in jobs]  # requeued
         deadline = time.monotonic() + 30
         while ours() - before and time.monotonic() < deadline:

@@ -5,7 +5,16 @@ against `ctx.llm`) and `eval` (the reward); see `agentroll.handlers.base`.
 """
 
 from agentroll.handlers.base import AgentHandler, ErrorDecision, classify_error
-from agentroll.handlers.context import LLMSession, Message, Reward, RolloutContext, Turn
+from agentroll.handlers.context import (
+    LLMProxy,
+    LLMSession,
+    Message,
+    ProxyLimits,
+    ProxyStop,
+    Reward,
+    RolloutContext,
+    Turn,
+)
 from agentroll.handlers.errors import (
     AgentError,
     ContextLengthExceeded,
@@ -28,9 +37,12 @@ __all__ = [
     "HandlerError",
     "HandlerRegistry",
     "InfraError",
+    "LLMProxy",
     "LLMSession",
     "LLMUnavailable",
     "Message",
+    "ProxyLimits",
+    "ProxyStop",
     "RegistryError",
     "Reward",
     "RolloutContext",

@@ -5,7 +5,7 @@ Defined here, implemented by the server, so that handlers never import the serve
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from agentroll.runtime import Sandbox, SandboxSpec
@@ -70,6 +70,72 @@ class LLMSession(Protocol):
         """Append observations (tool results, user follow-ups) and the next generation prompt."""
         ...
 
+    def describe_last_reply(self, message: Message) -> None:
+        """Replace the readable view of the last assistant turn (e.g. with parsed `tool_calls`).
+
+        Only `messages` changes; the recorded tokens never do.
+        """
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyLimits:
+    """Per-rollout caps the LLM proxy enforces on a harness (None: no cap of that kind)."""
+
+    max_calls: int | None = None
+    """Chat/completion calls; the next one is refused and the proxy stops with `max_calls`."""
+    max_sampled_tokens: int | None = None
+    """Tokens sampled over all calls; None: the job's `limits.max_response_tokens`."""
+    time_limit_s: float | None = None
+    """Seconds from `open_llm_proxy`; after that every call is refused (`time_limit`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProxyStop:
+    """Why the proxy stopped serving: a cap the harness hit, or the proxy's own failure."""
+
+    kind: Literal["limit", "infra"]
+    cause: str
+    message: str
+
+
+@runtime_checkable
+class LLMProxy(Protocol):
+    """A per-rollout, OpenAI-compatible endpoint that records every call as tokens.
+
+    It listens on a Unix socket in the sandbox's socket directory (`socket_path` is where the
+    sandbox sees it); a bridge inside the sandbox exposes it on loopback TCP to the harness.
+    Every request must carry `api_key` (`Authorization: Bearer ...`); others get 401.
+    """
+
+    @property
+    def api_key(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def socket_path(self) -> str: ...
+    @property
+    def stopped(self) -> ProxyStop | None:
+        """Set once a cap was hit or the proxy failed; later calls are refused."""
+        ...
+
+    @property
+    def last_reply(self) -> str | None:
+        """The text the model sampled in the last call (None before any), e.g. an answer."""
+        ...
+
+    async def wait_stopped(self) -> ProxyStop:
+        """Until the proxy stops (use it to end a harness that keeps going)."""
+        ...
+
+    def report(self) -> dict[str, Any]:
+        """Counts so far: calls, chains, tokens (what the trajectory's metadata will carry)."""
+        ...
+
+    async def close(self) -> None:
+        """Stop listening (idempotent). What was recorded stays for the trajectory."""
+        ...
+
 
 class RolloutContext(Protocol):
     """Everything one rollout's handler may use; `state` carries data across stages."""
@@ -96,6 +162,22 @@ class RolloutContext(Protocol):
 
         The server tears it down when the rollout ends, however it ends (or after RUN when
         the handler's `eval_sandbox` is "fresh"). Raises `InfraError` if it cannot start.
+        """
+        ...
+
+    async def open_llm_proxy(
+        self,
+        sandbox: "Sandbox | None" = None,
+        *,
+        limits: ProxyLimits | None = None,
+        parser: str = "hermes",
+    ) -> LLMProxy:
+        """Serve a recording OpenAI-compatible endpoint into `sandbox` (default: `ctx.sandbox`).
+
+        The rollout's trajectory is then rebuilt from the calls it records (its main chain in
+        the token fields, every chain's counts in `metadata["llm_proxy"]`). `parser` turns
+        replies into OpenAI `tool_calls` when a request offers tools. Raises `InfraError` if
+        it cannot listen. Closed by the server when the rollout ends.
         """
         ...
 

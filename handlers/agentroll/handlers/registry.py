@@ -13,7 +13,11 @@ from agentroll.handlers.errors import DuplicateHandlerError, RegistryError, Unkn
 ENTRY_POINT_GROUP = "agentroll.handlers"
 
 BUILTIN_HANDLERS: dict[str, str] = {
+    "code": "agentroll.handlers.builtin.code:CodeHandler",
+    "harness": "agentroll.handlers.builtin.harness:HarnessHandler",
     "math": "agentroll.handlers.builtin.math:MathHandler",
+    "stem": "agentroll.handlers.builtin.stem:StemHandler",
+    "swe": "agentroll.handlers.builtin.swe:SweHandler",
 }
 
 

@@ -14,7 +14,7 @@ back token-in/token-out trajectories.
 
 EPILOG = """\
 examples:
-  agentroll demo                          math rollouts end to end, no GPU needed
+  agentroll demo                          mixed rollouts (math, code, swe, stem), no GPU needed
   agentroll serve --port 8700             serve the v1 API on 127.0.0.1:8700
   agentroll scripted-llm --port 8001      a vLLM-protocol stand-in (tests, demos)
   agentroll build-image python-base       a bubblewrap root filesystem from containers/
@@ -89,7 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--url-file", type=Path, help="write the server URL here once bound")
     serve.set_defaults(func=_serve)
 
-    demo = sub.add_parser("demo", help="run math rollouts end to end against a scripted LLM")
+    demo = sub.add_parser(
+        "demo", help="run mixed rollouts in sandboxes end to end against a scripted LLM"
+    )
     demo.add_argument("--groups", type=int, default=20, help="task groups (default 20)")
     demo.add_argument("--group-size", type=int, default=4, help="samples per group (default 4)")
     demo.add_argument("--latency", type=float, default=0.05, help="simulated LLM latency, s")

@@ -8,16 +8,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentroll.handlers import InfraError
+from agentroll.handlers import InfraError, ProxyLimits
+from agentroll.handlers.toolcalls import get_parser
 from agentroll.runtime import Runtime, Sandbox, SandboxError, SandboxSpec
 from agentroll.server.llm import TokenSession
 from agentroll.server.metrics import ServerMetrics
+from agentroll.server.proxy import ProxyTrajectory, RolloutProxy, open_proxy
 from agentroll.server.schema import AgentLimits
 
 log = logging.getLogger("agentroll.server.sandboxes")
 
 SANDBOX_START_TIMEOUT_S = 120.0
 SANDBOX_STOP_GRACE_S = 2.0
+PROXY_SOCKET_DIR_INSIDE = "/run/agentroll"
+"""Where bwrap and Apptainer sandboxes see their socket directory (runtime.bwrap)."""
 
 
 @dataclass(eq=False)
@@ -38,6 +42,8 @@ class JobContext:
     tool_calls: Counter[str] = field(default_factory=Counter)
     teardowns: set["asyncio.Task[None]"] = field(default_factory=set)
     metrics: ServerMetrics | None = None
+    llm_proxies: list[RolloutProxy] = field(default_factory=list)
+    """Recording LLM proxies opened for harnesses (see `open_llm_proxy`)."""
     """Where background teardowns are tracked (shared with the service, which awaits them)."""
 
     @property
@@ -72,8 +78,54 @@ class JobContext:
         self.sandboxes.append(sandbox)
         return sandbox
 
+    async def open_llm_proxy(
+        self,
+        sandbox: Sandbox | None = None,
+        *,
+        limits: ProxyLimits | None = None,
+        parser: str = "hermes",
+    ) -> RolloutProxy:
+        target = sandbox or self.sandbox
+        if target is None:
+            raise InfraError("the LLM proxy needs a sandbox: open one first", cause="no_sandbox")
+        # bwrap and Apptainer bind the socket directory at a fixed path; `local` shares the host's.
+        local = self.runtime is not None and self.runtime.name == "local"
+        proxy = await open_proxy(
+            self.llm,
+            target.socket_dir,
+            inside_dir=str(target.socket_dir) if local else PROXY_SOCKET_DIR_INSIDE,
+            name=f"llm-{len(self.llm_proxies)}.sock",
+            limits=limits or ProxyLimits(),
+            parser=get_parser(parser),
+            max_sampled_tokens=self.limits.max_response_tokens,
+            context_tokens=self.limits.max_context_tokens,
+            label=self.job_id,
+        )
+        self.llm_proxies.append(proxy)
+        return proxy
+
+    def recorded_llm(self) -> TokenSession | ProxyTrajectory:
+        """Where the trajectory's token fields come from: a harness's main chain when an LLM
+        proxy recorded calls, else the handler's own session."""
+        for proxy in self.llm_proxies:
+            view = proxy.trajectory()
+            if view is not None:
+                return view
+        return self.llm
+
+    def proxy_metadata(self) -> dict[str, Any]:
+        """`metadata["llm_proxy"]`: chains, counts and break reasons (empty without a proxy)."""
+        if not self.llm_proxies:
+            return {}
+        reports = [p.report() for p in self.llm_proxies]
+        return {"llm_proxy": reports[0] if len(reports) == 1 else reports}
+
     def release_sandboxes(self) -> "asyncio.Task[None] | None":
         """Tear down every sandbox of this rollout in the background; returns the task."""
+        for proxy in [p for p in self.llm_proxies if p.listening]:  # recordings stay
+            task = asyncio.create_task(proxy.close(), name=f"proxy-close:{self.job_id}")
+            self.teardowns.add(task)
+            task.add_done_callback(self.teardowns.discard)
         if not self.sandboxes:
             return None
         doomed, self.sandboxes = self.sandboxes, []

@@ -1,37 +1,99 @@
-"""`agentroll demo`: the whole loop on one machine, no GPU.
+"""`agentroll demo`: the whole loop on one machine, no GPU, with every built-in task family.
 
-Starts the scripted vLLM-protocol backend and an agentroll server in-process on free
-loopback ports, registers the backend like a trainer would, submits the bundled math
-tasks in GRPO-style groups, follows the results cursor with a progress bar, then prints
-a per-group summary and one trajectory's tokens, mask and logprobs.
+Starts the scripted vLLM-protocol backend (whose scripted policies use the tools: they
+explore, edit, run tests and submit, wrong at a seeded rate) and an agentroll server
+in-process on free loopback ports, registers the backend like a trainer would, and submits
+a mixed batch in GRPO-style groups: `swe` (bundled repositories with a real bug), `code`
+(hidden unit tests), `math` with a Python tool, and multiple-choice `stem`. Sandboxes are
+bubblewrap (the local runtime, with a loud warning, when bubblewrap is missing). It follows
+the results cursor with a progress bar, then prints a summary per task family and one SWE
+trajectory: its turns, tool calls, diff and the tests that decided its reward.
 """
 
 import asyncio
+import shutil
 import statistics
 import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+from agentroll.handlers.builtin.code import load_code_tasks
 from agentroll.handlers.builtin.math import load_math_tasks
+from agentroll.handlers.builtin.stem import load_stem_tasks
+from agentroll.handlers.builtin.swe import load_swe_tasks
+from agentroll.runtime import BwrapConfig, LocalConfig, RuntimeConfig
 from agentroll.server.api import create_app
 from agentroll.server.schema import JobRequest, SamplingParams, Trajectory
-from agentroll.server.scripted_llm import ScriptedLLMConfig, get_tokenizer
+from agentroll.server.scripted_llm import ScriptedLLMConfig
 from agentroll.server.scripted_llm import create_app as create_scripted_app
 from agentroll.server.serving import start_in_loop
 from agentroll.server.settings import Settings
 from agentroll.trainer_clients import AsyncRolloutClient
 
 RESULT_TIMEOUT_S = 600.0
+FAMILIES = ("swe", "code", "math", "stem")
+POLICY = "echo,swe,code,stem,math"
 
 
-def _progress(done: int, total: int, rewards: list[float], started: float) -> None:
+def _instances() -> dict[str, Callable[[int], dict[str, Any]]]:
+    swe, code = load_swe_tasks(), load_code_tasks()
+    math, stem = load_math_tasks(), load_stem_tasks()
+    return {
+        "swe": lambda i: swe[i % len(swe)].instance,
+        "code": lambda i: code[i % len(code)].instance(),
+        "math": lambda i: math[i % len(math)].instance(tools=True),
+        "stem": lambda i: stem[i % len(stem)].instance(),
+    }
+
+
+def _jobs(groups: int, group_size: int) -> list[JobRequest]:
+    make = _instances()
+    out = []
+    for g in range(groups):
+        family = FAMILIES[g % len(FAMILIES)]
+        instance = make[family](g // len(FAMILIES))
+        group_id = f"{family}-{instance.get('instance_id') or instance.get('id')}-g{g}"
+        for k in range(group_size):
+            out.append(
+                JobRequest(
+                    job_id=f"{group_id}-s{k}",
+                    handler=family,
+                    instance=instance,
+                    group_id=group_id,
+                    sampling=SamplingParams(temperature=1.0, max_tokens=1024, seed=1000 * g + k),
+                )
+            )
+    return out
+
+
+def _sandbox_runtime() -> RuntimeConfig:
+    if shutil.which("bwrap"):
+        return BwrapConfig()
+    print(
+        "\n"
+        + "!" * 78
+        + "\n!! WARNING: bubblewrap (bwrap) is not installed: the demo falls back to the"
+        "\n!! LOCAL runtime -- tool calls run on this machine WITHOUT ANY ISOLATION."
+        "\n!! Install it (apt-get install bubblewrap) for real sandboxes.\n" + "!" * 78 + "\n",
+        file=sys.stderr,
+    )
+    return LocalConfig(enabled=True)
+
+
+def _progress(results: list[Trajectory], total: int, started: float) -> None:
+    done = len(results)
     width = 30
     filled = width * done // max(total, 1)
+    by_family = Counter(t.handler for t in results)
+    families = " ".join(f"{f}:{by_family.get(f, 0)}" for f in FAMILIES)
+    rewards = [t.reward for t in results if t.reward is not None]
     mean = statistics.fmean(rewards) if rewards else 0.0
     line = (
-        f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} rollouts"
+        f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}  {families}"
         f"  mean reward {mean:.2f}  {time.monotonic() - started:5.1f}s"
     )
     if sys.stderr.isatty():
@@ -40,107 +102,111 @@ def _progress(done: int, total: int, rewards: list[float], started: float) -> No
         print(line.strip(), file=sys.stderr, flush=True)
 
 
-def _jobs(groups: int, group_size: int) -> list[JobRequest]:
-    tasks = load_math_tasks()
-    out = []
-    for g in range(groups):
-        task = tasks[g % len(tasks)]
-        group_id = f"{task.id}-g{g}"
-        for k in range(group_size):
-            out.append(
-                JobRequest(
-                    job_id=f"{group_id}-s{k}",
-                    handler="math",
-                    instance=task.instance(),
-                    group_id=group_id,
-                    sampling=SamplingParams(temperature=1.0, max_tokens=512, seed=1000 * g + k),
-                )
-            )
-    return out
+def _mean(values: list[float]) -> float:
+    return statistics.fmean(values) if values else 0.0
 
 
 def _summary(results: list[Trajectory]) -> None:
-    by_group: dict[str, list[Trajectory]] = defaultdict(list)
+    by_family: dict[str, list[Trajectory]] = defaultdict(list)
     for t in results:
-        by_group[t.group_id or t.job_id].append(t)
-    print(
-        f"\n{'group':<22} {'rewards':<18} {'mean':>5} {'outcomes':<14} {'queue s':>8} {'work s':>7}"
+        by_family[t.handler].append(t)
+    header = (
+        f"{'family':<6} {'n':>3} {'reward':>6} {'outcomes':<22} {'turns':>5} {'init s':>6} "
+        f"{'run s':>6} {'eval s':>6} {'llm s':>6} {'tools/ro':>8} {'ms/tool':>7}"
     )
-    for group_id in sorted(by_group):
-        group = sorted(by_group[group_id], key=lambda t: t.job_id)
+    print(f"\n{header}\n{'-' * len(header)}")
+    for family in FAMILIES:
+        group = by_family.get(family, [])
+        if not group:
+            continue
         rewards = [t.reward for t in group if t.reward is not None]
-        outcomes = Counter(t.outcome.value for t in group)
-        queue = statistics.fmean(
-            sum(s.queue_s for s in (t.timing.init, t.timing.run, t.timing.eval) if s) for t in group
+        outcomes = ",".join(
+            f"{k}:{v}" for k, v in sorted(Counter(t.outcome.value for t in group).items())
         )
-        work = statistics.fmean(
-            sum(s.work_s for s in (t.timing.init, t.timing.run, t.timing.eval) if s) for t in group
+        calls = sum(t.timing.tool_calls for t in group)
+        tool_ms = 1000 * sum(t.timing.tool_s for t in group) / calls if calls else 0.0
+
+        def stage(name: str, ts: list[Trajectory] = group) -> float:
+            return _mean([getattr(t.timing, name).work_s for t in ts if getattr(t.timing, name)])
+
+        print(
+            f"{family:<6} {len(group):>3} {_mean(rewards):>6.2f} {outcomes:<22} "
+            f"{_mean([t.num_turns for t in group]):>5.1f} {stage('init'):>6.2f} "
+            f"{stage('run'):>6.2f} {stage('eval'):>6.2f} "
+            f"{_mean([t.timing.llm_s for t in group]):>6.2f} {calls / len(group):>8.1f} "
+            f"{tool_ms:>7.0f}"
         )
-        shown = " ".join(f"{r:g}" for r in rewards)
-        mean = f"{statistics.fmean(rewards):.2f}" if rewards else "-"
-        outcome_text = ",".join(f"{k}:{v}" for k, v in sorted(outcomes.items()))
-        print(f"{group_id:<22} {shown:<18} {mean:>5} {outcome_text:<14} {queue:8.3f} {work:7.3f}")
-
-
-def _excerpt(trajectory: Trajectory, rows: int = 16) -> None:
-    tokenizer = get_tokenizer()
     print(
-        f"\ntrajectory {trajectory.job_id}: reward {trajectory.reward}, outcome "
-        f"{trajectory.outcome.value}, {trajectory.num_turns} turn(s), "
-        f"{len(trajectory.prompt_ids)} prompt + {len(trajectory.response_ids)} response tokens"
+        "(reward: mean over the family; init/run/eval: mean work seconds per stage; "
+        "tools/ro: tool calls per rollout; ms/tool: mean tool-call latency)"
     )
-    print(f"{'pos':>4} {'token id':>8} {'mask':>4} {'logprob':>9}  piece")
-    for pos in range(min(rows, len(trajectory.response_ids))):
-        token = trajectory.response_ids[pos]
-        piece = tokenizer.decode([token]).replace("\n", "\\n")
-        print(
-            f"{pos:>4} {token:>8} {trajectory.response_mask[pos]:>4} "
-            f"{trajectory.response_logprobs[pos]:>9.4f}  {piece!r}"
-        )
-    for seg in trajectory.segments:
-        print(
-            f"segment [{seg.start}, {seg.end}) backend={seg.backend_id} "
-            f"policy_version={seg.policy_version} finish={seg.finish_reason}"
-        )
+
+
+def _swe_excerpt(results: list[Trajectory]) -> None:
+    swe = sorted((t for t in results if t.handler == "swe"), key=lambda t: -(t.reward or 0))
+    if not swe:
+        return
+    t = swe[0]
+    print(
+        f"\nSWE trajectory {t.job_id}: reward {t.reward}, outcome {t.outcome.value}, "
+        f"{t.num_turns} turns, finish {t.finish_reason}, {len(t.prompt_ids)} prompt + "
+        f"{len(t.response_ids)} response tokens ({sum(t.response_mask)} sampled)"
+    )
+    for m in t.messages[2:]:
+        text = str(m.get("content", "")).strip().replace("\n", "\n        ")
+        if len(text) > 400:
+            text = text[:400] + " [...]"
+        print(f"  {m['role']:>9}: {text}")
+    print("\n  patch (artifact `patch`):")
+    for line in t.artifacts.get("patch", "").splitlines():
+        print(f"    {line}")
+    info = t.reward_info
+    for key in ("FAIL_TO_PASS", "PASS_TO_PASS"):
+        if isinstance(info.get(key), dict):
+            ok, bad = len(info[key]["success"]), len(info[key]["failure"])
+            print(f"  {key}: {ok} passed, {bad} failed")
 
 
 async def _run(groups: int, group_size: int, latency_s: float, workdir: Path) -> int:
     backend = await start_in_loop(
-        create_scripted_app(ScriptedLLMConfig(policy="math", latency_s=latency_s, seed=7))
+        create_scripted_app(
+            ScriptedLLMConfig(policy=POLICY, latency_s=latency_s, seed=7, max_model_len=32768)
+        )
     )
-    server = await start_in_loop(create_app(Settings(db_path=workdir / "agentroll.db")))
+    settings = Settings(db_path=workdir / "agentroll.db", sandbox=_sandbox_runtime())
+    server = await start_in_loop(create_app(settings))
     print(f"scripted vLLM backend at {backend.url}; agentroll server at {server.url}")
     try:
         async with AsyncRolloutClient(server.url) as client:
             await client.add_backend({"id": "scripted-0", "base_url": backend.url})
             jobs = _jobs(groups, group_size)
+            print(
+                f"submitting {len(jobs)} rollouts: {groups} groups of {group_size} over {FAMILIES}"
+            )
             started = time.monotonic()
             await client.submit(jobs)
             results: list[Trajectory] = []
             async with asyncio.timeout(RESULT_TIMEOUT_S):
                 async for trajectory in client.iter_results(wait=5.0):
                     results.append(trajectory)
-                    rewards = [t.reward for t in results if t.reward is not None]
-                    _progress(len(results), len(jobs), rewards, started)
+                    _progress(results, len(jobs), started)
                     if len(results) == len(jobs):
                         break
             elapsed = time.monotonic() - started
         print()
         _summary(results)
-        rewards = [t.reward for t in results if t.reward is not None]
         print(
-            f"\n{len(results)} rollouts in {elapsed:.1f}s ({len(results) / elapsed:.1f}/s), "
-            f"mean reward {statistics.fmean(rewards):.3f}, outcomes "
+            f"\n{len(results)} rollouts in {elapsed:.1f}s "
+            f"({60 * len(results) / elapsed:.0f}/min), outcomes "
             f"{dict(Counter(t.outcome.value for t in results))}"
         )
-        multi_turn = [t for t in results if t.num_turns > 1]
-        _excerpt((multi_turn or results)[0])
-        return 0 if all(t.outcome.value == "ok" for t in results) else 1
+        _swe_excerpt(results)
+        return 0 if all(t.outcome.value in ("ok", "agent_error") for t in results) else 1
     finally:
         await server.stop()
         await backend.stop()
 
 
-def run_demo(groups: int = 20, group_size: int = 4, latency_s: float = 0.05) -> int:
+def run_demo(groups: int = 12, group_size: int = 4, latency_s: float = 0.05) -> int:
     with tempfile.TemporaryDirectory(prefix="agentroll-demo-") as workdir:
         return asyncio.run(_run(groups, group_size, latency_s, Path(workdir)))

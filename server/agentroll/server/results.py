@@ -27,7 +27,8 @@ def build_trajectory(
     fields: dict[str, Any] = {}
     metadata: dict[str, Any] = {**request.metadata, **extra.get("metadata", {})}
     if ctx is not None:
-        llm = ctx.llm
+        metadata.update(ctx.proxy_metadata())
+        llm = ctx.recorded_llm()
         timing.llm_s, timing.llm_calls = llm.llm_s, llm.llm_calls
         timing.sandbox_start_s = ctx.sandbox_start_s
         timing.tool_s, timing.tool_calls = ctx.tool_s, sum(ctx.tool_calls.values())

@@ -86,6 +86,8 @@ class JobService:
         self.max_policy_lag = settings.max_policy_lag
         self._submit_lock = asyncio.Lock()
         self._results_event = asyncio.Event()
+        self._closing = asyncio.Event()
+        """Set at shutdown: wakes every long-poll so none holds the server up."""
 
     # -- backends -------------------------------------------------------------------------
     async def add_backend(self, spec: BackendSpec) -> tuple[Backend, bool]:
@@ -149,9 +151,14 @@ class JobService:
         request = JobRequest.model_validate_json(row.request_json)
         return LiveJob(row.job_id, request, row.submitted_at, attempts=row.attempts)
 
+    def begin_shutdown(self) -> None:
+        """Stop admitting and release every long-poll (called as soon as shutdown starts)."""
+        self.accepting = False
+        self._closing.set()
+
     async def shutdown(self, grace_s: float) -> None:
         """Stop admitting, let live jobs finish for `grace_s`, cancel and persist the rest."""
-        self.accepting = False
+        self.begin_shutdown()
         tasks = [j.task for j in self.live.values() if j.task is not None]
         if tasks:
             await asyncio.wait(tasks, timeout=grace_s)
@@ -416,8 +423,7 @@ class JobService:
         """The result JSON, waiting up to `wait_s` for a live job. KeyError if unknown."""
         job = self.live.get(job_id)
         if job is not None and wait_s > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(job.done.wait(), wait_s)
+            await self._wait_any(job.done, wait_s)
         raw = await self.store.result(job_id)
         if raw is None and job is None and await self.store.get_job(job_id) is None:
             raise KeyError(job_id)
@@ -429,9 +435,19 @@ class JobService:
         page = await self.store.results_after(cursor, limit)
         if page or wait_s <= 0:
             return page
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(changed.wait(), wait_s)
+        await self._wait_any(changed, wait_s)
         return await self.store.results_after(cursor, limit)
+
+    async def _wait_any(self, event: asyncio.Event, timeout_s: float) -> None:
+        """Until `event`, shutdown, or `timeout_s`, whichever comes first."""
+        if self._closing.is_set():
+            return
+        waits = {asyncio.ensure_future(event.wait()), asyncio.ensure_future(self._closing.wait())}
+        try:
+            await asyncio.wait(waits, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waits:
+                waiter.cancel()
 
     def status(self) -> StatusResponse:
         p = self.pipeline

@@ -44,6 +44,7 @@ def _config(app: Any, log_level: str) -> uvicorn.Config:
         log_level=log_level,
         access_log=False,
         timeout_keep_alive=30,
+        timeout_graceful_shutdown=10,  # then open requests are cancelled; jobs drain after
         backlog=4096,
     )
 
@@ -55,6 +56,9 @@ class RunningServer:
     task: "asyncio.Task[None]"
 
     async def stop(self, timeout_s: float = 30.0) -> None:
+        begin = getattr(getattr(self.server.config.app, "state", None), "begin_shutdown", None)
+        if begin is not None:
+            begin()
         self.server.should_exit = True
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(self.task), timeout_s)
@@ -64,7 +68,18 @@ class RunningServer:
                 await self.task
 
 
-class _QuietServer(uvicorn.Server):
+class _Server(uvicorn.Server):
+    """Tells the app the moment shutdown starts (SIGTERM, SIGINT): uvicorn waits for open
+    requests before the app's own shutdown runs, so long-polls must be released first."""
+
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        begin = getattr(getattr(self.config.app, "state", None), "begin_shutdown", None)
+        if begin is not None:
+            begin()
+        super().handle_exit(sig, frame)
+
+
+class _QuietServer(_Server):
     """Leaves signal handling to the host program (the demo, a test, a benchmark)."""
 
     @contextlib.contextmanager
@@ -108,7 +123,7 @@ def serve_forever(
         tmp = url_file.with_suffix(url_file.suffix + ".tmp")
         tmp.write_text(url_of(sock) + "\n")
         tmp.replace(url_file)  # readers never see a half-written file
-    server = uvicorn.Server(_config(app, log_level))
+    server = _Server(_config(app, log_level))
     _exit_hook(app, server)
     server.run(sockets=[sock])
     return server

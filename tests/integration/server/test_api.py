@@ -228,3 +228,25 @@ async def test_per_client_concurrency_limit_answers_429(agentroll_server: Server
             assert _envelope(r)["type"] == "too_many_requests"
             await asyncio.gather(*polls)
             assert (await http.get("/v1/status")).status_code == 200  # slots came back
+
+
+async def test_abandoned_long_polls_are_released_at_once(agentroll_server: ServerFactory) -> None:
+    async with agentroll_server(registry=make_registry(Gates())) as (server, client):
+        await client.submit([job("slow", block=["run"])])
+        baseline = len(asyncio.all_tasks())
+        async with httpx.AsyncClient(base_url=server.url, timeout=120) as http:
+            polls = [
+                asyncio.create_task(http.get("/v1/results", params={"after": 0, "wait": 60}))
+                for _ in range(40)
+            ] + [
+                asyncio.create_task(http.get("/v1/jobs/slow/result", params={"wait": 60}))
+                for _ in range(40)
+            ]
+            await asyncio.sleep(0.3)
+            assert len(asyncio.all_tasks()) > baseline + 80  # the waits are being held
+            for poll in polls:
+                poll.cancel()  # the trainer vanishes mid-wait
+            await asyncio.gather(*polls, return_exceptions=True)
+        async with asyncio.timeout(5):  # far sooner than the 60 s the polls asked for
+            while len(asyncio.all_tasks()) > baseline:
+                await asyncio.sleep(0.05)

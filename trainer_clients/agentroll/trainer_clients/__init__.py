@@ -1,25 +1,51 @@
 """Trainer-side clients for agentroll: submit jobs, pull trajectories, manage backends.
 
 Needs only `pip install agentroll[client]` (pydantic + httpx).
+
+- `RolloutClient` / `AsyncRolloutClient`: one server, every endpoint.
+- `ServerPool` / `AsyncServerPool`: several servers as one (sharding by load, health
+  checks, failover, barrier fan-out of backend registration and pause/resume).
+- `GroupCollector` / `AsyncGroupCollector`: GRPO groups, returned only whole or marked
+  invalid (retries, over-sampling, staleness filter, zero-variance flag, stats).
+- `agentroll.trainer_clients.adapters`: padded numpy batches and verl / NeMo RL / OpenRLHF
+  formats (needs numpy; imported only on demand).
 """
 
 from agentroll.trainer_clients.client import AsyncRolloutClient, RolloutClient
+from agentroll.trainer_clients.collector import AsyncGroupCollector
 from agentroll.trainer_clients.errors import (
     ApiError,
     ClientError,
     Conflict,
+    FanOutError,
     InvalidRequest,
+    NoServerAvailable,
     NotFound,
     ServerUnavailable,
 )
+from agentroll.trainer_clients.groups import CollectorStats, Group, GroupSpec, sample_job_id
+from agentroll.trainer_clients.pool import AsyncServerPool, Failover, read_server_list
+from agentroll.trainer_clients.sync import GroupCollector, ServerPool
 
 __all__ = [
     "ApiError",
+    "AsyncGroupCollector",
     "AsyncRolloutClient",
+    "AsyncServerPool",
     "ClientError",
+    "CollectorStats",
     "Conflict",
+    "Failover",
+    "FanOutError",
+    "Group",
+    "GroupCollector",
+    "GroupSpec",
     "InvalidRequest",
+    "NoServerAvailable",
     "NotFound",
     "RolloutClient",
+    "ServerPool",
     "ServerUnavailable",
+    "read_server_list",
+    "sample_job_id",
 ]

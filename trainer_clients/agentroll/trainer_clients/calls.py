@@ -13,9 +13,11 @@ from agentroll.server.schema import (
     CancelResponse,
     JobRequest,
     JobView,
+    PauseResponse,
     PoolSizes,
     PoolsPatch,
     ResultsPage,
+    ResumeRequest,
     StatusResponse,
     SubmitBatch,
     SubmitResponse,
@@ -85,6 +87,24 @@ def list_backends() -> Call[list[BackendView]]:
 
 def remove_backend(backend_id: str) -> Call[None]:
     return Call("DELETE", f"/v1/backends/{backend_id}", lambda _s, _b: None)
+
+
+def pause(mode: str, timeout_s: float) -> Call[PauseResponse]:
+    """Weight-sync barrier: stop dispatching generation (`wait` drains in-flight requests)."""
+    body = {"mode": mode, "timeout_s": timeout_s}
+    return Call(
+        "POST", "/v1/generation/pause", _model(PauseResponse), json=body, timeout_extra_s=timeout_s
+    )
+
+
+def resume(policy_version: int, max_policy_lag: int | None) -> Call[PauseResponse]:
+    body = ResumeRequest(policy_version=policy_version, max_policy_lag=max_policy_lag)
+    return Call(
+        "POST",
+        "/v1/generation/resume",
+        _model(PauseResponse),
+        json=body.model_dump(exclude_none=True),
+    )
 
 
 def status() -> Call[StatusResponse]:

@@ -7,7 +7,7 @@ models the server itself uses. Only pydantic and httpx are needed.
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import httpx
 
@@ -17,6 +17,7 @@ from agentroll.server.schema import (
     CancelFilter,
     JobRequest,
     JobView,
+    PauseResponse,
     PoolSizes,
     PoolsPatch,
     ResultsPage,
@@ -30,10 +31,11 @@ from agentroll.trainer_clients.errors import ServerUnavailable, error_from_respo
 
 T = TypeVar("T")
 JobLike = JobRequest | Mapping[str, Any]
+PauseMode = Literal["wait", "abort", "keep"]
 SUBMIT_BATCH = 1000
 
 
-def _as_requests(jobs: Iterable[JobLike]) -> list[JobRequest]:
+def as_requests(jobs: Iterable[JobLike]) -> list[JobRequest]:
     return [j if isinstance(j, JobRequest) else JobRequest.model_validate(j) for j in jobs]
 
 
@@ -95,7 +97,7 @@ class AsyncRolloutClient:
     async def submit(self, jobs: Iterable[JobLike]) -> list[SubmittedJob]:
         """Submit jobs in batches; resubmitting the same `job_id` is safe."""
         out: list[SubmittedJob] = []
-        for batch in _batches(_as_requests(jobs)):
+        for batch in _batches(as_requests(jobs)):
             out += (await self.send(calls.submit(batch))).jobs
         return out
 
@@ -168,6 +170,14 @@ class AsyncRolloutClient:
     async def status(self) -> StatusResponse:
         return await self.send(calls.status())
 
+    async def pause(self, mode: PauseMode = "wait", timeout_s: float = 60.0) -> PauseResponse:
+        """Stop generation on every backend of this server (around a weight update)."""
+        return await self.send(calls.pause(mode, timeout_s))
+
+    async def resume(self, policy_version: int, max_policy_lag: int | None = None) -> PauseResponse:
+        """Resume generation; segments sampled from now on carry `policy_version`."""
+        return await self.send(calls.resume(policy_version, max_policy_lag))
+
     async def resize_pools(self, **sizes: int) -> PoolSizes:
         return await self.send(calls.resize_pools(PoolsPatch(**sizes)))
 
@@ -216,7 +226,7 @@ class RolloutClient:
 
     def submit(self, jobs: Iterable[JobLike]) -> list[SubmittedJob]:
         out: list[SubmittedJob] = []
-        for batch in _batches(_as_requests(jobs)):
+        for batch in _batches(as_requests(jobs)):
             out += self.send(calls.submit(batch)).jobs
         return out
 
@@ -276,6 +286,12 @@ class RolloutClient:
 
     def status(self) -> StatusResponse:
         return self.send(calls.status())
+
+    def pause(self, mode: PauseMode = "wait", timeout_s: float = 60.0) -> PauseResponse:
+        return self.send(calls.pause(mode, timeout_s))
+
+    def resume(self, policy_version: int, max_policy_lag: int | None = None) -> PauseResponse:
+        return self.send(calls.resume(policy_version, max_policy_lag))
 
     def resize_pools(self, **sizes: int) -> PoolSizes:
         return self.send(calls.resize_pools(PoolsPatch(**sizes)))

@@ -5,7 +5,9 @@ ClientError
 │   ├── NotFound(ApiError, LookupError)            404
 │   ├── Conflict(ApiError, ValueError)             409: job id reused for another request
 │   └── InvalidRequest(ApiError, ValueError)       400 / 413 / 422
-└── ServerUnavailable(ClientError, ConnectionError) no answer, or 503
+├── ServerUnavailable(ClientError, ConnectionError) no answer, or 503
+│   └── NoServerAvailable(ServerUnavailable)       every server of a pool is dead
+└── FanOutError(ClientError)                       a call sent to every server failed on some
 """
 
 from typing import Any
@@ -38,6 +40,26 @@ class InvalidRequest(ApiError, ValueError):
 
 class ServerUnavailable(ClientError, ConnectionError):
     pass
+
+
+class NoServerAvailable(ServerUnavailable):
+    pass
+
+
+class FanOutError(ClientError):
+    """A barrier call (backend registration, pause, resume) did not succeed everywhere.
+
+    `succeeded` maps server URL -> answer, `failed` maps server URL -> the error; nothing is
+    rolled back (resume the servers that did pause, or retry).
+    """
+
+    def __init__(self, what: str, succeeded: dict[str, Any], failed: dict[str, Exception]) -> None:
+        causes = "; ".join(f"{url}: {exc}" for url, exc in failed.items())
+        super().__init__(
+            f"{what} failed on {len(failed)} of {len(succeeded) + len(failed)} servers: {causes}"
+        )
+        self.succeeded = succeeded
+        self.failed = failed
 
 
 def error_from_response(status: int, body: Any) -> ApiError:

@@ -1,26 +1,38 @@
-"""`math`: the model reasons and boxes a final answer; reward 1 if it equals the reference.
+"""`math`: the model reasons and gives a final answer; reward 1 if it equals the reference.
 
-Task instance: `{"question": str, "answer": str}` (LaTeX allowed in the answer; other
-fields such as `id` are kept but unused). Multi-turn: if a reply has no `\\boxed{}` answer,
-the handler asks once more (within `max_turns`).
+Task instance: `{"question": str, "answer": str}` (LaTeX allowed in the answer; other fields
+such as `id` are kept but unused), optionally `"agent": {...}` (see below).
+
+- Without `agent` (the default): no sandbox; the model boxes its answer (`\\boxed{}`); if a
+  reply has none, the handler asks once more (within `max_turns`).
+- With `agent` (e.g. `"agent": {}` or `{"max_turns": 8}`, any `AgentConfig` field): a
+  sandbox with a persistent `python` tool; the model computes and calls
+  `submit(answer="...")` (a `\\boxed{}` answer in its last reply counts too).
+
+Reward: answer equivalence (exact/rational fast path, then math-verify);
+`reward_info = {"predicted", "gold"}`.
 """
 
 import json
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentroll.handlers.base import AgentHandler
+from agentroll.handlers.builtin.answer_task import AnswerTaskHandler
 from agentroll.handlers.builtin.answers import answers_match, extract_boxed
 from agentroll.handlers.context import Reward, RolloutContext
 
 SYSTEM_PROMPT = (
     "You are a careful mathematician. Reason step by step, then give the final answer in \\boxed{}."
 )
+TOOL_SYSTEM_PROMPT = (
+    "You are a careful mathematician. Use the python tool to compute and check your work, "
+    "then call submit with the final answer (LaTeX allowed, e.g. \\frac{3}{4})."
+)
 FOLLOW_UP = "Please put your final answer in \\boxed{}."
-MAX_FOLLOW_UPS = 1
 
 
 class MathInstance(BaseModel):
@@ -28,6 +40,7 @@ class MathInstance(BaseModel):
 
     question: str = Field(..., min_length=1, max_length=100_000)
     answer: str = Field(..., min_length=1, max_length=10_000)
+    agent: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,10 +50,15 @@ class MathTask:
     answer: str
     solution: str
     """A worked reference solution (never shown to the policy; scripted backends use it)."""
+    python: str = ""
+    """Python code that computes the answer (scripted tool-using policies run it)."""
 
-    def instance(self) -> dict[str, str]:
+    def instance(self, *, tools: bool = False) -> dict[str, Any]:
         """The job instance a trainer would submit for this task."""
-        return {"id": self.id, "question": self.question, "answer": self.answer}
+        out: dict[str, Any] = {"id": self.id, "question": self.question, "answer": self.answer}
+        if tools:
+            out["agent"] = {}
+        return out
 
 
 @cache
@@ -51,32 +69,24 @@ def load_math_tasks() -> tuple[MathTask, ...]:
     return tuple(MathTask(**json.loads(line)) for line in lines if line.strip())
 
 
-class MathHandler(AgentHandler):
+class MathHandler(AnswerTaskHandler):
     name = "math"
     instance_model = MathInstance
+    plain_system_prompt = SYSTEM_PROMPT
+    system_prompt = TOOL_SYSTEM_PROMPT
+    follow_up = FOLLOW_UP
+    answer_description = "The final answer, as a number or LaTeX expression."
 
-    async def run(self, ctx: RolloutContext) -> None:
-        question = str(ctx.instance["question"])
-        await ctx.llm.start(
-            [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": question}]
-        )
-        turn = await ctx.llm.generate()
-        follow_ups = 0
-        while (
-            extract_boxed(turn.text) is None
-            and turn.finish_reason != "length"
-            and follow_ups < MAX_FOLLOW_UPS
-            and ctx.llm.num_turns < ctx.limits.max_turns
-        ):
-            follow_ups += 1
-            await ctx.llm.add_messages([{"role": "user", "content": FOLLOW_UP}])
-            turn = await ctx.llm.generate()
-        ctx.state["final_text"] = turn.text
+    def task_prompt(self, ctx: RolloutContext) -> str:
+        return str(ctx.instance["question"])
 
-    async def eval(self, ctx: RolloutContext) -> Reward:
+    def extract(self, ctx: RolloutContext, text: str, *, submitted: bool = False) -> str | None:
+        boxed = extract_boxed(text)
+        if boxed is not None or not submitted:
+            return boxed
+        return text.strip().strip("$").strip() or None
+
+    async def score(self, ctx: RolloutContext, predicted: str) -> Reward:
         gold = str(ctx.instance["answer"])
-        predicted = extract_boxed(ctx.state.get("final_text", ""))
-        if predicted is None:
-            return Reward(0.0, {"predicted": None, "reason": "no boxed answer"})
         correct = await answers_match(gold, predicted)
         return Reward(1.0 if correct else 0.0, {"predicted": predicted, "gold": gold})

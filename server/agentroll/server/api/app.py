@@ -65,6 +65,7 @@ def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -
         service = JobService(settings, store, registry, backends, runtime, metrics)
         metrics.watch(lambda: live_gauges(service))
         app.state.metrics = metrics
+        app.state.begin_shutdown = service.begin_shutdown
         health = asyncio.create_task(
             backends.probe_forever(settings.health_interval_s, lambda: service.gate.paused),
             name="backend-health",

@@ -45,6 +45,6 @@ async def resize_pools(patch: PoolsPatch, service: Service) -> PoolSizes:
 @router.post("/v1/admin/shutdown", status_code=202)
 async def shutdown(request: Request, service: Service) -> dict[str, str]:
     """Stop admitting now; the server drains for `shutdown_grace_s`, then stops."""
-    service.accepting = False
+    service.begin_shutdown()
     request.app.state.request_exit()
     return {"status": "shutting_down"}

@@ -1,8 +1,9 @@
 """Jobs: submit, inspect, long-poll one result, cancel."""
 
-from fastapi import APIRouter, Query, Response
+from fastapi import APIRouter, Query, Request, Response
 
 from agentroll.server.api.deps import Service
+from agentroll.server.api.disconnect import ClientGone, unless_disconnected
 from agentroll.server.api.errors import ApiError
 from agentroll.server.schema import (
     CancelFilter,
@@ -49,11 +50,15 @@ async def get_job(job_id: str, service: Service) -> JobView:
     response_model=Trajectory,
     responses={202: {"model": JobView, "description": "Not finished within `wait`."}},
 )
-async def get_result(job_id: str, service: Service, wait: float = WaitSeconds) -> Response:
+async def get_result(
+    job_id: str, request: Request, service: Service, wait: float = WaitSeconds
+) -> Response:
     try:
-        raw = await service.wait_result(job_id, wait)
+        raw = await unless_disconnected(request, service.wait_result(job_id, wait))
     except KeyError:
         raise ApiError(404, "not_found", f"no job {job_id!r}") from None
+    except ClientGone:
+        return Response(status_code=499)
     if raw is None:
         view = await service.view(job_id)
         assert view is not None

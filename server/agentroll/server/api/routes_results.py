@@ -7,6 +7,7 @@ from fastapi import APIRouter, Header, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from agentroll.server.api.deps import Service
+from agentroll.server.api.disconnect import ClientGone, unless_disconnected
 from agentroll.server.schema import ResultsPage
 
 router = APIRouter(prefix="/v1", tags=["results"])
@@ -16,12 +17,16 @@ HEARTBEAT_S = 15.0
 
 @router.get("/results", response_model=ResultsPage)
 async def list_results(
+    request: Request,
     service: Service,
     after: int = Query(0, ge=0, description="Cursor of the last result already consumed."),
     limit: int = Query(100, ge=1, le=1000),
     wait: float = Query(0.0, ge=0.0, le=600.0, description="Long-poll while nothing is new."),
 ) -> Response:
-    page = await service.results_after(after, limit, wait)
+    try:
+        page = await unless_disconnected(request, service.results_after(after, limit, wait))
+    except ClientGone:
+        return Response(status_code=499)  # nobody is listening any more
     next_cursor = page[-1][0] if page else after
     # Results are stored as JSON: splice them rather than parse and re-serialise.
     body = '{"results":[' + ",".join(raw for _, raw in page) + f'],"next_cursor":{next_cursor}}}'

@@ -282,6 +282,13 @@ class TokenSession:
             )
         return completion, backend, flight
 
+    def describe_last_reply(self, message: Message) -> None:
+        if not self._messages or self._messages[-1].get("role") != "assistant":
+            raise RuntimeError("describe_last_reply() needs a generated turn")
+        if message.get("role") != "assistant":
+            raise ValueError("the last reply is an assistant message")
+        self._messages[-1] = dict(message)
+
     # -- internals ------------------------------------------------------------------------
     async def _render_probe(self, probe: list[Message]) -> None:
         tools = self.tools or None

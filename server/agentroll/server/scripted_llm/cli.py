@@ -36,7 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="policy", help="served model name")
     parser.add_argument("--max-model-len", type=int, default=8192)
     parser.add_argument(
-        "--policy", default="echo,math", help="comma-separated rule chain; 'default' always ends it"
+        "--policy",
+        default="echo,swe,code,stem,math",
+        help="comma-separated rule chain ('math' answers anything unknown, so it goes last)",
     )
     parser.add_argument("--wrong-rate", type=float, default=0.3)
     parser.add_argument("--seed", type=int, default=0)

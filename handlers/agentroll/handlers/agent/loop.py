@@ -1,0 +1,185 @@
+"""The tool-calling agent loop: generate, parse calls, run them in the sandbox, observe, repeat.
+
+    start(system + task, tool schemas) ─► generate ─► parse ─┬─ submit called ──────► done
+                         ▲                                   ├─ no tool call ────────► done
+                         └──── add tool observations ◄───────┴─ run calls (or errors)
+
+It ends when the model calls `submit` (finish_reason `submit`), replies without a tool call
+(`stop`), or hits a limit: turns (`max_turns`), tokens (`length`, raised by the session as
+`ContextLengthExceeded`), wall time (`wall_time`) or too many malformed turns in a row
+(`tool_errors`). Limits end the rollout as `agent_error` (the policy's doing; the reward is
+still computed). Progress lives in `ctx.state["agent"]` (an `AgentRun`) from the first turn,
+so EVAL sees what happened however the loop ended.
+"""
+
+import math
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentroll.handlers.agent.config import AgentConfig
+from agentroll.handlers.agent.tools import Tool, check_arguments
+from agentroll.handlers.context import Message, RolloutContext
+from agentroll.handlers.errors import AgentError, ContextLengthExceeded
+from agentroll.handlers.toolcalls import (
+    ParsedReply,
+    SchemaAwareParser,
+    ToolCall,
+    ToolCallParser,
+    assistant_message,
+    error_observation,
+    get_parser,
+    tool_message,
+)
+from agentroll.runtime.action.errors import ActionRequestError
+
+STATE_KEY = "agent"
+MIN_TOOL_TIMEOUT_S = 1.0
+# Models trained on other harnesses end with `finish`; accept it as `submit`.
+ALIASES = {"finish": "submit"}
+
+
+@dataclass
+class AgentRun:
+    """What the loop did so far; EVAL reads it from `ctx.state["agent"]`."""
+
+    ended: str | None = None
+    """Why it ended: submit, stop, max_turns, length, wall_time, tool_errors (None: running)."""
+    submission: dict[str, Any] | None = None
+    """The arguments of the `submit` call, when there was one."""
+    final_text: str = ""
+    """The last assistant reply."""
+    turns: int = 0
+    tool_calls: Counter[str] = field(default_factory=Counter)
+    invalid_calls: int = 0
+    tool_s: float = 0.0
+
+    @property
+    def submitted(self) -> bool:
+        return self.ended == "submit"
+
+
+class AgentLoop:
+    """One rollout's loop. Build it with the tools, then `await loop.run(ctx, messages)`."""
+
+    def __init__(self, tools: Sequence[Tool], config: AgentConfig) -> None:
+        self.tools = {t.name: t for t in tools}
+        self.schemas = [t.schema() for t in tools]
+        self.config = config
+        parser = get_parser(config.parser)
+        if isinstance(parser, SchemaAwareParser):  # formats whose arguments are untyped text
+            parser = parser.with_tools(self.schemas)
+        self.parser: ToolCallParser = parser
+
+    async def run(self, ctx: RolloutContext, messages: Sequence[Message]) -> AgentRun:
+        run = AgentRun()
+        ctx.state[STATE_KEY] = run
+        config = self.config
+        max_turns = min(config.max_turns or ctx.limits.max_turns, ctx.limits.max_turns)
+        budget = min(config.wall_time_s or math.inf, ctx.time_left())
+        deadline = time.monotonic() + budget
+        await ctx.llm.start(messages, tools=self.schemas)
+        consecutive_errors = 0
+        while True:
+            try:
+                turn = await ctx.llm.generate()
+            except ContextLengthExceeded:
+                self._end(ctx, run, "length")
+                raise
+            run.turns += 1
+            run.final_text = turn.text
+            reply = self.parser.parse(turn.text).with_call_ids(f"call_{run.turns}_")
+            ctx.llm.describe_last_reply(assistant_message(reply))  # readable view: tool_calls
+            if not reply.calls and not reply.errors:
+                self._end(ctx, run, "stop" if turn.finish_reason != "length" else "length")
+                return run
+            observations, executed = await self._act(ctx, run, reply, deadline)
+            if run.ended == "submit":
+                return run
+            consecutive_errors = 0 if executed else consecutive_errors + 1
+            if consecutive_errors >= config.max_consecutive_errors:
+                self._end(ctx, run, "tool_errors")
+                raise AgentError(
+                    f"{consecutive_errors} turns in a row without a valid tool call",
+                    cause="invalid_tool_calls",
+                    finish_reason="tool_errors",
+                )
+            if ctx.llm.num_turns >= max_turns:
+                self._end(ctx, run, "max_turns")
+                raise AgentError(
+                    f"turn limit of {max_turns} reached without submitting",
+                    cause="max_turns",
+                    finish_reason="max_turns",
+                )
+            if time.monotonic() >= deadline:
+                self._end(ctx, run, "wall_time")
+                raise AgentError(
+                    f"wall-time limit of {budget:.0f} s reached without submitting",
+                    cause="wall_time",
+                    finish_reason="wall_time",
+                )
+            try:
+                await ctx.llm.add_messages(observations)
+            except ContextLengthExceeded:
+                self._end(ctx, run, "length")
+                raise
+
+    def _end(self, ctx: RolloutContext, run: AgentRun, reason: str) -> None:
+        run.ended = reason
+        ctx.set_finish_reason(reason)
+
+    async def _act(
+        self, ctx: RolloutContext, run: AgentRun, reply: ParsedReply, deadline: float
+    ) -> tuple[list[Message], int]:
+        """Run the reply's calls in order; returns the observations and how many ran."""
+        observations: list[Message] = []
+        executed = 0
+        for call in reply.calls:
+            text, ok = await self._call(ctx, run, call, deadline)
+            if not ok:
+                run.invalid_calls += 1
+                observations.append(tool_message(call, f"Error: {text}"))
+                continue
+            executed += 1
+            if self.tools[ALIASES.get(call.name, call.name)].ends_episode:
+                run.submission = dict(call.arguments)
+                self._end(ctx, run, "submit")
+                break
+            observations.append(tool_message(call, text))
+        if reply.errors:
+            # Malformed calls answer no call id: the feedback is a user turn.
+            run.invalid_calls += len(reply.errors)
+            hint = getattr(self.parser, "format_hint", None)
+            observations.append({"role": "user", "content": error_observation(reply, hint)})
+        return observations, executed
+
+    async def _call(
+        self, ctx: RolloutContext, run: AgentRun, call: ToolCall, deadline: float
+    ) -> tuple[str, bool]:
+        tool = self.tools.get(ALIASES.get(call.name, call.name))
+        if tool is None:
+            return f"unknown tool {call.name!r}; available tools: {', '.join(self.tools)}", False
+        problems = check_arguments(tool.parameters, call.arguments)
+        if problems:
+            return f"invalid arguments for {tool.name}: " + "; ".join(problems), False
+        timeout = max(
+            MIN_TOOL_TIMEOUT_S, min(self.config.tool_timeout_s, deadline - time.monotonic())
+        )
+        began = time.monotonic()
+        try:
+            text = await tool.call(
+                ctx.sandbox,
+                call.arguments,
+                limit_s=timeout,
+                max_chars=self.config.max_observation_chars,
+            )
+        except ActionRequestError as exc:  # the action server refused the arguments
+            return f"{tool.name}: {exc}", False
+        finally:
+            seconds = time.monotonic() - began
+            run.tool_calls[tool.name] += 1
+            run.tool_s += seconds
+            ctx.record_tool_call(tool.name, seconds)
+        return text, True

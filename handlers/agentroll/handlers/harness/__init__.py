@@ -1,0 +1,38 @@
+"""Third-party agent harnesses, run unmodified inside a rollout's sandbox.
+
+`HarnessConfig` (config.py) names a harness and its settings and turns it into a `Launch`;
+`run_harness` (runner.py) runs it behind the in-sandbox bridge (bridge.py) against the
+rollout's recording LLM proxy (`RolloutContext.open_llm_proxy`); `outcome_error` maps how it
+ended onto the outcome taxonomy. The `harness` built-in handler (builtin/harness.py) puts it
+together with an evaluator.
+"""
+
+from agentroll.handlers.harness.config import (
+    HarnessConfig,
+    Launch,
+    MiniSweAgentHarness,
+    ShellHarness,
+)
+from agentroll.handlers.harness.runner import (
+    BRIDGE_FAILED,
+    HarnessRun,
+    bridge_source,
+    new_folder,
+    outcome_error,
+    run_harness,
+)
+from agentroll.handlers.harness.view import TaskView
+
+__all__ = [
+    "BRIDGE_FAILED",
+    "HarnessConfig",
+    "HarnessRun",
+    "Launch",
+    "MiniSweAgentHarness",
+    "ShellHarness",
+    "TaskView",
+    "bridge_source",
+    "new_folder",
+    "outcome_error",
+    "run_harness",
+]

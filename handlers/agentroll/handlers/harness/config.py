@@ -1,0 +1,131 @@
+"""Which harness a job runs, and its settings: one pydantic model per harness, by `type`.
+
+    {"type": "mini_swe_agent", "mode": "toolcall", "step_limit": 40, "timeout_s": 900}
+    {"type": "shell", "command": "my-agent --task \"$AGENTROLL_INSTRUCTION\""}
+
+Each model turns itself into a `Launch` (argv, environment, files) for a given instruction;
+the runner adds the bridge and the endpoint (`OPENAI_BASE_URL`, `OPENAI_API_KEY`, ...).
+Adding a harness = one more model here with its `launch()`, added to `HarnessConfig`.
+"""
+
+import json
+import shlex
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+@dataclass(frozen=True)
+class Launch:
+    """How to start one harness run inside the sandbox (paths are sandbox paths)."""
+
+    argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, bytes] = field(default_factory=dict)
+    """Uploaded before the start: sandbox path -> content."""
+    report_file: str | None = None
+    """A JSON file the harness writes (its own trajectory), read back after the run."""
+
+
+class _Common(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    timeout_s: float = Field(900.0, gt=0, le=86_400)
+    """Wall time of the harness process; past it the harness is killed (`agent_error`)."""
+    max_calls: int | None = Field(None, ge=1, le=100_000)
+    """Model calls the proxy serves; None: the job's `limits.max_turns`."""
+    max_sampled_tokens: int | None = Field(None, ge=1)
+    """Tokens sampled over all calls; None: the job's `limits.max_response_tokens`."""
+    parser: str = "hermes"
+    """Tool-call parser for replies to requests that offer tools."""
+    python: str = "python3"
+    """Interpreter inside the sandbox that runs the bridge."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment for the harness."""
+
+    def launch(self, instruction: str, folder: str, model: str) -> Launch:
+        """`folder` is a fresh sandbox directory for this run's files; `model` the name the
+        proxy serves."""
+        raise NotImplementedError
+
+
+class ShellHarness(_Common):
+    """Any command line. It gets `OPENAI_BASE_URL`, `OPENAI_API_BASE`, `OPENAI_API_KEY`,
+    `OPENAI_MODEL`, `AGENTROLL_INSTRUCTION` and `AGENTROLL_INSTRUCTION_FILE`; a string runs
+    under `sh -c`, a list is an argv."""
+
+    type: Literal["shell"] = "shell"
+    command: str | list[str] = Field(..., min_length=1)
+
+    def launch(self, instruction: str, folder: str, model: str) -> Launch:
+        argv = ["sh", "-c", self.command] if isinstance(self.command, str) else self.command
+        path = f"{folder}/instruction.txt"
+        env = {
+            "AGENTROLL_INSTRUCTION": instruction,
+            "AGENTROLL_INSTRUCTION_FILE": path,
+            "OPENAI_MODEL": model,
+        }
+        return Launch(list(argv), {**env, **self.env}, {path: instruction.encode()})
+
+
+class MiniSweAgentHarness(_Common):
+    """mini-swe-agent (PyPI `mini-swe-agent`), unmodified, through its `mini` CLI.
+
+    `mode` picks its built-in config: `toolcall` (mini.yaml: a `bash` tool, OpenAI tool
+    calls) or `text` (mini_textbased.yaml: a fenced `mswea_bash_command` block). It finishes
+    by running `echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT`; its trajectory file is read back.
+    """
+
+    type: Literal["mini_swe_agent"] = "mini_swe_agent"
+    mode: Literal["toolcall", "text"] = "toolcall"
+    command: str = "mini"
+    config: str | None = None
+    """A config file name or sandbox path; None: the `mode`'s built-in one."""
+    step_limit: int = Field(0, ge=0)
+    """mini-swe-agent's own step limit (0: none; the proxy's `max_calls` still applies)."""
+    command_timeout_s: int = Field(60, ge=1)
+    """Limit of one bash command it runs."""
+    overrides: list[str] = Field(default_factory=list)
+    """Extra `-c key=value` specs, applied last."""
+
+    def launch(self, instruction: str, folder: str, model: str) -> Launch:
+        builtin = "mini.yaml" if self.mode == "toolcall" else "mini_textbased.yaml"
+        settings: dict[str, Any] = {
+            "agent": {"step_limit": self.step_limit, "cost_limit": 0},
+            "model": {
+                "model_class": "litellm" if self.mode == "toolcall" else "litellm_textbased",
+                "cost_tracking": "ignore_errors",
+            },
+            "environment": {"timeout": self.command_timeout_s},
+        }
+        overrides = f"{folder}/agentroll.yaml"
+        trajectory = f"{folder}/trajectory.json"
+        argv = [
+            self.command, "-y", "--exit-immediately", "--agent-class", "default",
+            "-m", f"openai/{model}", "-t", instruction,
+            "-c", self.config or builtin, "-c", overrides, "-o", trajectory,
+        ]  # fmt: skip
+        for spec in self.overrides:
+            argv += ["-c", spec]
+        env = {
+            # Run headless and offline: no first-run wizard, no banner, no cost-map download,
+            # and its files stay out of the repository it works on.
+            "MSWEA_CONFIGURED": "true",
+            "MSWEA_SILENT_STARTUP": "1",
+            "MSWEA_GLOBAL_CONFIG_DIR": f"{folder}/mswea",
+            "MSWEA_COST_TRACKING": "ignore_errors",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "NO_COLOR": "1",
+        }
+        # JSON is YAML: no YAML library needed to write the override file.
+        files = {overrides: json.dumps(settings).encode()}
+        return Launch(argv, {**env, **self.env}, files, report_file=trajectory)
+
+
+HarnessConfig = Annotated[ShellHarness | MiniSweAgentHarness, Field(discriminator="type")]
+
+
+def describe(launch: Launch) -> str:
+    """The command line, for logs and error messages (long arguments shortened)."""
+    return shlex.join(a if len(a) < 80 else a[:77] + "..." for a in launch.argv)

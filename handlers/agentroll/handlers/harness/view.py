@@ -1,0 +1,75 @@
+"""`TaskView`: the rollout's context as an evaluator handler expects to see it.
+
+A harness job wraps another task family's instance (`{"evaluator": "swe", "task": {...}}`).
+The evaluator's own `init`/`eval` read `ctx.instance`; the view shows them the inner task
+and passes everything else (sandboxes, state, LLM, proxy) straight through.
+"""
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from agentroll.handlers.context import (
+    LimitsView,
+    LLMProxy,
+    LLMSession,
+    ProxyLimits,
+    RolloutContext,
+)
+
+if TYPE_CHECKING:
+    from agentroll.runtime import Sandbox, SandboxSpec
+
+
+class TaskView:
+    def __init__(self, ctx: RolloutContext, instance: Mapping[str, Any]) -> None:
+        self._ctx = ctx
+        self._instance = instance
+
+    @property
+    def job_id(self) -> str:
+        return self._ctx.job_id
+
+    @property
+    def instance(self) -> Mapping[str, Any]:
+        return self._instance
+
+    @property
+    def limits(self) -> LimitsView:
+        return self._ctx.limits
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        return self._ctx.metadata
+
+    @property
+    def llm(self) -> LLMSession:
+        return self._ctx.llm
+
+    @property
+    def state(self) -> dict[str, Any]:
+        return self._ctx.state
+
+    @property
+    def sandbox(self) -> "Sandbox | None":
+        return self._ctx.sandbox
+
+    async def open_sandbox(self, spec: "SandboxSpec | None" = None) -> "Sandbox":
+        return await self._ctx.open_sandbox(spec)
+
+    async def open_llm_proxy(
+        self,
+        sandbox: "Sandbox | None" = None,
+        *,
+        limits: ProxyLimits | None = None,
+        parser: str = "hermes",
+    ) -> LLMProxy:
+        return await self._ctx.open_llm_proxy(sandbox, limits=limits, parser=parser)
+
+    def time_left(self) -> float:
+        return self._ctx.time_left()
+
+    def set_finish_reason(self, reason: str) -> None:
+        self._ctx.set_finish_reason(reason)
+
+    def record_tool_call(self, tool: str, seconds: float) -> None:
+        self._ctx.record_tool_call(tool, seconds)

@@ -1,0 +1,26 @@
+"""The per-rollout recording LLM proxy: any OpenAI-speaking agent harness, exact tokens.
+
+`open_proxy(session, socket_dir, ...)` (used by `JobContext.open_llm_proxy`) starts a
+`RolloutProxy` on a Unix socket in the sandbox's socket directory. See `rollout.py` for the
+request path, `chains.py` for how calls become token chains, `recording.py` for what the
+trajectory gets, and `http11.py` for the wire.
+
+Errors: the proxy answers harnesses with OpenAI error envelopes and reports its own failures
+as `agentroll.handlers.InfraError` (cause `llm_proxy_failed`); `http11.BadRequest(ValueError)`
+is a malformed request, answered 400.
+"""
+
+from agentroll.server.proxy.chains import Chain, ChainBook, Expectation, Piece
+from agentroll.server.proxy.recording import ProxyTrajectory
+from agentroll.server.proxy.rollout import MODEL_NAME, RolloutProxy, open_proxy
+
+__all__ = [
+    "MODEL_NAME",
+    "Chain",
+    "ChainBook",
+    "Expectation",
+    "Piece",
+    "ProxyTrajectory",
+    "RolloutProxy",
+    "open_proxy",
+]

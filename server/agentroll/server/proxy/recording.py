@@ -1,0 +1,93 @@
+"""What a rollout's proxy contributes to its trajectory.
+
+`trajectory_view` maps the main chain onto the fields `build_trajectory` reads from an LLM
+session (prompt/response ids, mask, logprobs, segments, messages, tools, timing counters),
+so the token fields keep every DESIGN §5 invariant exactly as for a handler-driven rollout.
+`report` is `metadata["llm_proxy"]`: the counts, the reason each chain broke, and every
+chain (the main one first; the others with their full token fields, since the trajectory's
+own fields hold only the main chain).
+"""
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agentroll.handlers import Message
+from agentroll.server.llm import TokenSession
+from agentroll.server.schema import Segment
+
+if TYPE_CHECKING:
+    from agentroll.server.proxy.rollout import RolloutProxy
+
+
+@dataclass(frozen=True)
+class ProxyTrajectory:
+    """The main chain, shaped like the `TokenSession` attributes a trajectory is built from."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    response_mask: list[int]
+    response_logprobs: list[float]
+    segments: list[Segment]
+    messages: list[Message]
+    tools: list[Message]
+    num_turns: int
+    llm_s: float
+    llm_calls: int
+    retries: list[dict[str, str]] = field(default_factory=list)
+
+
+def trajectory_view(proxy: "RolloutProxy", session: TokenSession) -> ProxyTrajectory | None:
+    main = proxy.book.main()
+    if main is None:
+        return None
+    return ProxyTrajectory(
+        prompt_ids=list(main.prompt_ids),
+        response_ids=list(main.response_ids),
+        response_mask=list(main.response_mask),
+        response_logprobs=list(main.response_logprobs),
+        segments=list(main.segments),
+        messages=list(main.messages),
+        tools=list(main.tools),
+        num_turns=len(main.calls),
+        llm_s=session.llm_s,
+        llm_calls=session.llm_calls,
+        retries=list(session.retries),
+    )
+
+
+def report(proxy: "RolloutProxy") -> dict[str, Any]:
+    book = proxy.book
+    main = book.main()
+    position = {id(c): i for i, c in enumerate(book.chains)}
+    ordered = ([main] if main is not None else []) + [c for c in book.chains if c is not main]
+    chains = []
+    for chain in ordered:
+        entry = chain.summary(position[id(chain)])
+        entry["main"] = chain is main
+        if chain is not main:
+            entry.update(chain.tokens_view())
+        chains.append(entry)
+    chain_of = {c.index: position[id(c)] for c in book.chains}
+    calls = []
+    for call in proxy.calls:
+        entry = dict(call)
+        if "chain_id" in entry:
+            entry["chain"] = chain_of.get(entry.pop("chain_id"))
+        calls.append(entry)
+    stop = proxy.stopped
+    return {
+        "calls": len(proxy.calls),
+        "num_chains": len(book.chains),
+        "main_chain": position[id(main)] if main is not None else None,
+        "prefix_extended": book.extended,
+        "prefix_broken": book.broken,
+        "sampled_tokens": proxy.sampled_tokens,
+        "context_overflows": proxy.context_overflows,
+        "mixed_version_segments": proxy.mixed_version_segments,
+        "refused": dict(proxy.refused),
+        "stopped": None
+        if stop is None
+        else {"kind": stop.kind, "cause": stop.cause, "message": stop.message},
+        "chains": chains,
+        "call_log": calls,
+    }

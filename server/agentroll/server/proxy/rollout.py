@@ -1,0 +1,405 @@
+"""`RolloutProxy`: one rollout's recording OpenAI-compatible endpoint.
+
+It serves `/v1/chat/completions` (plain and `stream: true`), `/v1/completions` (token-id
+prompts) and `/v1/models` on a Unix socket in the rollout's sandbox socket directory. Every
+request must carry the rollout's secret as its API key. Each chat call becomes token-level
+generation through the job's `TokenSession` (same backends, affinity, retries, pause gate and
+timing): the backend tokenizes the conversation, `ChainBook` decides which chain it extends
+and so the exact prompt ids, the backend samples through the gate, and the sampled ids and
+logprobs are recorded verbatim. The reply goes back in the OpenAI format, tool calls parsed
+with the rollout's parser.
+
+Caps (calls, sampled tokens, time) are checked as each call arrives: a call past a cap is
+refused with 403 and the proxy stops with kind `limit`; a backend the proxy cannot reach
+stops it with kind `infra` (503). The handler watches `wait_stopped()` to end the harness.
+"""
+
+import asyncio
+import hmac
+import logging
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from agentroll.handlers import (
+    ContextLengthExceeded,
+    InfraError,
+    LLMUnavailable,
+    Message,
+    ProxyLimits,
+    ProxyStop,
+)
+from agentroll.handlers.toolcalls import ToolCall, ToolCallParser, openai_tool_call
+from agentroll.server.llm import Backend, BackendError, Completion, TokenSession
+from agentroll.server.llm.gate import Flight, GenerationAborted
+from agentroll.server.proxy import openai_api as api
+from agentroll.server.proxy.chains import ChainBook, Expectation, Piece, Placement
+from agentroll.server.proxy.http11 import Request, Response, UnixHTTPServer, error_body
+from agentroll.server.proxy.recording import report, trajectory_view
+
+log = logging.getLogger("agentroll.server.proxy")
+
+MODEL_NAME = "policy"
+EXPECTATION_WAIT_S = 60.0
+
+
+class RolloutProxy:
+    def __init__(
+        self,
+        session: TokenSession,
+        *,
+        socket_path: Path,
+        inside_path: str,
+        limits: ProxyLimits,
+        max_sampled_tokens: int,
+        context_tokens: int | None,
+        parser: ToolCallParser,
+        label: str = "",
+    ) -> None:
+        self._session = session
+        self._server = UnixHTTPServer(socket_path, self.handle)
+        self._inside = inside_path
+        self._limits = limits
+        self._max_sampled = min(limits.max_sampled_tokens or max_sampled_tokens, max_sampled_tokens)
+        self._context_tokens = context_tokens
+        self._parser = parser
+        self._label = label or "rollout"
+        self._key = "arp-" + secrets.token_urlsafe(24)
+        self._opened = time.monotonic()
+        self._stop: ProxyStop | None = None
+        self._stopped = asyncio.Event()
+        self._listening = False
+        self._last_reply: str | None = None
+        self._closing: dict[bool, list[int]] = {}
+        self.book = ChainBook()
+        self.calls: list[dict[str, Any]] = []
+        self.sampled_tokens = 0
+        self.refused: dict[str, int] = {}
+        self.context_overflows = 0
+        self.mixed_version_segments = 0
+
+    # -- LLMProxy protocol ----------------------------------------------------------------
+    @property
+    def api_key(self) -> str:
+        return self._key
+
+    @property
+    def model(self) -> str:
+        return MODEL_NAME
+
+    @property
+    def socket_path(self) -> str:
+        return self._inside
+
+    @property
+    def stopped(self) -> ProxyStop | None:
+        return self._stop
+
+    @property
+    def last_reply(self) -> str | None:
+        return self._last_reply
+
+    async def wait_stopped(self) -> ProxyStop:
+        await self._stopped.wait()
+        assert self._stop is not None
+        return self._stop
+
+    def report(self) -> dict[str, Any]:
+        return report(self)
+
+    async def start(self) -> None:
+        try:
+            await self._server.start()
+            self._listening = True
+        except OSError as exc:
+            raise InfraError(
+                f"the LLM proxy cannot listen on {self._server.path}: {exc}",
+                cause="llm_proxy_failed",
+            ) from exc
+
+    @property
+    def listening(self) -> bool:
+        return self._listening
+
+    async def close(self) -> None:
+        self._listening = False
+        await self._server.close()
+        self.book.close()
+
+    def trajectory(self) -> Any:
+        """The main chain as the trajectory's token fields (None before any call)."""
+        return trajectory_view(self, self._session)
+
+    # -- HTTP ------------------------------------------------------------------------------
+    def _authorized(self, request: Request) -> bool:
+        given = request.headers.get("authorization", "")
+        token = given[7:].strip() if given[:7].lower() == "bearer " else ""
+        token = token or request.headers.get("api-key", "")
+        return hmac.compare_digest(token.encode(), self._key.encode())
+
+    def _refuse(self, why: str, status: int, message: str, type_: str) -> Response:
+        self.refused[why] = self.refused.get(why, 0) + 1
+        return Response(status, error_body(status, message, type_))
+
+    async def handle(self, request: Request) -> Response:
+        path = request.path.removeprefix("/v1")
+        if request.method == "GET" and path == "/health":
+            return Response(200, {"status": "ok"})
+        if not self._authorized(request):
+            return self._refuse(
+                "unauthorized", 401, "invalid API key for this rollout", "invalid_api_key"
+            )
+        if request.method == "GET" and path == "/models":
+            return Response(200, api.models_body(MODEL_NAME))
+        if request.method != "POST" or path not in ("/chat/completions", "/completions"):
+            return Response(
+                404, error_body(404, f"no route {request.method} {request.path}", "not_found")
+            )
+        refusal = self._admit()
+        if refusal is not None:
+            return refusal
+        try:
+            if path == "/chat/completions":
+                return await self._chat(api.parse_chat(request.json()))
+            return await self._completion(api.parse_completion(request.json()))
+        except ContextLengthExceeded as exc:
+            self.context_overflows += 1
+            return Response(
+                400,
+                error_body(400, f"maximum context length exceeded: {exc}", "invalid_request_error",
+                           "context_length_exceeded"),
+            )  # fmt: skip
+        except (LLMUnavailable, InfraError, BackendError) as exc:
+            cause = getattr(exc, "cause", None) or "llm_backend_error"
+            self._set_stop(ProxyStop("infra", cause, f"the LLM proxy could not generate: {exc}"))
+            return Response(503, error_body(503, str(exc), "server_error", "backend_unavailable"))
+
+    def _admit(self) -> Response | None:
+        """Refuse a call past a cap (and stop the proxy) or after it stopped."""
+        limits = self._limits
+        if self._stop is None:
+            if limits.max_calls is not None and len(self.calls) >= limits.max_calls:
+                self._set_stop(
+                    ProxyStop("limit", "max_calls", f"call cap of {limits.max_calls} reached")
+                )
+            elif self.sampled_tokens >= self._max_sampled:
+                self._set_stop(
+                    ProxyStop(
+                        "limit", "max_tokens", f"sampled-token cap of {self._max_sampled} reached"
+                    )
+                )
+            elif (
+                limits.time_limit_s is not None
+                and time.monotonic() - self._opened > limits.time_limit_s
+            ):
+                self._set_stop(
+                    ProxyStop(
+                        "limit", "time_limit", f"time cap of {limits.time_limit_s:g} s reached"
+                    )
+                )
+        if self._stop is None:
+            return None
+        if self._stop.kind == "limit":
+            return self._refuse("limit", 403, self._stop.message, "rollout_limit_exceeded")
+        return self._refuse("stopped", 503, self._stop.message, "server_error")  # fmt: skip
+
+    def _set_stop(self, stop: ProxyStop) -> None:
+        if self._stop is None:
+            self._stop = stop
+            self._stopped.set()
+            log.info("%s: LLM proxy stopped: %s (%s)", self._label, stop.cause, stop.message)
+
+    # -- calls -------------------------------------------------------------------------------
+    async def _chat(self, req: api.ChatRequest) -> Response:
+        began = time.monotonic()
+        index = self._new_call("chat", req.stream)
+        canonical = await self._session.tokenize_chat(
+            req.messages, req.tools, add_generation_prompt=True
+        )
+        expectations = await self.book.expectations(EXPECTATION_WAIT_S)
+        placement = self.book.place(index, canonical.token_ids, req.tools, expectations)
+        limit = self._context_tokens or canonical.max_model_len
+        pieces, text, finish = await self._generate(
+            index, placement, req.max_tokens, req.stop, limit
+        )
+        reply, finish = self._reply(index, text, finish, req.parse_tools)
+        self.book.commit(index, placement, pieces, [*req.messages, reply])
+        chain = placement.chain
+        chain.expectation = asyncio.create_task(
+            self._expect([*req.messages, reply], req.tools, len(canonical.token_ids)),
+            name=f"proxy-expect:{self._label}:{index}",
+        )
+        sampled = sum(len(p.token_ids) for p in pieces)
+        self._finish_record(index, placement, sampled, finish, began)
+        counts = api.usage(len(placement.prompt), sampled)
+        body = api.chat_body(f"chatcmpl-{self._label}-{index}", MODEL_NAME, reply, finish, counts)
+        if req.stream:
+            return Response(200, events=api.chat_events(body, req.include_usage))
+        return Response(200, body)
+
+    async def _completion(self, req: api.CompletionRequest) -> Response:
+        began = time.monotonic()
+        index = self._new_call("completion", req.stream)
+        placement = self.book.place(index, req.prompt_ids, [], None)
+        pieces, text, finish = await self._generate(
+            index, placement, req.max_tokens, req.stop, self._context_tokens
+        )
+        self.book.commit(index, placement, pieces, placement.chain.messages)
+        sampled = sum(len(p.token_ids) for p in pieces)
+        finish = "length" if finish in ("length", "abort") else "stop"
+        self._finish_record(index, placement, sampled, finish, began)
+        counts = api.usage(len(placement.prompt), sampled)
+        body = api.completion_body(f"cmpl-{self._label}-{index}", MODEL_NAME, text, finish, counts)
+        if req.stream:
+            return Response(200, events=api.completion_events(body, req.include_usage))
+        return Response(200, body)
+
+    def _new_call(self, kind: str, stream: bool) -> int:
+        self.calls.append({"call": len(self.calls), "kind": kind, "stream": stream})
+        return len(self.calls) - 1
+
+    def _finish_record(
+        self, index: int, placement: Placement, sampled: int, finish: str, began: float
+    ) -> None:
+        self.calls[index].update(
+            chain_id=placement.chain.index,
+            extended=not placement.new,
+            prompt_tokens=len(placement.prompt),
+            sampled_tokens=sampled,
+            finish_reason=finish,
+            seconds=round(time.monotonic() - began, 4),
+        )
+
+    def _reply(self, index: int, text: str, finish: str, parse: bool) -> tuple[Message, str]:
+        calls: tuple[ToolCall, ...] = ()
+        content: str | None = text
+        if parse:
+            parsed = self._parser.parse(text)
+            if parsed.ok:  # a malformed call: the harness sees the raw text, as vLLM does
+                parsed = parsed.with_call_ids(f"call_{index}_")
+                calls, content = parsed.calls, parsed.content
+        message: Message = {
+            "role": "assistant",
+            "content": content if content or not calls else None,
+        }
+        if calls:
+            message["tool_calls"] = [openai_tool_call(c) for c in calls]
+        if finish in ("length", "abort"):
+            return message, "length"
+        return message, "tool_calls" if calls else "stop"
+
+    async def _generate(
+        self,
+        index: int,
+        placement: Placement,
+        max_tokens: int | None,
+        stop: list[str],
+        limit: int | None,
+    ) -> tuple[list[Piece], str, str]:
+        """Sample one reply from `placement.prompt`; a pause may split it into pieces."""
+        sampling = self._session.sampling
+        wanted = min(x for x in (max_tokens, sampling.get("max_tokens"), 1 << 30) if x)
+        stops = list(dict.fromkeys([*(sampling.get("stop") or []), *stop]))
+        pieces: list[Piece] = []
+        texts: list[str] = []
+        got = 0
+        try:
+            while True:
+                budget = self._budget(wanted - got, len(placement.prompt) + got, limit)
+                prompt = placement.prompt + [t for p in pieces for t in p.token_ids]
+                params = {**sampling, "max_tokens": budget, "stop": stops}
+                try:
+                    completion, backend, flight = await self._session.sample(prompt, params)
+                except GenerationAborted:
+                    continue  # nothing came back: sample this part again after resume
+                pieces += self._pieces(completion, backend, flight)
+                texts.append(completion.text)
+                got += len(completion.token_ids)
+                self.sampled_tokens += len(completion.token_ids)
+                if completion.finish_reason != "abort" or got >= wanted:
+                    self._last_reply = "".join(texts)
+                    return pieces, self._last_reply, completion.finish_reason
+        except BaseException as exc:
+            self.calls[index]["error"] = type(exc).__name__
+            if pieces:  # keep what was sampled: the chain stays exact, the call just ends
+                self.book.commit(index, placement, pieces, placement.chain.messages)
+            else:
+                self.book.abandon(placement)
+            raise
+
+    def _budget(self, wanted: int, used: int, limit: int | None) -> int:
+        left = min(wanted, self._max_sampled - self.sampled_tokens)
+        if limit is not None:
+            room = limit - used
+            if room < 1:
+                raise ContextLengthExceeded(f"context of {limit} tokens is full ({used} used)")
+            left = min(left, room)
+        return max(left, 1)
+
+    def _pieces(self, completion: Completion, backend: Backend, flight: Flight) -> list[Piece]:
+        ids, lps, n = completion.token_ids, completion.logprobs, len(completion.token_ids)
+        gate = self._session.gate
+        if gate.kept_since(flight.epoch):
+            # Parked across a weight update (`keep`): split where the backend says it fell.
+            ranges = completion.weight_versions or []
+            splits = [int(start) for _, start, _ in ranges[1:]]
+            if len(splits) == 1 and 0 < splits[0] < n:
+                at = splits[0]
+                return [
+                    Piece(ids[:at], lps[:at], backend.id, flight.policy_version, "weight_update"),
+                    Piece(ids[at:], lps[at:], backend.id, gate.policy_version,
+                          completion.finish_reason),
+                ]  # fmt: skip
+            self.mixed_version_segments += 1
+        return [Piece(ids, lps, backend.id, flight.policy_version, completion.finish_reason)]
+
+    async def _expect(
+        self, conversation: list[Message], tools: list[Message], prompt_len: int
+    ) -> Expectation | None:
+        """Render the chain's tip as a continuation must begin (runs while the harness works)."""
+        try:
+            closed = await self._session.tokenize_chat(
+                conversation, tools, add_generation_prompt=False
+            )
+            has_calls = bool(conversation[-1].get("tool_calls"))
+            closing = self._closing.get(has_calls)
+            if closing is None:
+                opened = await self._session.tokenize_chat(
+                    conversation, tools, add_generation_prompt=False, continue_final_message=True
+                )
+                n = len(opened.token_ids)
+                if closed.token_ids[:n] != opened.token_ids:
+                    return None  # the template renders a finished turn inconsistently
+                closing = self._closing[has_calls] = closed.token_ids[n:]
+        except (LLMUnavailable, InfraError, BackendError, ContextLengthExceeded) as exc:
+            log.warning("%s: cannot render the reply for chain matching: %s", self._label, exc)
+            return None
+        return Expectation(list(closed.token_ids), list(closing), prompt_len)
+
+
+async def open_proxy(
+    session: TokenSession,
+    socket_dir: Path,
+    *,
+    inside_dir: str,
+    name: str,
+    limits: ProxyLimits,
+    parser: ToolCallParser,
+    max_sampled_tokens: int,
+    context_tokens: int | None,
+    label: str,
+) -> RolloutProxy:
+    """Start a rollout's proxy on `socket_dir/name` (seen as `inside_dir/name` in the sandbox)."""
+    proxy = RolloutProxy(
+        session,
+        socket_path=socket_dir / name,
+        inside_path=f"{inside_dir.rstrip('/')}/{name}",
+        limits=limits,
+        max_sampled_tokens=max_sampled_tokens,
+        context_tokens=context_tokens,
+        parser=parser,
+        label=label,
+    )
+    await proxy.start()
+    return proxy

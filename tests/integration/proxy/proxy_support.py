@@ -1,0 +1,85 @@
+"""A real scripted backend, the LLM layer, and one or more rollout proxies on Unix sockets."""
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from agentroll.handlers import ProxyLimits
+from agentroll.handlers.toolcalls import get_parser
+from agentroll.server.llm import BackendPool, HTTPClient, TokenSession
+from agentroll.server.llm.gate import GenerationGate
+from agentroll.server.proxy import RolloutProxy, open_proxy
+from agentroll.server.schema import BackendSpec
+from agentroll.server.scripted_llm import RuleRegistry, ScriptedLLMConfig
+from agentroll.server.scripted_llm import create_app as create_scripted_app
+from agentroll.server.serving import RunningServer, start_in_loop
+
+
+@dataclass
+class Rig:
+    backend: RunningServer
+    pool: BackendPool
+    gate: GenerationGate
+
+    def session(self, **sampling: Any) -> TokenSession:
+        return TokenSession(
+            self.pool,
+            sampling={"temperature": 1.0, "max_tokens": 256, **sampling},
+            max_response_tokens=32768,
+            max_context_tokens=None,
+            gate=self.gate,
+            request_timeout_s=30,
+        )
+
+    async def proxy(
+        self,
+        socket_dir: Path,
+        session: TokenSession | None = None,
+        limits: ProxyLimits | None = None,
+        name: str = "llm.sock",
+    ) -> RolloutProxy:
+        return await open_proxy(
+            session or self.session(seed=1),
+            socket_dir,
+            inside_dir=str(socket_dir),
+            name=name,
+            limits=limits or ProxyLimits(),
+            parser=get_parser("hermes"),
+            max_sampled_tokens=32768,
+            context_tokens=None,
+            label=name.split(".", maxsplit=1)[0],
+        )
+
+    async def backend_log(self) -> list[dict[str, Any]]:
+        async with httpx.AsyncClient(base_url=self.backend.url) as http:
+            return list((await http.get("/scripted/requests")).json()["requests"])
+
+
+@asynccontextmanager
+async def rig(
+    policy: str = "echo", rules: RuleRegistry | None = None, **config: Any
+) -> AsyncIterator[Rig]:
+    async with AsyncExitStack() as stack:
+        app = create_scripted_app(ScriptedLLMConfig(policy=policy, **config), rules)
+        backend = await start_in_loop(app)
+        stack.push_async_callback(backend.stop)
+        http = HTTPClient()
+        stack.push_async_callback(http.close)
+        pool = BackendPool(http)
+        pool.add(BackendSpec(id="scripted", base_url=backend.url))
+        yield Rig(backend, pool, GenerationGate())
+
+
+def client_for(proxy: RolloutProxy, key: str | None = None) -> httpx.AsyncClient:
+    """An HTTP client on the proxy's Unix socket, authenticated with `key` (default: its own)."""
+    headers = {} if key == "" else {"Authorization": f"Bearer {key or proxy.api_key}"}
+    return httpx.AsyncClient(
+        transport=httpx.AsyncHTTPTransport(uds=proxy.socket_path),
+        base_url="http://rollout/v1",
+        headers=headers,
+        timeout=30,
+    )

@@ -1,0 +1,80 @@
+"""mini-swe-agent, unmodified, solves a bundled SWE task through the recording proxy inside
+a bubblewrap sandbox, and the trajectory holds exactly the ids the backend sampled."""
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+from tests.conftest import ServerFactory
+from tests.integration.handlers.harness import (
+    request_log,
+    rollout_service,
+    run_jobs,
+    scripted_backend,
+)
+
+from agentroll.handlers.builtin.swe import load_swe_tasks
+from agentroll.server.schema import Outcome
+from agentroll.server.scripted_llm import default_rules
+from agentroll.server.scripted_llm.mini_swe_rule import mini_swe_rule
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="make test installs bubblewrap"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("minisweagent") is None,
+        reason="mini-swe-agent is not installed (pip install mini-swe-agent)",
+    ),
+]
+
+
+def _job(job_id: str, mode: str, seed: int = 3) -> dict:
+    task = load_swe_tasks()[0]
+    return {
+        "job_id": job_id,
+        "handler": "harness",
+        "instance": {
+            "harness": {"type": "mini_swe_agent", "mode": mode, "timeout_s": 240},
+            "evaluator": "swe",
+            "task": task.instance,
+        },
+        "sampling": {"seed": seed, "max_tokens": 512},
+        "limits": {"run_timeout_s": 300},
+    }
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("mode", ["toolcall", "text"])
+async def test_mini_swe_agent_solves_a_swe_task_with_exact_tokens(
+    agentroll_server: ServerFactory, tmp_path: Path, mode: str
+) -> None:
+    rules = default_rules()
+    rules.register("mini_swe", mini_swe_rule)
+    async with (
+        scripted_backend(wrong_rate=0.0, rules=rules, policy="mini_swe") as backend,
+        rollout_service(agentroll_server, tmp_path, backend) as client,
+    ):
+        t = (await run_jobs(client, [_job("mini", mode)], timeout_s=280))["mini"]
+        log = await request_log(backend)
+    assert t.outcome == Outcome.ok, (t.error, t.metadata.get("harness"))
+    assert t.reward == 1.0 and t.reward_info["resolved"] is True
+    assert t.finish_reason == "submit"
+    assert t.metadata["harness"]["exit_status"] == "Submitted"
+    assert t.artifacts["patch"].startswith("diff --git a/textkit/slug.py")
+    proxy = t.metadata["llm_proxy"]
+    # One agent loop: one chain, every call after the first extended it.
+    assert proxy["num_chains"] == 1 and proxy["prefix_broken"] == 0
+    assert proxy["calls"] == len(log) == 6 == proxy["prefix_extended"] + 1
+    assert t.num_turns == len(t.segments) == len(log)
+    for seg, call in zip(t.segments, log, strict=True):
+        # Invariant 1: the sampled ids, byte for byte, and their logprobs.
+        assert t.response_ids[seg.start : seg.end] == call["token_ids"]
+        assert t.response_logprobs[seg.start : seg.end] == call["logprobs"]
+        assert set(t.response_mask[seg.start : seg.end]) == {1}
+        # Invariant 3: every prompt continues exactly from the recorded tokens.
+        assert call["prompt_token_ids"] == t.prompt_ids + t.response_ids[: seg.start]
+    assert sum(t.response_mask) == sum(len(c["token_ids"]) for c in log)
+    assert t.segments[-1].end == len(t.response_ids)
+    # The readable view is the harness's own conversation, ending with the submit command.
+    assert t.messages[0]["role"] == "system" and "COMPLETE_TASK" in str(t.messages[-1])

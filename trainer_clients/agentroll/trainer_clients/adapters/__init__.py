@@ -1,0 +1,24 @@
+"""Trajectories -> what trainers consume. Needs numpy (`pip install numpy`); nothing else.
+
+- `pad_batch` / `PaddedBatch`: the trainer-neutral batch (input ids, attention and loss
+  masks, position ids, old logprobs, rewards, GRPO advantages), prompts left-padded and
+  responses right-padded so the response always starts at column `prompt_len`;
+- `grpo_advantages`: group-normalised advantages;
+- `to_verl`, `to_nemo_rl`, `to_openrlhf`: those trainers' field names and layouts, as
+  numpy arrays (wrap with `torch.from_numpy`); see deploy/README.md for the mapping tables.
+"""
+
+from agentroll.trainer_clients.adapters._numpy import require_numpy
+
+require_numpy()
+
+from agentroll.trainer_clients.adapters.batch import (  # noqa: E402
+    PaddedBatch,
+    grpo_advantages,
+    pad_batch,
+)
+from agentroll.trainer_clients.adapters.nemo_rl import to_nemo_rl  # noqa: E402
+from agentroll.trainer_clients.adapters.openrlhf import to_openrlhf  # noqa: E402
+from agentroll.trainer_clients.adapters.verl import to_verl  # noqa: E402
+
+__all__ = ["PaddedBatch", "grpo_advantages", "pad_batch", "to_nemo_rl", "to_openrlhf", "to_verl"]

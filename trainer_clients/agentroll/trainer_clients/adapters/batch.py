@@ -1,0 +1,133 @@
+"""The trainer-neutral padded batch and GRPO advantages.
+
+Layout (B samples, P = longest prompt, R = longest response):
+
+    column:          0 ........ P-1 | P ............. P+R-1
+    input_ids        pad.. prompt   | response ..... pad
+    attention_mask   0..0 1....1    | 1 ........ 1 0..0
+    loss_mask        0 ........ 0   | response_mask  0..0     (1 = sampled by the policy)
+    old_logprobs     0 ........ 0   | response_logprobs 0..0  (the sampler's, per token)
+
+`old_logprobs[b, t]` is the log-probability of `input_ids[b, t]` given the tokens before
+it: compare it with the model's logits at column t - 1. Masked columns carry 0.0.
+"""
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from agentroll.server.schema import Outcome, Trajectory
+from agentroll.trainer_clients.groups import Group
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float32]
+
+
+def grpo_advantages(
+    rewards: Sequence[float], group_ids: Sequence[str], *, scale: bool = True, eps: float = 1e-6
+) -> Floats:
+    """(r - mean of its group) / (sample std of its group + eps); `scale=False` skips the
+    division (Dr. GRPO). A group of one, or of equal rewards, gets advantage 0."""
+    values = np.asarray(rewards, dtype=np.float64)
+    out = np.zeros_like(values)
+    ids = np.asarray(group_ids, dtype=object)
+    for gid in dict.fromkeys(group_ids):
+        members = ids == gid
+        group = values[members]
+        centred = group - group.mean()
+        if scale and len(group) > 1:
+            centred = centred / (group.std(ddof=1) + eps)
+        out[members] = centred
+    return out.astype(np.float32)
+
+
+@dataclass
+class PaddedBatch:
+    input_ids: Ints
+    attention_mask: Ints
+    position_ids: Ints
+    loss_mask: Ints
+    old_logprobs: Floats
+    rewards: Floats
+    advantages: Floats
+    """One per sample; `token_advantages` broadcasts it over the loss mask."""
+    prompt_len: int
+    response_len: int
+    job_ids: list[str]
+    group_ids: list[str]
+    policy_versions: list[list[int]]
+
+    @property
+    def token_advantages(self) -> Floats:
+        return (self.advantages[:, None] * self.loss_mask).astype(np.float32)
+
+    def response(self, name: str) -> Any:
+        """The response columns of one array field (`input_ids`, `loss_mask`, ...)."""
+        return getattr(self, name)[:, self.prompt_len :]
+
+
+def trainable(items: Sequence[Trajectory | Group]) -> list[Trajectory]:
+    out: list[Trajectory] = []
+    for item in items:
+        if isinstance(item, Group):
+            if not item.valid:
+                raise ValueError(f"group {item.group_id} is invalid ({item.reason}): not trainable")
+            out += item.trajectories
+        else:
+            out.append(item)
+    return out
+
+
+def pad_batch(
+    items: Sequence[Trajectory | Group],
+    *,
+    pad_id: int = 0,
+    scale_advantages: bool = True,
+    max_len: int | None = None,
+) -> PaddedBatch:
+    """Pad valid groups (or trajectories) into one batch; advantages are normalised per
+    `group_id`. Trajectories without a usable reward (infra_error, ...) are refused."""
+    trajectories = trainable(items)
+    if not trajectories:
+        raise ValueError("nothing to batch")
+    for t in trajectories:
+        if t.outcome not in (Outcome.ok, Outcome.agent_error) or t.reward is None:
+            raise ValueError(f"{t.job_id}: outcome {t.outcome.value} has no reward to train on")
+    P = max(len(t.prompt_ids) for t in trajectories)
+    R = max(len(t.response_ids) for t in trajectories)
+    if max_len is not None and max_len < P + R:
+        raise ValueError(f"longest prompt + response is {P + R} tokens > max_len {max_len}")
+    B = len(trajectories)
+    input_ids = np.full((B, P + R), pad_id, dtype=np.int64)
+    attention = np.zeros((B, P + R), dtype=np.int64)
+    loss = np.zeros((B, P + R), dtype=np.int64)
+    logprobs = np.zeros((B, P + R), dtype=np.float32)
+    for b, t in enumerate(trajectories):
+        p, r = len(t.prompt_ids), len(t.response_ids)
+        input_ids[b, P - p : P] = t.prompt_ids
+        input_ids[b, P : P + r] = t.response_ids
+        attention[b, P - p : P + r] = 1
+        loss[b, P : P + r] = t.response_mask
+        logprobs[b, P : P + r] = np.where(
+            np.asarray(t.response_mask) == 1, t.response_logprobs, 0.0
+        )
+    positions = np.clip(np.cumsum(attention, axis=1) - 1, 0, None).astype(np.int64)
+    rewards = [float(t.reward or 0.0) for t in trajectories]
+    group_ids = [t.group_id or t.job_id for t in trajectories]
+    return PaddedBatch(
+        input_ids=input_ids,
+        attention_mask=attention,
+        position_ids=positions,
+        loss_mask=loss,
+        old_logprobs=logprobs,
+        rewards=np.asarray(rewards, dtype=np.float32),
+        advantages=grpo_advantages(rewards, group_ids, scale=scale_advantages),
+        prompt_len=P,
+        response_len=R,
+        job_ids=[t.job_id for t in trajectories],
+        group_ids=group_ids,
+        policy_versions=[list(t.policy_versions) for t in trajectories],
+    )

@@ -1,0 +1,125 @@
+"""What a GRPO group is to the collector: its spec, its result, and the running tally.
+
+A group is n samples of one prompt. The collector hands a group back only whole (`valid`,
+exactly n usable trajectories) or explicitly `valid=False` with the reason: never short, so
+a missing sample can never silently skew the group's baseline.
+"""
+
+import hashlib
+import statistics
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentroll.server.schema import JobRequest, Trajectory
+
+MAX_ID = 128  # the server's IDENTIFIER pattern allows at most 128 characters
+
+
+def sample_job_id(group_id: str, sample: int, attempt: int) -> str:
+    """`<group>-s<k>-r<attempt>`: deterministic, so a crashed trainer resubmits the same ids.
+
+    Over-long group ids are shortened with a hash so the id stays within 128 characters.
+    """
+    suffix = f"-s{sample}-r{attempt}"
+    if len(group_id) + len(suffix) > MAX_ID:
+        digest = hashlib.sha1(group_id.encode()).hexdigest()[:12]
+        group_id = f"{group_id[: MAX_ID - len(suffix) - 13]}.{digest}"
+    return group_id + suffix
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """n samples of `request` (a template: `job_id` and `group_id` are set per sample).
+
+    If the template's sampling has a `seed`, sample k uses `seed + k` (a retry of sample k
+    keeps its seed), so the samples of a group differ.
+    """
+
+    group_id: str
+    request: JobRequest
+    n: int
+
+    def sample(self, index: int, attempt: int) -> JobRequest:
+        sampling = self.request.sampling
+        if sampling.seed is not None:
+            sampling = sampling.model_copy(update={"seed": sampling.seed + index})
+        return self.request.model_copy(
+            update={
+                "job_id": sample_job_id(self.group_id, index, attempt),
+                "group_id": self.group_id,
+                "sampling": sampling,
+            }
+        )
+
+
+@dataclass
+class Group:
+    """A finished group. Train on it only if `valid`; then `trajectories` has exactly n."""
+
+    group_id: str
+    n: int
+    valid: bool
+    trajectories: list[Trajectory]
+    """Usable samples in sample order (fewer than n only when not valid)."""
+    reason: str | None = None
+    """Why the group is invalid."""
+    zero_variance: bool = False
+    """All rewards equal: GRPO's group-normalised advantage is zero for every sample."""
+    stale: list[str] = field(default_factory=list)
+    """Job ids kept although their policy lag exceeds the bound (stale="flag")."""
+    dropped: dict[str, int] = field(default_factory=dict)
+    """Samples not used, by cause (`infra_error`, `timed_out`, `stale`, ...)."""
+    jobs_submitted: int = 0
+    elapsed_s: float = 0.0
+
+    @property
+    def rewards(self) -> list[float]:
+        return [t.reward if t.reward is not None else 0.0 for t in self.trajectories]
+
+
+@dataclass
+class CollectorStats:
+    """Running counters a trainer can log (`as_dict()` is flat and JSON-friendly)."""
+
+    started: float = field(default_factory=time.monotonic)
+    groups_submitted: int = 0
+    groups_valid: int = 0
+    groups_invalid: int = 0
+    zero_variance: int = 0
+    jobs_submitted: int = 0
+    samples_used: int = 0
+    retries: int = 0
+    stale_dropped: int = 0
+    stale_flagged: int = 0
+    extras_cancelled: int = 0
+    dropped: Counter[str] = field(default_factory=Counter)
+    group_seconds: list[float] = field(default_factory=list)
+
+    @property
+    def groups_pending(self) -> int:
+        return self.groups_submitted - self.groups_valid - self.groups_invalid
+
+    def as_dict(self) -> dict[str, Any]:
+        elapsed = max(time.monotonic() - self.started, 1e-9)
+        done = self.groups_valid + self.groups_invalid
+        return {
+            "groups_submitted": self.groups_submitted,
+            "groups_valid": self.groups_valid,
+            "groups_invalid": self.groups_invalid,
+            "groups_pending": self.groups_pending,
+            "groups_per_s": round(self.groups_valid / elapsed, 3),
+            "zero_variance_groups": self.zero_variance,
+            "jobs_submitted": self.jobs_submitted,
+            "samples_used": self.samples_used,
+            "retries": self.retries,
+            "stale_dropped": self.stale_dropped,
+            "stale_flagged": self.stale_flagged,
+            "extras_cancelled": self.extras_cancelled,
+            **{f"dropped_{cause}": count for cause, count in sorted(self.dropped.items())},
+            "invalid_fraction": round(self.groups_invalid / done, 4) if done else 0.0,
+            "mean_group_s": round(statistics.fmean(self.group_seconds), 3)
+            if self.group_seconds
+            else 0.0,
+        }
