@@ -42,6 +42,7 @@ from agentroll.server.settings import Settings
 from agentroll.server.store import JobRow, JobStore, NewJob, StoreError
 
 log = logging.getLogger("agentroll.server")
+TEMPLATE_CHECK_TIMEOUT_S = 10.0
 PERSIST_RETRY_MIN_S = 0.2
 PERSIST_RETRY_MAX_S = 5.0
 
@@ -298,9 +299,24 @@ class JobService:
             log.exception("final_result of %s failed for job %s", job.request.handler, job.job_id)
             if verdict.outcome in (Outcome.ok, Outcome.agent_error):
                 verdict = Verdict(Outcome.infra_error, None, "final_result_failed", repr(exc))
+        if verdict.outcome in (Outcome.ok, Outcome.agent_error):
+            divergence = await self._template_divergence(ctx)
+            if divergence is not None:
+                extra.setdefault("metadata", {})["template_divergence"] = divergence
         job.finishing = True
         trajectory = build_trajectory(job, ctx, verdict, extra)
         await asyncio.shield(self._persist(job, trajectory))
+
+    async def _template_divergence(self, ctx: JobContext) -> int | None:
+        """Diagnostics only: bounded, and a failure to measure never fails the rollout."""
+        if not self.settings.measure_template_divergence or ctx.llm.num_turns < 2:
+            return None
+        try:
+            async with asyncio.timeout(TEMPLATE_CHECK_TIMEOUT_S):
+                return await ctx.llm.template_divergence()
+        except Exception as exc:
+            log.warning("could not measure template divergence: %r", exc)
+            return None
 
     async def _persist(self, job: LiveJob, trajectory: Trajectory) -> None:
         """Commit the result, retrying while the store refuses writes (e.g. a full disk).

@@ -77,6 +77,11 @@ class Settings(BaseSettings):
         False, description="On resume, also cancel running jobs that now lag beyond the bound."
     )
     health_interval_s: float = Field(5.0, gt=0, description="Backend health-check period.")
+    measure_template_divergence: bool = Field(
+        True,
+        description="After RUN of a multi-turn rollout, count where a canonical re-render of "
+        "the chat would differ from the recorded tokens (metadata.template_divergence).",
+    )
     backend_wait_s: float = Field(
         60.0, ge=0, description="How long a rollout waits for a backend to be registered."
     )

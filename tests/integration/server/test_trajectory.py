@@ -158,3 +158,23 @@ async def test_dead_backend_is_retried_elsewhere_and_recorded(
     assert t.outcome is Outcome.ok and t.reward == 1.0
     assert {s.backend_id for s in t.segments} == {"live"}
     assert any(r["backend"] == "dead" for r in t.metadata["llm_retries"])
+
+
+@pytest.mark.parametrize(("template", "diverges"), [("chatml", False), ("qwen3", True)])
+async def test_think_dropping_template_stays_exact_and_divergence_is_counted(
+    agentroll_server: ServerFactory, template: str, diverges: bool
+) -> None:
+    config = ScriptedLLMConfig(seed=3, thinking=True, chat_template=template)  # type: ignore[arg-type]
+    thinker = await start_in_loop(create_scripted_app(config))
+    try:
+        job = {"job_id": "t", "handler": "parrot", "instance": {"words": WORDS}}
+        t, log = await _rollout(agentroll_server, thinker, job)
+    finally:
+        await thinker.stop()
+    assert t.outcome is Outcome.ok and t.num_turns == len(WORDS)
+    for seg, call in zip(t.segments, log, strict=True):  # invariants 1 and 3 hold regardless
+        assert t.response_ids[seg.start : seg.end] == call["token_ids"]
+        assert call["prompt_token_ids"] == t.prompt_ids + t.response_ids[: seg.start]
+    assert all("<think>" in m["content"] for m in t.messages if m["role"] == "assistant")
+    # A trainer re-rendering this chat with the qwen3 template would rewrite 4 earlier turns.
+    assert t.metadata["template_divergence"] == (len(WORDS) - 1 if diverges else 0)

@@ -9,6 +9,8 @@ It records a trajectory as token ids, never as text:
   `<|im_end|>\\n`) are added only where the model did not sample them itself.
 """
 
+import asyncio
+import itertools
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -269,6 +271,28 @@ class TokenSession:
                 add_generation_prompt=add_generation_prompt,
                 continue_final_message=continue_final_message,
             )
+        )
+
+    async def template_divergence(self) -> int:
+        """Turns at which a canonical re-render of the conversation would rewrite history.
+
+        The recorded stream never re-renders earlier turns, so it stays exact (invariant 3);
+        a template that is not prefix-stable (e.g. Qwen3 dropping past `<think>` blocks)
+        makes a trainer's own re-render differ from it exactly this many times. Compared on
+        server-side tokenizations only.
+        """
+        ends = [i for i, m in enumerate(self._messages) if m.get("role") == "assistant"]
+        if len(ends) < 2:
+            return 0
+        renders = await asyncio.gather(
+            *(
+                self.tokenize_chat(self._messages[: i + 1], self.tools, add_generation_prompt=False)
+                for i in ends
+            )
+        )
+        return sum(
+            later.token_ids[: len(earlier.token_ids)] != earlier.token_ids
+            for earlier, later in itertools.pairwise(renders)
         )
 
     async def sample(

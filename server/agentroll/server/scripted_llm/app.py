@@ -69,7 +69,7 @@ def create_app(config: ScriptedLLMConfig, rules: RuleRegistry | None = None) -> 
         redoc_url=None,
         openapi_url=None,
     )
-    app.state.engine = Engine(config, tokenizer, get_chat_template(), policy)
+    app.state.engine = Engine(config, tokenizer, get_chat_template(config.chat_template), policy)
 
     @app.exception_handler(ProtocolError)
     async def _protocol_error(request: Request, exc: ProtocolError) -> Response:

@@ -41,6 +41,10 @@ class ScriptedLLMConfig(BaseModel):
     A comma-separated string is accepted too (`"echo,math"`)."""
     wrong_rate: float = Field(default=0.3, ge=0.0, le=1.0)
     """Probability that the `math` rule boxes a wrong answer (decided from seed + prompt)."""
+    chat_template: Literal["chatml", "qwen3"] = "chatml"
+    """`qwen3` drops `<think>` blocks of earlier turns when rendering (not prefix-stable)."""
+    thinking: bool = False
+    """Replies start with a `<think>...</think>` block, as reasoning models' do."""
     split_rate: float = Field(default=0.15, ge=0.0, le=1.0)
     """Probability that a merged token of the reply is emitted as two shorter tokens."""
     seed: int = 0

@@ -12,10 +12,12 @@ from array import array
 from agentroll.server.scripted_llm.config import VllmVersion
 from agentroll.server.scripted_llm.engine import Engine
 from agentroll.server.scripted_llm.errors import ProtocolError
-from agentroll.server.scripted_llm.policy import Conversation, RuleContext
+from agentroll.server.scripted_llm.policy import Conversation, Reply, RuleContext
 from agentroll.server.scripted_llm.sampling import Sample, SamplingParams, sample
 from agentroll.server.scripted_llm.template import ChatMessage, parse_chatml
 from agentroll.server.scripted_llm.tokenizer import ScriptedTokenizer
+
+THOUGHT = "The user wants this repeated exactly; I will answer with just that."
 
 
 def prompt_digest(ids: list[int]) -> str:
@@ -103,5 +105,7 @@ def generate(
     for choice in range(n):
         rng = random.Random(seed_text(engine, seed, greedy, choice, digest))
         reply = engine.policy.reply(conv, RuleContext(rng, engine.config.wrong_rate))
+        if engine.config.thinking:
+            reply = Reply(f"<think>{THOUGHT}</think>\n{reply.text}", reply.ends_turn)
         samples.append(sample(tok, reply, params, rng, engine.config.split_rate))
     return samples

@@ -65,7 +65,9 @@ def create_sglang_app(config: ScriptedLLMConfig, rules: RuleRegistry | None = No
         redoc_url=None,
         openapi_url=None,
     )
-    app.state.engine = Engine(config, get_tokenizer(), get_chat_template(), policy)
+    app.state.engine = Engine(
+        config, get_tokenizer(), get_chat_template(config.chat_template), policy
+    )
 
     @app.exception_handler(ProtocolError)
     async def _protocol_error(request: Request, exc: ProtocolError) -> Response:

@@ -95,14 +95,40 @@ def _normalise(message: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-class ChatTemplate:
-    """The compiled template (compile once; rendering is the only per-request work)."""
+_THINK = re.compile(r"<think>.*?</think>\s*", re.DOTALL)
 
-    def __init__(self, tokenizer: ScriptedTokenizer, source: str = CHATML_TEMPLATE) -> None:
+
+def _drop_past_thinking(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Qwen3's rule: reasoning is kept only for assistant turns after the last user query."""
+    last_query = max((i for i, m in enumerate(messages) if m["role"] == "user"), default=-1)
+    return [
+        {**m, "content": _THINK.sub("", m["content"] or "")}
+        if m["role"] == "assistant" and i < last_query
+        else m
+        for i, m in enumerate(messages)
+    ]
+
+
+class ChatTemplate:
+    """The compiled template (compile once; rendering is the only per-request work).
+
+    `drop_past_thinking` imitates Qwen3-style templates, which are not prefix-stable: an
+    assistant turn renders with its `<think>` block while it is the latest, without it once a
+    new user message follows.
+    """
+
+    def __init__(
+        self,
+        tokenizer: ScriptedTokenizer,
+        source: str = CHATML_TEMPLATE,
+        *,
+        drop_past_thinking: bool = False,
+    ) -> None:
         env = ImmutableSandboxedEnvironment(autoescape=False, keep_trailing_newline=True)
         env.filters["tojson"] = _tojson
         self._template = env.from_string(source.strip())
         self.tokenizer = tokenizer
+        self.drop_past_thinking = drop_past_thinking
 
     def render(
         self,
@@ -115,8 +141,11 @@ class ChatTemplate:
             raise ValueError(BOTH_PROMPT_FLAGS)
         if continue_final_message and not messages:
             raise ValueError("continue_final_message needs at least one message")
+        normalised = [_normalise(m) for m in messages]
+        if self.drop_past_thinking:
+            normalised = _drop_past_thinking(normalised)
         return self._template.render(
-            messages=[_normalise(m) for m in messages],
+            messages=normalised,
             tools=list(tools or []),
             add_generation_prompt=add_generation_prompt,
             continue_final_message=continue_final_message,
@@ -135,9 +164,12 @@ class ChatTemplate:
 
 
 @functools.cache
-def get_chat_template() -> ChatTemplate:
-    """The process-wide template bound to `get_tokenizer()`."""
-    return ChatTemplate(get_tokenizer())
+def get_chat_template(style: str = "chatml") -> ChatTemplate:
+    """The process-wide template bound to `get_tokenizer()`: `chatml` (Qwen2.5-like, prefix
+    stable) or `qwen3` (drops the reasoning of earlier turns)."""
+    if style not in ("chatml", "qwen3"):
+        raise ValueError(f"unknown chat template style {style!r}; known: chatml, qwen3")
+    return ChatTemplate(get_tokenizer(), drop_past_thinking=style == "qwen3")
 
 
 @dataclass(slots=True)
