@@ -29,7 +29,7 @@ def load_object(path: str) -> object:
     try:
         obj: object = importlib.import_module(module_name)
     except ImportError as exc:
-        raise RegistryError(f"cannot import {module_name!r} for handler {path!r}: {exc}") from exc
+        raise RegistryError(f"cannot import {module_name!r} (for {path!r}): {exc}") from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)

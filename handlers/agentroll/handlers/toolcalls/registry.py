@@ -6,11 +6,11 @@ built with no arguments). A name claimed twice is an error, never a silent overr
 name lists the known ones. Names match vLLM's `--tool-call-parser` values.
 """
 
-import importlib
 from collections.abc import Sequence
 from importlib.metadata import EntryPoint, entry_points
 
 from agentroll.handlers.errors import RegistryError
+from agentroll.handlers.registry import load_object
 from agentroll.handlers.toolcalls.base import (
     DuplicateParserError,
     SchemaAwareParser,
@@ -27,22 +27,6 @@ BUILTIN_PARSERS: dict[str, str] = {
     "llama3_json": "agentroll.handlers.toolcalls.llama3_json:Llama3JsonParser",
     "qwen3_coder": "agentroll.handlers.toolcalls.qwen3_coder:Qwen3CoderParser",
 }
-
-
-def _load(path: str) -> object:
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        raise RegistryError(f"not a 'module:attr' path: {path!r}")
-    try:
-        obj: object = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise RegistryError(f"cannot import {module_name!r} for parser {path!r}: {exc}") from exc
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError as exc:
-            raise RegistryError(f"{module_name!r} has no attribute {attr!r}") from exc
-    return obj
 
 
 def _as_parser(obj: object, origin: str) -> ToolCallParser:
@@ -99,11 +83,11 @@ class ParserRegistry:
                 raise DuplicateParserError(
                     f"entry point {entry.value!r} claims the built-in parser name {name!r}"
                 )
-            parser = _as_parser(_load(BUILTIN_PARSERS[name]), f"built-in {name!r}")
+            parser = _as_parser(load_object(BUILTIN_PARSERS[name]), f"built-in {name!r}")
         elif entry is not None:
             parser = _as_parser(entry.load(), f"entry point {name!r}")
         elif ":" in name:
-            parser = _as_parser(_load(name), repr(name))
+            parser = _as_parser(load_object(name), repr(name))
         else:
             raise UnknownParserError(name, self.names())
         self._loaded[name] = parser
