@@ -7,7 +7,6 @@ final trajectory; only after that commit is the result announced to trainers.
 """
 
 import asyncio
-import contextlib
 import hashlib
 import logging
 import time
@@ -17,16 +16,16 @@ from collections.abc import Iterable
 
 from agentroll.handlers import HandlerRegistry
 from agentroll.runtime import Runtime
+from agentroll.server.backends import BackendRegistry
 from agentroll.server.context import JobContext
 from agentroll.server.jobs import LiveJob
-from agentroll.server.llm import Backend, BackendPool, TokenSession
+from agentroll.server.llm import BackendPool, TokenSession
 from agentroll.server.llm.gate import GenerationGate
 from agentroll.server.logs import job_id_var
 from agentroll.server.metrics import ServerMetrics
 from agentroll.server.pipeline import Pipeline, Refused, Verdict
 from agentroll.server.results import STATUS_BY_OUTCOME, build_trajectory
 from agentroll.server.schema import (
-    BackendSpec,
     JobRequest,
     JobState,
     JobView,
@@ -77,6 +76,12 @@ class JobService:
         self.runtime = runtime
         self.metrics = metrics or ServerMetrics()
         self.teardowns: set[asyncio.Task[None]] = set()
+        self.backend_registry = BackendRegistry(
+            backends,
+            store,
+            drain_timeout_s=settings.llm_request_timeout_s,
+            background=self.teardowns,
+        )
         self.store = store
         self.registry = registry
         self.backends = backends
@@ -90,45 +95,10 @@ class JobService:
         self._closing = asyncio.Event()
         """Set at shutdown: wakes every long-poll so none holds the server up."""
 
-    # -- backends -------------------------------------------------------------------------
-    async def add_backend(self, spec: BackendSpec) -> tuple[Backend, bool]:
-        """Register (and persist) a backend; registrations survive a restart."""
-        backend, created = self.backends.add(spec)
-        if created:
-            try:
-                await self.store.save_backend(backend.id, backend.spec.model_dump_json())
-            except StoreError:
-                self.backends.remove(backend.id)
-                raise
-        return backend, created
-
-    def drain_backend(self, backend_id: str) -> Backend | None:
-        """No new requests to it; it is removed (and forgotten) once its in-flight calls end."""
-        backend = self.backends.get(backend_id)
-        if backend is None or backend.draining:
-            return backend
-        backend.draining = True
-        task = asyncio.create_task(self._remove_when_idle(backend), name=f"drain:{backend_id}")
-        self.teardowns.add(task)
-        task.add_done_callback(self.teardowns.discard)
-        return backend
-
-    async def _remove_when_idle(self, backend: Backend) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(backend.idle.wait(), self.settings.llm_request_timeout_s)
-        await self.remove_backend(backend.id)
-
-    async def remove_backend(self, backend_id: str) -> bool:
-        if self.backends.get(backend_id) is None:
-            return False
-        await self.store.delete_backend(backend_id)
-        return self.backends.remove(backend_id)
-
     # -- start and stop -------------------------------------------------------------------
     async def recover(self) -> None:
         """Restore registered backends; requeue (or fail) jobs a previous server left unfinished."""
-        for spec_json in await self.store.backends():
-            self.backends.add(BackendSpec.model_validate_json(spec_json))
+        await self.backend_registry.restore()
         rows = await self.store.unfinished()
         if not rows:
             return

@@ -21,7 +21,7 @@ async def add_backend(spec: BackendSpec, service: Service, response: Response) -
 
     Registrations are persisted: a restarted server knows its backends again."""
     try:
-        backend, created = await service.add_backend(spec)
+        backend, created = await service.backend_registry.add(spec)
     except BackendConflict as exc:
         raise ApiError(409, "conflict", str(exc)) from exc
     if not created:
@@ -32,7 +32,7 @@ async def add_backend(spec: BackendSpec, service: Service, response: Response) -
 @router.post("/backends/{backend_id}/drain", response_model=BackendView, status_code=202)
 async def drain_backend(backend_id: str, service: Service) -> BackendView:
     """Stop routing new requests to it; it is removed once its in-flight calls finish."""
-    backend = service.drain_backend(backend_id)
+    backend = service.backend_registry.drain(backend_id)
     if backend is None:
         raise ApiError(404, "not_found", f"no backend {backend_id!r}")
     return backend.view()
@@ -40,6 +40,6 @@ async def drain_backend(backend_id: str, service: Service) -> BackendView:
 
 @router.delete("/backends/{backend_id}", status_code=204)
 async def remove_backend(backend_id: str, service: Service) -> Response:
-    if not await service.remove_backend(backend_id):
+    if not await service.backend_registry.remove(backend_id):
         raise ApiError(404, "not_found", f"no backend {backend_id!r}")
     return Response(status_code=204)

@@ -1,0 +1,61 @@
+"""The persisted backend registry: what the trainer registered survives a server restart."""
+
+import asyncio
+import contextlib
+
+from agentroll.server.llm import Backend, BackendPool
+from agentroll.server.schema import BackendSpec
+from agentroll.server.store import JobStore, StoreError
+
+
+class BackendRegistry:
+    def __init__(
+        self,
+        pool: BackendPool,
+        store: JobStore,
+        *,
+        drain_timeout_s: float,
+        background: set["asyncio.Task[None]"],
+    ) -> None:
+        """`background` collects drain tasks so that shutdown can wait for them."""
+        self.pool = pool
+        self._store = store
+        self._drain_timeout_s = drain_timeout_s
+        self._background = background
+
+    async def restore(self) -> None:
+        for spec_json in await self._store.backends():
+            self.pool.add(BackendSpec.model_validate_json(spec_json))
+
+    async def add(self, spec: BackendSpec) -> tuple[Backend, bool]:
+        """Register (and persist) a backend; idempotent for an identical spec."""
+        backend, created = self.pool.add(spec)
+        if created:
+            try:
+                await self._store.save_backend(backend.id, backend.spec.model_dump_json())
+            except StoreError:
+                self.pool.remove(backend.id)
+                raise
+        return backend, created
+
+    def drain(self, backend_id: str) -> Backend | None:
+        """No new requests to it; it is removed (and forgotten) once its in-flight calls end."""
+        backend = self.pool.get(backend_id)
+        if backend is None or backend.draining:
+            return backend
+        backend.draining = True
+        task = asyncio.create_task(self._remove_when_idle(backend), name=f"drain:{backend_id}")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+        return backend
+
+    async def _remove_when_idle(self, backend: Backend) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(backend.idle.wait(), self._drain_timeout_s)
+        await self.remove(backend.id)
+
+    async def remove(self, backend_id: str) -> bool:
+        if self.pool.get(backend_id) is None:
+            return False
+        await self._store.delete_backend(backend_id)
+        return self.pool.remove(backend_id)
