@@ -114,10 +114,12 @@ def bwrap_argv(
         "--info-fd", str(info_fd), "--hostname", "sandbox",
     ]  # fmt: skip
     argv += root_args(spec.image)
-    for d in python_dirs:
-        argv += ["--ro-bind", d, d]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     argv += ["--size", str(spec.limits.tmp_bytes), "--tmpfs", "/tmp"]
+    # After the private /tmp: mounts apply in order, and an interpreter that lives under /tmp
+    # (a checkout or venv there) would otherwise be hidden by it.
+    for d in python_dirs:
+        argv += ["--ro-bind", d, d]
     if workspace is None:
         assert spec.limits.workspace_bytes is not None
         argv += ["--size", str(spec.limits.workspace_bytes), "--tmpfs", spec.workdir]

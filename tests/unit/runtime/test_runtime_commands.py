@@ -153,3 +153,14 @@ def test_env_file_quotes_values_for_the_shell() -> None:
 def test_missing_cli_is_a_clear_error() -> None:
     with pytest.raises(RuntimeUnavailable, match="not found"):
         detect_binary("/nonexistent/apptainer")
+
+
+def test_interpreter_under_tmp_is_mounted_after_the_private_tmp() -> None:
+    # bwrap applies mounts in order: a venv in /tmp/... bound before the sandbox's own /tmp
+    # tmpfs would be hidden by it (a checkout under /tmp could then start no sandbox).
+    argv = _bwrap(SandboxSpec(), python_dirs=("/tmp/checkout/.venv",))
+    tmpfs = next(i for i, a in enumerate(argv) if a == "--tmpfs" and argv[i + 1] == "/tmp")
+    bind = next(
+        i for i, a in enumerate(argv) if a == "--ro-bind" and argv[i + 1] == "/tmp/checkout/.venv"
+    )
+    assert bind > tmpfs
