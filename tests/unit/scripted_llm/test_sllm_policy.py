@@ -119,7 +119,10 @@ def test_registry_rejects_duplicates_and_names_known_rules() -> None:
     registry = default_rules()
     with pytest.raises(DuplicateRuleError):
         registry.register("echo", lambda c, x: None)
-    with pytest.raises(UnknownRuleError, match="known rules: code, default, echo, math, stem, swe"):
+    with pytest.raises(
+        UnknownRuleError,
+        match="known rules: code, default, echo, math, mini_swe, stem, swe",
+    ):
         registry.chain(["nope"])
 
 

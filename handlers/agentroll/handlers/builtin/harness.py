@@ -33,6 +33,7 @@ from agentroll.handlers.harness.config import HarnessConfig
 from agentroll.handlers.harness.runner import new_folder, outcome_error, run_harness
 from agentroll.handlers.harness.view import TaskView
 from agentroll.handlers.registry import load_object
+from agentroll.handlers.toolcalls import get_parser
 
 EVALUATORS = {
     "swe": "agentroll.handlers.builtin.swe:SweHandler",
@@ -70,6 +71,10 @@ class HarnessHandler(AgentHandler):
     def validate_instance(self, instance: dict[str, Any]) -> None:
         super().validate_instance(instance)
         spec = HarnessInstance.model_validate(instance)
+        try:
+            get_parser(spec.harness.parser)
+        except LookupError as exc:
+            raise ValueError(f"invalid {self.name} instance: harness.parser: {exc}") from exc
         evaluator(spec.evaluator).validate_instance(spec.task)
 
     @staticmethod

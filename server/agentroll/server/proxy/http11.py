@@ -207,6 +207,14 @@ class UnixHTTPServer:
             await self._serve(reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError, TimeoutError):
             pass  # the client went away mid-request: nothing to answer
+        except asyncio.CancelledError:
+            # `close()` ends its connections: finish quietly (asyncio would otherwise log
+            # each cancelled connection task as an error), unless this task is being cancelled
+            # by someone else too.
+            current = asyncio.current_task()
+            if current is None or current.cancelling() > 1:
+                raise
+            current.uncancel()
         finally:
             self._connections.discard(task)
             writer.close()

@@ -218,6 +218,7 @@ class RolloutProxy:
             req.messages, req.tools, add_generation_prompt=True
         )
         expectations = await self.book.expectations(EXPECTATION_WAIT_S)
+        self.calls[index]["backend_s"] = time.monotonic() - began  # grown by _generate
         placement = self.book.place(index, canonical.token_ids, req.tools, expectations)
         limit = self._context_tokens or canonical.max_model_len
         pieces, text, finish = await self._generate(
@@ -268,7 +269,8 @@ class RolloutProxy:
             prompt_tokens=len(placement.prompt),
             sampled_tokens=sampled,
             finish_reason=finish,
-            seconds=round(time.monotonic() - began, 4),
+            seconds=round(time.monotonic() - began, 6),
+            backend_s=round(self.calls[index].get("backend_s", 0.0), 6),
         )
 
     def _reply(self, index: int, text: str, finish: str, parse: bool) -> tuple[Message, str]:
@@ -309,10 +311,14 @@ class RolloutProxy:
                 budget = self._budget(wanted - got, len(placement.prompt) + got, limit)
                 prompt = placement.prompt + [t for p in pieces for t in p.token_ids]
                 params = {**sampling, "max_tokens": budget, "stop": stops}
+                asked = time.monotonic()
                 try:
                     completion, backend, flight = await self._session.sample(prompt, params)
                 except GenerationAborted:
                     continue  # nothing came back: sample this part again after resume
+                finally:
+                    record = self.calls[index]
+                    record["backend_s"] = record.get("backend_s", 0.0) + time.monotonic() - asked
                 pieces += self._pieces(completion, backend, flight)
                 texts.append(completion.text)
                 got += len(completion.token_ids)

@@ -119,6 +119,7 @@ def default_rules() -> RuleRegistry:
     task family: `math`, `code`, `swe`, `stem` (tool-using where the prompt offers tools)."""
     from agentroll.server.scripted_llm.code_rule import code_rule
     from agentroll.server.scripted_llm.math_rule import math_rule
+    from agentroll.server.scripted_llm.mini_swe_rule import mini_swe_rule
     from agentroll.server.scripted_llm.stem_rule import stem_rule
     from agentroll.server.scripted_llm.swe_rule import swe_rule
 
@@ -129,4 +130,5 @@ def default_rules() -> RuleRegistry:
     registry.register("code", code_rule)
     registry.register("swe", swe_rule)
     registry.register("stem", stem_rule)
+    registry.register("mini_swe", mini_swe_rule)
     return registry

@@ -1,0 +1,174 @@
+"""Harnesses run by the `harness` handler in real bubblewrap sandboxes, reaching the proxy
+only through the in-sandbox bridge: history rewrites, endless loops, crashes, a dead backend."""
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import ServerFactory
+from tests.integration.handlers.harness import (
+    request_log,
+    rollout_service,
+    run_jobs,
+    scripted_backend,
+)
+
+from agentroll.server.schema import Outcome, Trajectory
+
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(shutil.which("bwrap") is None, reason="make test installs bubblewrap"),
+]
+
+# A tiny OpenAI client on the standard library, as a harness inside the sandbox would have.
+CLIENT = """
+import json, os, sys, urllib.error, urllib.request
+BASE, KEY = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
+assert BASE.startswith("http://127.0.0.1:"), BASE
+def chat(messages, stream=False):
+    body = {"model": os.environ["OPENAI_MODEL"], "messages": messages, "stream": stream}
+    req = urllib.request.Request(BASE + "/chat/completions", json.dumps(body).encode(),
+        {"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        if not stream:
+            return json.load(resp)["choices"][0]["message"]
+        text = ""
+        for line in resp.read().decode().splitlines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                text += json.loads(line[6:])["choices"][0]["delta"].get("content") or ""
+        return {"role": "assistant", "content": text}
+def say(text):
+    return {"role": "user", "content": "Repeat after me: " + text}
+SYSTEM = {"role": "system", "content": "You repeat things."}
+"""
+
+REWRITER = (
+    CLIENT
+    + """
+h = [SYSTEM, say("one")]
+h += [chat(h), say("two")]
+h.append(chat(h))
+h = [SYSTEM, say("we said one and two; now three")]   # history summarised
+h += [chat(h, stream=True), say("the answer is \\\\boxed{210}")]
+h.append(chat(h))
+print("done")
+"""
+)
+
+LOOPER = (
+    CLIENT
+    + """
+h = [SYSTEM, say("again")]
+while True:   # never stops on its own, not even when refused
+    try:
+        h += [chat(h), say("again")]
+    except urllib.error.HTTPError as exc:
+        print("refused", exc.code, file=sys.stderr)
+"""
+)
+
+CRASHER = (
+    CLIENT
+    + """
+chat([SYSTEM, say("hello")])
+print("Traceback: something broke in the harness", file=sys.stderr)
+sys.exit(3)
+"""
+)
+
+
+def job(job_id: str, script: str, **harness: Any) -> dict[str, Any]:
+    return {
+        "job_id": job_id,
+        "handler": "harness",
+        "instance": {
+            "harness": {"type": "shell", "command": ["python3", "-c", script], **harness},
+            "evaluator": "math",
+            "task": {
+                "question": "What is the sum of the first 20 positive integers?",
+                "answer": "210",
+            },
+        },
+        "sampling": {"seed": 7},
+    }
+
+
+def assert_exact(t: Trajectory, chain: dict[str, Any] | None, log: list[dict[str, Any]]) -> None:
+    prompt = t.prompt_ids if chain is None else chain["prompt_ids"]
+    response = t.response_ids if chain is None else chain["response_ids"]
+    mask = t.response_mask if chain is None else chain["response_mask"]
+    segments = t.segments if chain is None else chain["segments"]
+    by_prompt = {tuple(e["prompt_token_ids"]): e for e in log}
+    for seg in segments:
+        start, end = (seg.start, seg.end) if chain is None else (seg["start"], seg["end"])
+        entry = by_prompt[tuple(prompt + response[:start])]
+        assert response[start:end] == entry["token_ids"] and set(mask[start:end]) == {1}
+
+
+@pytest.mark.timeout(120)
+async def test_harness_faults_end_as_the_outcome_taxonomy_says(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    jobs = [
+        job("rewrite", REWRITER),
+        job("loop", LOOPER, max_calls=4),
+        job("crash", CRASHER),
+    ]
+    async with (
+        scripted_backend(wrong_rate=0.0, policy="echo") as backend,
+        rollout_service(agentroll_server, tmp_path, backend) as client,
+    ):
+        done = await run_jobs(client, jobs, timeout_s=100)
+        log = await request_log(backend)
+
+    # A harness that rewrites its history: two chains, each exact, the break reported.
+    t = done["rewrite"]
+    assert t.outcome == Outcome.ok and t.reward == 1.0, t.error
+    proxy = t.metadata["llm_proxy"]
+    assert (proxy["num_chains"], proxy["prefix_extended"], proxy["prefix_broken"]) == (2, 2, 1)
+    main, other = proxy["chains"]
+    assert main["main"] and not other["main"]
+    broken = [c for c in proxy["chains"] if c["broken"] is not None]
+    assert [(c["calls"], c["broken"]["by_call"], c["broken"]["reason"]) for c in broken] == [
+        ([0, 1], 2, "history_rewritten")
+    ]
+    assert t.num_turns == 2 and len(t.segments) == 2
+    rewrite_log = [
+        e
+        for e in log
+        if any(e["prompt_token_ids"] == p for p in (t.prompt_ids, other["prompt_ids"]))
+    ]
+    assert len(rewrite_log) == 2  # each chain's first call
+    assert_exact(t, None, log)
+    assert_exact(t, other, log)
+
+    # A harness that loops forever is stopped at its call cap: agent_error, still scored.
+    t = done["loop"]
+    assert t.outcome == Outcome.agent_error and t.error is not None
+    assert t.error.type == "harness_max_calls" and t.finish_reason == "max_turns"
+    assert t.reward == 0.0 and t.metadata["llm_proxy"]["calls"] == 4
+    assert t.metadata["harness"]["stopped_by_proxy"] == "max_calls"
+    assert t.num_turns == 4
+    assert_exact(t, None, log)
+
+    # A harness that crashes: agent_error with its exit code and stderr tail.
+    t = done["crash"]
+    assert t.outcome == Outcome.agent_error and t.error is not None
+    assert t.error.type == "harness_crashed"
+    assert "exit code 3" in t.error.message and "something broke" in t.error.message
+    assert t.metadata["harness"]["exit_code"] == 3 and t.num_turns == 1
+
+
+@pytest.mark.timeout(60)
+async def test_a_dead_backend_is_infra_error_not_a_reward(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    async with (
+        scripted_backend(wrong_rate=0.0, policy="echo", fail_rate=1.0) as backend,
+        rollout_service(agentroll_server, tmp_path, backend) as client,
+    ):
+        t = (await run_jobs(client, [job("dead", LOOPER)], timeout_s=50))["dead"]
+    assert t.outcome == Outcome.infra_error and t.reward is None
+    assert t.error is not None and t.error.type == "llm_backend_unavailable"
+    assert t.metadata["llm_proxy"]["stopped"]["kind"] == "infra"

@@ -1,0 +1,99 @@
+"""The harness family: launches, instance validation, and how a run maps onto outcomes."""
+
+import json
+
+import pytest
+
+from agentroll.handlers import AgentError, InfraError, ProxyStop
+from agentroll.handlers.builtin.harness import HarnessHandler
+from agentroll.handlers.builtin.swe import load_swe_tasks
+from agentroll.handlers.harness import (
+    HarnessRun,
+    MiniSweAgentHarness,
+    ShellHarness,
+    outcome_error,
+)
+
+
+def test_a_shell_harness_gets_the_instruction_in_env_and_file() -> None:
+    launch = ShellHarness(command="agent --go").launch("Fix it.", "/tmp/h", "policy")
+    assert launch.argv == ["sh", "-c", "agent --go"]
+    assert launch.env["AGENTROLL_INSTRUCTION"] == "Fix it."
+    assert launch.env["OPENAI_MODEL"] == "policy"
+    assert launch.files == {"/tmp/h/instruction.txt": b"Fix it."}
+    argv = ShellHarness(command=["python3", "a.py"], env={"K": "v"}).launch("x", "/t", "m")
+    assert argv.argv == ["python3", "a.py"] and argv.env["K"] == "v"
+
+
+@pytest.mark.parametrize(
+    ("mode", "config", "model_class"),
+    [("toolcall", "mini.yaml", "litellm"), ("text", "mini_textbased.yaml", "litellm_textbased")],
+)
+def test_mini_swe_agent_runs_headless_against_the_served_model(
+    mode: str, config: str, model_class: str
+) -> None:
+    harness = MiniSweAgentHarness(mode=mode, step_limit=7, overrides=["agent.x=1"])
+    launch = harness.launch("Solve the issue.", "/tmp/h", "policy")
+    argv = launch.argv
+    assert argv[0] == "mini" and "-y" in argv and "--exit-immediately" in argv
+    assert argv[argv.index("-m") + 1] == "openai/policy"
+    assert argv[argv.index("-t") + 1] == "Solve the issue."
+    assert argv[argv.index("-c") + 1] == config and argv[-2:] == ["-c", "agent.x=1"]
+    settings = json.loads(launch.files["/tmp/h/agentroll.yaml"])
+    assert settings["agent"]["step_limit"] == 7
+    assert settings["model"]["model_class"] == model_class
+    assert launch.env["MSWEA_CONFIGURED"] == "true"
+    assert launch.env["MSWEA_GLOBAL_CONFIG_DIR"].startswith("/tmp/h/")
+    assert launch.report_file == "/tmp/h/trajectory.json"
+
+
+def test_instances_are_checked_down_to_the_evaluators_task() -> None:
+    handler = HarnessHandler()
+    task = load_swe_tasks()[0].instance
+    handler.validate_instance({"harness": {"type": "mini_swe_agent"}, "task": task})
+    with pytest.raises(ValueError, match="harness"):
+        handler.validate_instance({"harness": {"type": "nope"}, "task": task})
+    with pytest.raises(ValueError, match="invalid swe instance"):
+        handler.validate_instance({"harness": {"type": "shell", "command": "x"}, "task": {}})
+    with pytest.raises(ValueError, match="unknown tool-call parser 'xml9'"):
+        handler.validate_instance(
+            {"harness": {"type": "shell", "command": "x", "parser": "xml9"}, "task": task}
+        )
+    with pytest.raises(ValueError, match="evaluator"):
+        handler.validate_instance(
+            {"harness": {"type": "shell", "command": "x"}, "evaluator": "chess", "task": {}}
+        )
+
+
+def run(**kw: object) -> HarnessRun:
+    base: dict = dict(
+        exit_code=0,
+        timed_out=False,
+        stopped=None,
+        stdout_tail="",
+        stderr_tail="",
+        seconds=1.0,
+        report=None,
+    )
+    return HarnessRun(**{**base, **kw})
+
+
+def test_how_a_run_ends_decides_the_outcome() -> None:
+    assert outcome_error(run(), 60) is None
+    crash = outcome_error(run(exit_code=2, stderr_tail="Traceback...\nKeyError: 'x'"), 60)
+    assert isinstance(crash, AgentError) and crash.cause == "harness_crashed"
+    assert "exit code 2" in str(crash) and "KeyError" in str(crash)
+    slow = outcome_error(run(exit_code=None, timed_out=True), 60)
+    assert isinstance(slow, AgentError) and slow.cause == "harness_timeout"
+    assert slow.finish_reason == "time_limit"
+    capped = outcome_error(run(stopped=ProxyStop("limit", "max_tokens", "cap")), 60)
+    assert isinstance(capped, AgentError) and capped.cause == "harness_max_tokens"
+    assert capped.finish_reason == "length"
+    infra = outcome_error(run(stopped=ProxyStop("infra", "llm_backend_unavailable", "down")), 60)
+    assert isinstance(infra, InfraError) and infra.cause == "llm_backend_unavailable"
+    bridge = outcome_error(
+        run(exit_code=222, stderr_tail="agentroll-bridge: the LLM proxy socket is gone"), 60
+    )
+    assert isinstance(bridge, InfraError) and bridge.cause == "llm_proxy_bridge_failed"
+    # A harness that happens to exit 222 on its own is still the harness's doing.
+    assert isinstance(outcome_error(run(exit_code=222, stderr_tail="oops"), 60), AgentError)

@@ -1,0 +1,128 @@
+"""ChainBook: which chain a call extends, what it appends, and why chains break."""
+
+from agentroll.server.proxy.chains import ChainBook, Expectation, Piece
+
+CLOSE = [90, 91]  # e.g. `<|im_end|>`, `\n`
+
+
+def piece(ids: list[int], version: int = 0, finish: str = "stop") -> Piece:
+    return Piece(ids, [-0.5] * len(ids), "b0", version, finish)
+
+
+def start(book: ChainBook, call: int, prompt: list[int], sampled: list[int]) -> None:
+    placement = book.place(call, prompt, [], {})
+    book.commit(call, placement, [piece(sampled)], [{"role": "user", "content": str(call)}])
+
+
+def test_a_continuation_appends_glue_and_new_tokens_and_keeps_sampled_ids() -> None:
+    book = ChainBook()
+    start(book, 0, [1, 2, 3], [40, 41, 90])  # the model sampled its own `<|im_end|>`
+    # Canonically the reply renders differently ([44, 45]), as re-tokenized text does.
+    exp = Expectation(ids=[1, 2, 3, 44, 45, 90, 91], closing=CLOSE, prompt_len=3)
+    canonical = [*exp.ids, 7, 8, 9]
+    placement = book.place(1, canonical, [], {book.chains[0].index: exp})
+    assert not placement.new
+    assert placement.observation == [91, 7, 8, 9]  # the rest of the glue, then the news
+    assert placement.prompt == [1, 2, 3, 40, 41, 90, 91, 7, 8, 9]
+    book.commit(1, placement, [piece([50, 51])], [])
+    chain = book.chains[0]
+    assert chain.response_ids == [40, 41, 90, 91, 7, 8, 9, 50, 51]
+    assert chain.response_mask == [1, 1, 1, 0, 0, 0, 0, 1, 1]
+    assert chain.response_logprobs == [-0.5] * 3 + [0.0] * 4 + [-0.5] * 2
+    assert [(s.start, s.end) for s in chain.segments] == [(0, 3), (7, 9)]
+    assert (book.extended, book.broken, chain.calls) == (1, 0, [0, 1])
+
+
+def test_glue_is_added_whole_when_the_model_did_not_sample_it() -> None:
+    book = ChainBook()
+    start(book, 0, [1], [40])
+    exp = Expectation(ids=[1, 44, 90, 91], closing=CLOSE, prompt_len=1)
+    placement = book.place(1, [*exp.ids, 5], [], {book.chains[0].index: exp})
+    assert placement.observation == [90, 91, 5]
+
+
+def test_a_token_prompt_extends_a_chain_literally() -> None:
+    book = ChainBook()
+    start(book, 0, [1, 2], [3, 4])
+    placement = book.place(1, [1, 2, 3, 4, 5], [], None)
+    assert not placement.new and placement.observation == [5]
+
+
+def test_rewritten_history_starts_a_chain_and_records_where_it_diverged() -> None:
+    book = ChainBook()
+    start(book, 0, [1, 2, 3], [40])
+    exp = Expectation(ids=[1, 2, 3, 44, 90, 91], closing=CLOSE, prompt_len=3)
+    placement = book.place(1, [1, 2, 9, 9, 9, 9, 9], [], {book.chains[0].index: exp})
+    assert placement.new and placement.prompt == [1, 2, 9, 9, 9, 9, 9]
+    first = book.chains[0]
+    assert first.broken is not None
+    assert (first.broken.by_call, first.broken.reason, first.broken.at_token) == (
+        1,
+        "history_rewritten",
+        2,
+    )
+    assert book.broken == 1
+
+
+def test_an_edited_reply_and_a_repeated_request_have_their_own_reasons() -> None:
+    exp = Expectation(ids=[1, 2, 3, 44, 90, 91], closing=CLOSE, prompt_len=3)
+    book = ChainBook()
+    start(book, 0, [1, 2, 3], [40])
+    book.place(1, [1, 2, 3, 45, 90, 91, 6], [], {book.chains[0].index: exp})
+    broken = book.chains[0].broken
+    assert broken is not None and (broken.reason, broken.at_token) == ("reply_rewritten", 3)
+
+    book = ChainBook()
+    start(book, 0, [1, 2, 3], [40])
+    book.place(1, list(exp.ids), [], {book.chains[0].index: exp})
+    broken = book.chains[0].broken
+    assert broken is not None and broken.reason == "no_new_messages"
+
+
+def test_a_call_while_the_chain_is_sampling_is_a_concurrent_fork() -> None:
+    book = ChainBook()
+    first = book.place(0, [1, 2], [], {})
+    second = book.place(1, [1, 2], [], {})
+    assert second.new and second.chain is not first.chain
+    assert first.chain.broken is not None and first.chain.broken.reason == "concurrent_call"
+
+
+def test_returning_to_an_older_chain_marks_the_one_left() -> None:
+    book = ChainBook()
+    start(book, 0, [1, 2], [3])
+    start(book, 1, [7, 7], [8])  # a side call: new chain
+    placement = book.place(2, [1, 2, 3, 4], [], None)
+    assert placement.chain is book.chains[0]
+    side = book.chains[1]
+    assert side.broken is not None and side.broken.reason == "left_for_another_chain"
+
+
+def test_a_failed_call_leaves_the_book_as_it_was() -> None:
+    book = ChainBook()
+    start(book, 0, [1, 2], [3])
+    placement = book.place(1, [5, 5], [], None)
+    book.abandon(placement)
+    assert len(book.chains) == 1 and book.chains[0].broken is None and book.broken == 0
+    assert not book.chains[0].busy
+    assert not book.place(2, [1, 2, 3, 4], [], None).new  # still extendable
+
+
+def test_the_main_chain_has_the_most_sampled_tokens_ties_going_to_the_earliest() -> None:
+    book = ChainBook()
+    start(book, 0, [1], [2, 3])
+    start(book, 1, [9], [8, 7, 6])
+    assert book.main() is book.chains[1]
+    start(book, 2, [5], [4, 4, 4])
+    assert book.main() is book.chains[1]
+
+
+def test_a_paused_call_records_one_segment_per_piece() -> None:
+    book = ChainBook()
+    placement = book.place(0, [1], [], {})
+    book.commit(0, placement, [piece([2, 3], 0, "abort"), piece([4], 1)], [])
+    chain = book.chains[0]
+    assert [(s.start, s.end, s.policy_version, s.finish_reason) for s in chain.segments] == [
+        (0, 2, 0, "abort"),
+        (2, 3, 1, "stop"),
+    ]
+    assert chain.last_sampled == [2, 3, 4]
