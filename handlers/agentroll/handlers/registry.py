@@ -38,6 +38,18 @@ def load_object(path: str) -> object:
     return obj
 
 
+def discover_entry_points(group: str, duplicate: type[RegistryError]) -> dict[str, EntryPoint]:
+    """Installed entry points of `group` by name; one name claimed twice raises `duplicate`."""
+    found: dict[str, EntryPoint] = {}
+    for ep in entry_points(group=group):
+        if ep.name in found and found[ep.name].value != ep.value:
+            raise duplicate(
+                f"entry point {ep.name!r} is declared twice: {found[ep.name].value} and {ep.value}"
+            )
+        found[ep.name] = ep
+    return found
+
+
 def _as_handler_class(obj: object, origin: str) -> type[AgentHandler]:
     if not (isinstance(obj, type) and issubclass(obj, AgentHandler)):
         raise RegistryError(f"{origin} is not an AgentHandler subclass: {obj!r}")
@@ -60,15 +72,7 @@ class HandlerRegistry:
 
     def _discovered(self) -> dict[str, EntryPoint]:
         if self._entry_points is None:
-            found: dict[str, EntryPoint] = {}
-            for ep in entry_points(group=ENTRY_POINT_GROUP):
-                if ep.name in found and found[ep.name].value != ep.value:
-                    raise DuplicateHandlerError(
-                        f"entry point {ep.name!r} is declared twice: {found[ep.name].value} "
-                        f"and {ep.value}"
-                    )
-                found[ep.name] = ep
-            self._entry_points = found
+            self._entry_points = discover_entry_points(ENTRY_POINT_GROUP, DuplicateHandlerError)
         return self._entry_points
 
     def names(self) -> list[str]:

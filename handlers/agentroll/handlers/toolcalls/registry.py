@@ -7,10 +7,10 @@ name lists the known ones. Names match vLLM's `--tool-call-parser` values.
 """
 
 from collections.abc import Sequence
-from importlib.metadata import EntryPoint, entry_points
+from importlib.metadata import EntryPoint
 
 from agentroll.handlers.errors import RegistryError
-from agentroll.handlers.registry import load_object
+from agentroll.handlers.registry import discover_entry_points, load_object
 from agentroll.handlers.toolcalls.base import (
     DuplicateParserError,
     SchemaAwareParser,
@@ -58,15 +58,7 @@ class ParserRegistry:
 
     def _discovered(self) -> dict[str, EntryPoint]:
         if self._entry_points is None:
-            found: dict[str, EntryPoint] = {}
-            for ep in entry_points(group=ENTRY_POINT_GROUP):
-                if ep.name in found and found[ep.name].value != ep.value:
-                    raise DuplicateParserError(
-                        f"entry point {ep.name!r} is declared twice: {found[ep.name].value} "
-                        f"and {ep.value}"
-                    )
-                found[ep.name] = ep
-            self._entry_points = found
+            self._entry_points = discover_entry_points(ENTRY_POINT_GROUP, DuplicateParserError)
         return self._entry_points
 
     def names(self) -> list[str]:
