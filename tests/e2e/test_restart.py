@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.integration.faults.support import drain, sandbox_pids, wait_ready
+from tests.integration.faults.support import drain, lease_ids, sandbox_pids, wait_ready
 
 from agentroll.server.launch import agentroll_process
 from agentroll.server.schema import Outcome
@@ -84,9 +84,14 @@ def test_sigkill_mid_run_then_restart_loses_nothing(tmp_path: Path, on_restart: 
 
 
 def test_restart_after_sigkill_leaves_no_sandbox_behind(tmp_path: Path) -> None:
-    ours = sandbox_pids
-    before = ours()
     state_dir = tmp_path / "sandboxes"
+    seen: set[str] = set()
+
+    def ours() -> set[int]:
+        """Processes of this test's sandboxes only (other runs may share the machine)."""
+        seen.update(lease_ids(state_dir))
+        return sandbox_pids(seen)
+
     env = {"AGENTROLL_SANDBOX": json.dumps({"type": "bwrap", "state_dir": str(state_dir)})}
     db = str(tmp_path / "agentroll.db")
     handler = "tests.integration.server.sandbox_handlers:Sleeper"
@@ -97,7 +102,7 @@ def test_restart_after_sigkill_leaves_no_sandbox_behind(tmp_path: Path) -> None:
         deadline = time.monotonic() + 60
         while client.status().jobs_by_state.get("run", 0) < 6 and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert len(ours() - before) >= 6  # live sandbox processes
+        assert len(ours()) >= 6  # live sandbox processes
         assert len(list((state_dir / "leases").iterdir())) >= 6  # one lease per sandbox
         first.kill()
         client.close()
@@ -105,9 +110,9 @@ def test_restart_after_sigkill_leaves_no_sandbox_behind(tmp_path: Path) -> None:
         client = wait_ready(second.url)
         assert sorted(client.cancel_where(all=True)) == [j["job_id"] for j in jobs]  # requeued
         deadline = time.monotonic() + 30
-        while ours() - before and time.monotonic() < deadline:
+        while ours() and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert ours() - before == set()
+        assert ours() == set()
         # the dead server's leases were reaped at start, the new server's at teardown
         assert list((state_dir / "leases").iterdir()) == []
         assert list((state_dir / "sb").iterdir()) == []

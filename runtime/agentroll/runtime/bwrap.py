@@ -242,6 +242,9 @@ class BwrapRuntime(BaseRuntime):
             await sb.launch(
                 [*join_cgroup_argv(sb.cgroup_procs), *argv], launcher_env, pass_fds=[write_fd]
             )
+        except BaseException:
+            os.close(read_fd)  # _read_info, which owns it otherwise, will not run
+            raise
         finally:
             os.close(write_fd)
         info = await _read_info(read_fd, deadline)
@@ -253,18 +256,40 @@ class BwrapRuntime(BaseRuntime):
 
 
 async def _read_info(fd: int, deadline: float) -> dict[str, int]:
-    """bwrap's --info-fd JSON (empty if bwrap died before writing it)."""
+    """bwrap's --info-fd JSON (empty if bwrap died before writing it).
+
+    Read with a plain reader callback and closed exactly once here: handing the fd to
+    `connect_read_pipe` wrapped in a file object makes uvloop and the file both close it,
+    and under load the reused descriptor number then aborts the event loop (uvloop #763).
+    """
     loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    transport, _ = await loop.connect_read_pipe(
-        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0)
-    )
+    os.set_blocking(fd, False)
+    chunks: list[bytes] = []
+    done: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            if not done.done():
+                done.set_exception(exc)
+            return
+        if data:
+            chunks.append(data)
+        elif not done.done():
+            done.set_result(None)  # end of file: bwrap closed its end
+
+    loop.add_reader(fd, readable)
     try:
         # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
         async with asyncio.timeout(max(deadline - loop.time(), 0.1)):
-            data = await reader.read()
+            await done
     finally:
-        transport.close()
+        loop.remove_reader(fd)
+        os.close(fd)
+    data = b"".join(chunks)
     try:
         return json.loads(data) if data else {}
     except ValueError as exc:

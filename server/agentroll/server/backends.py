@@ -2,10 +2,13 @@
 
 import asyncio
 import contextlib
+import logging
 
 from agentroll.server.llm import Backend, BackendPool
 from agentroll.server.schema import BackendSpec
 from agentroll.server.store import JobStore, StoreError
+
+log = logging.getLogger("agentroll.server.backends")
 
 
 class BackendRegistry:
@@ -24,8 +27,13 @@ class BackendRegistry:
         self._background = background
 
     async def restore(self) -> None:
+        """Register again what was registered before a restart; a backend that can no longer
+        be used (e.g. its tokenizer folder is gone) is skipped with an error, not fatal."""
         for spec_json in await self._store.backends():
-            self.pool.add(BackendSpec.model_validate_json(spec_json))
+            try:
+                self.pool.add(BackendSpec.model_validate_json(spec_json))
+            except (OSError, ValueError) as exc:
+                log.error("not restoring backend %s: %s", spec_json[:200], exc)
 
     async def add(self, spec: BackendSpec) -> tuple[Backend, bool]:
         """Register (and persist) a backend; idempotent for an identical spec."""

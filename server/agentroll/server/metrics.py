@@ -8,7 +8,7 @@ stage, handler, outcome, tool, backend id — never a job id.
 
 from collections.abc import Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -21,6 +21,7 @@ class ServerMetrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        ProcessCollector(registry=r)  # process_resident_memory_bytes, process_open_fds, ...
         self.stage_queue_seconds = Histogram(
             "agentroll_stage_queue_seconds", "Time jobs waited for a stage worker.", ["stage"],
             buckets=SLOW, registry=r,

@@ -24,6 +24,8 @@ async def add_backend(spec: BackendSpec, service: Service, response: Response) -
         backend, created = await service.backend_registry.add(spec)
     except BackendConflict as exc:
         raise ApiError(409, "conflict", str(exc)) from exc
+    except (OSError, ValueError) as exc:  # e.g. a tokenizer_path with no tokenizer or template
+        raise ApiError(400, "invalid_backend", f"cannot use this backend: {exc}") from exc
     if not created:
         response.status_code = 200
     return backend.view()
