@@ -17,7 +17,6 @@ from tests.integration.handlers.harness import (
 from agentroll.handlers.builtin.swe import load_swe_tasks
 from agentroll.server.schema import Outcome
 from agentroll.server.scripted_llm import default_rules
-from agentroll.server.scripted_llm.mini_swe_rule import mini_swe_rule
 
 pytestmark = [
     pytest.mark.integration,
@@ -49,10 +48,8 @@ def _job(job_id: str, mode: str, seed: int = 3) -> dict:
 async def test_mini_swe_agent_solves_a_swe_task_with_exact_tokens(
     agentroll_server: ServerFactory, tmp_path: Path, mode: str
 ) -> None:
-    rules = default_rules()
-    rules.register("mini_swe", mini_swe_rule)
     async with (
-        scripted_backend(wrong_rate=0.0, rules=rules, policy="mini_swe") as backend,
+        scripted_backend(wrong_rate=0.0, rules=default_rules(), policy="mini_swe") as backend,
         rollout_service(agentroll_server, tmp_path, backend) as client,
     ):
         t = (await run_jobs(client, [_job("mini", mode)], timeout_s=280))["mini"]

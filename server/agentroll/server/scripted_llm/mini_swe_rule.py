@@ -8,9 +8,8 @@ methodical session on the bundled repositories: locate, read, reproduce, edit (t
 fix, or with probability `wrong_rate` a plausible wrong one, from `data/swe/scripts.json`),
 check, submit. Everything is a bash command, since mini-swe-agent has no editor tool.
 
-Not a built-in name: a scripted backend gets it with
-`policy=["agentroll.server.scripted_llm.mini_swe_rule:mini_swe_rule", ...]`, or a test
-registers it (`rules.register("mini_swe", mini_swe_rule)`).
+Registered as `mini_swe` by `default_rules()`; not in the default chain (it answers every
+SWE prompt the mini-swe-agent way), so ask for it: `agentroll scripted-llm --policy mini_swe`.
 """
 
 import json
