@@ -83,5 +83,9 @@ def python_dirs() -> tuple[str, ...]:
 
 
 def python_executable() -> str:
-    """The interpreter to start inside host-root sandboxes (the venv's, not its target)."""
-    return sys.executable
+    """The interpreter to start inside host-root sandboxes (the venv's, not its target).
+
+    Normalised (`a/../b` -> `b`) but not resolved: the venv's own path is what keeps the venv
+    active, and a path through directories the sandbox does not have would not exist there.
+    """
+    return os.path.abspath(sys.executable)

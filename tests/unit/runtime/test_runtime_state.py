@@ -139,3 +139,10 @@ def test_start_time_and_liveness() -> None:
     assert procs.is_alive(me, procs.start_time(me))
     assert not procs.is_alive(me, (procs.start_time(me) or 0) + 1)
     assert not procs.is_alive(_dead_pid(), None)
+
+
+def test_interpreter_path_is_normalised_for_the_sandbox(monkeypatch: pytest.MonkeyPatch) -> None:
+    from agentroll.runtime import hostroot
+
+    monkeypatch.setattr(hostroot.sys, "executable", "/work/repo/benchmarks/../.venv/bin/python")
+    assert hostroot.python_executable() == "/work/repo/.venv/bin/python"
