@@ -38,6 +38,12 @@ class Call(Generic[T]):
     ok: frozenset[int] = frozenset({200, 201, 202, 204})
     timeout_extra_s: float = 0.0
     """Added to the client timeout, for long-polls."""
+    idempotent: bool | None = None
+    """Safe to send again after a connection error; None: only GET requests are."""
+
+    @property
+    def retryable(self) -> bool:
+        return self.method == "GET" if self.idempotent is None else self.idempotent
 
 
 def _model(cls: type[Any]) -> Callable[[int, Any], Any]:
@@ -46,7 +52,9 @@ def _model(cls: type[Any]) -> Callable[[int, Any], Any]:
 
 def submit(jobs: Sequence[JobRequest]) -> Call[SubmitResponse]:
     body = SubmitBatch(jobs=list(jobs)).model_dump(mode="json", exclude_none=True)
-    return Call("POST", "/v1/jobs", _model(SubmitResponse), json=body)
+    # Resubmitting is idempotent on job_id: safe to repeat when every job names its id.
+    named = all(j.job_id is not None for j in jobs)
+    return Call("POST", "/v1/jobs", _model(SubmitResponse), json=body, idempotent=named)
 
 
 def job(job_id: str) -> Call[JobView]:

@@ -48,6 +48,13 @@ def _headers(token: str | None) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"} if token else {}
 
 
+def _stale_connection(call: Call[Any], exc: httpx.TransportError) -> bool:
+    """A kept-alive connection the server closed in between: one more try is safe for calls
+    that may be repeated (the request may or may not have been seen)."""
+    closed = isinstance(exc, httpx.ReadError | httpx.RemoteProtocolError | httpx.WriteError)
+    return closed and call.retryable
+
+
 def _finish(call: Call[T], response: httpx.Response) -> T:
     body = response.json() if response.content else None
     if response.status_code == 503:
@@ -82,17 +89,20 @@ class AsyncRolloutClient:
         await self._http.aclose()
 
     async def send(self, call: Call[T]) -> T:
-        try:
-            response = await self._http.request(
-                call.method,
-                call.path,
-                json=call.json,
-                params=call.params,
-                timeout=self._timeout_s + call.timeout_extra_s,
-            )
-        except httpx.TransportError as exc:
-            raise ServerUnavailable(f"{self.base_url}: {exc!r}") from exc
-        return _finish(call, response)
+        for attempt in range(2):
+            try:
+                response = await self._http.request(
+                    call.method,
+                    call.path,
+                    json=call.json,
+                    params=call.params,
+                    timeout=self._timeout_s + call.timeout_extra_s,
+                )
+                return _finish(call, response)
+            except httpx.TransportError as exc:
+                if not (attempt == 0 and _stale_connection(call, exc)):
+                    raise ServerUnavailable(f"{self.base_url}: {exc!r}") from exc
+        raise AssertionError("unreachable")
 
     async def submit(self, jobs: Iterable[JobLike]) -> list[SubmittedJob]:
         """Submit jobs in batches; resubmitting the same `job_id` is safe."""
@@ -212,17 +222,20 @@ class RolloutClient:
         self._http.close()
 
     def send(self, call: Call[T]) -> T:
-        try:
-            response = self._http.request(
-                call.method,
-                call.path,
-                json=call.json,
-                params=call.params,
-                timeout=self._timeout_s + call.timeout_extra_s,
-            )
-        except httpx.TransportError as exc:
-            raise ServerUnavailable(f"{self.base_url}: {exc!r}") from exc
-        return _finish(call, response)
+        for attempt in range(2):
+            try:
+                response = self._http.request(
+                    call.method,
+                    call.path,
+                    json=call.json,
+                    params=call.params,
+                    timeout=self._timeout_s + call.timeout_extra_s,
+                )
+                return _finish(call, response)
+            except httpx.TransportError as exc:
+                if not (attempt == 0 and _stale_connection(call, exc)):
+                    raise ServerUnavailable(f"{self.base_url}: {exc!r}") from exc
+        raise AssertionError("unreachable")
 
     def submit(self, jobs: Iterable[JobLike]) -> list[SubmittedJob]:
         out: list[SubmittedJob] = []
