@@ -20,6 +20,8 @@ SOAK = Path(__file__).resolve().parents[3] / "benchmarks" / "soak.py"
 
 
 def load_soak() -> ModuleType:
+    if str(SOAK.parent) not in sys.path:  # as when run as a script: it imports soak_figures
+        sys.path.insert(0, str(SOAK.parent))
     spec = importlib.util.spec_from_file_location("agentroll_soak", SOAK)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
