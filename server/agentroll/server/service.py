@@ -8,13 +8,15 @@ final trajectory; only after that commit is the result announced to trainers.
 
 import asyncio
 import hashlib
+import json
 import logging
 import time
 import uuid
 from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
-from agentroll.handlers import HandlerRegistry
+from agentroll.handlers import AgentHandler, HandlerRegistry
 from agentroll.runtime import Runtime
 from agentroll.server.backends import BackendRegistry
 from agentroll.server.context import JobContext
@@ -38,7 +40,7 @@ from agentroll.server.schema import (
     Trajectory,
 )
 from agentroll.server.settings import Settings
-from agentroll.server.store import JobRow, JobStore, NewJob, StoreError
+from agentroll.server.store import JobRow, JobStore, NewJob, ResultRejected, StoreError
 
 log = logging.getLogger("agentroll.server")
 TEMPLATE_CHECK_TIMEOUT_S = 10.0
@@ -57,8 +59,14 @@ class SubmissionError(ValueError):
 
 
 def request_fingerprint(request: JobRequest) -> str:
-    """Identity of a submission for idempotency: everything but the job id."""
-    body = request.model_dump_json(exclude={"job_id"})
+    """Identity of a submission for idempotency: everything but the job id, as canonical
+    JSON (sorted keys), so the same request with its keys in another order is the same job."""
+    body = json.dumps(
+        request.model_dump(mode="json", exclude={"job_id"}),
+        sort_keys=True,
+        separators=(",", ":"),
+        ensure_ascii=False,
+    )
     return hashlib.sha256(body.encode()).hexdigest()
 
 
@@ -97,25 +105,57 @@ class JobService:
 
     # -- start and stop -------------------------------------------------------------------
     async def recover(self) -> None:
-        """Restore registered backends; requeue (or fail) jobs a previous server left unfinished."""
+        """Restore the policy version, pause state and backends; requeue (or fail) the jobs a
+        previous server left unfinished."""
+        await self._restore_control()
         await self.backend_registry.restore()
         rows = await self.store.unfinished()
         if not rows:
             return
         jobs = [self._revive(row) for row in rows]
         if self.settings.on_restart == "requeue":
-            await self.store.count_attempt([j.job_id for j in jobs])
-            for job in jobs:
+            limit = self.settings.max_requeues
+            spent = [j for j in jobs if j.attempts > limit]
+            again = [j for j in jobs if j.attempts <= limit]
+            await self._fail_all(spent, "requeue_limit", f"requeued {limit} times already")
+            # Counted before the relaunch: a server killed again meanwhile still counts it.
+            await self.store.count_attempt([j.job_id for j in again])
+            for job in again:
                 job.attempts += 1
                 self._launch(job)
-            log.warning("requeued %d jobs left unfinished by a previous server", len(jobs))
+            log.warning("requeued %d jobs left unfinished by a previous server", len(again))
             return
+        await self._fail_all(jobs, "server_restart", "the server restarted mid-rollout")
+
+    async def _fail_all(self, jobs: list[LiveJob], cause: str, message: str) -> None:
         for job in jobs:
-            verdict = Verdict(
-                Outcome.infra_error, None, "server_restart", "the server restarted mid-rollout"
-            )
+            verdict = Verdict(Outcome.infra_error, None, cause, message)
             await self._persist(job, build_trajectory(job, None, verdict, {}))
-        log.warning("reported %d interrupted jobs as infra_error", len(jobs))
+        if jobs:
+            log.warning("reported %d interrupted jobs as infra_error (%s)", len(jobs), cause)
+
+    async def _restore_control(self) -> None:
+        """A server killed during a weight sync comes back paused, at the version it had."""
+        saved = await self.store.control()
+        self.gate.policy_version = int(saved.get("policy_version", 0))
+        if saved.get("paused"):
+            self.gate.close(saved.get("pause_mode") or "wait")
+            log.warning(
+                "generation stays paused (%s) as the previous server left it; resume to go on",
+                self.gate.mode,
+            )
+
+    async def save_control(self, *, paused: bool | None = None) -> None:
+        """Persist the gate's policy version and pause state (or `paused`, about to be in
+        force); raises StoreError."""
+        gate = self.gate
+        await self.store.save_control(
+            {
+                "policy_version": gate.policy_version,
+                "paused": gate.paused if paused is None else paused,
+                "pause_mode": gate.mode,
+            }
+        )
 
     @staticmethod
     def _revive(row: JobRow) -> LiveJob:
@@ -183,7 +223,15 @@ class JobService:
                 429, "too_many_jobs", f"at most {self.settings.max_live_jobs} unfinished jobs"
             )
         now = time.time()
-        by_id = dict(zip(ids, requests, strict=True))
+        version = self.gate.policy_version
+        # Stamped before the insert: the version a job was submitted under survives a restart.
+        by_id = {
+            job_id: request.model_copy(
+                update={"job_id": job_id}
+                | ({"policy_version": version} if request.policy_version is None else {})
+            )
+            for job_id, request in zip(ids, requests, strict=True)
+        }
         await self.store.insert_jobs(
             [
                 NewJob(
@@ -197,13 +245,8 @@ class JobService:
                 for i in fresh
             ]
         )
-        version = self.gate.policy_version
         for job_id in fresh:
-            request = by_id[job_id]
-            stamped = {"job_id": job_id}
-            if request.policy_version is None:
-                stamped["policy_version"] = version  # type: ignore[assignment]
-            self._launch(LiveJob(job_id, request.model_copy(update=stamped), now))
+            self._launch(LiveJob(job_id, by_id[job_id], now))
         fresh_set = set(fresh)
         return [
             SubmittedJob(job_id=i, state=self._state_of(i, existing), created=i in fresh_set)
@@ -247,22 +290,48 @@ class JobService:
         )
 
     async def _lifecycle(self, job: LiveJob) -> None:
+        """Carry the job through the pipeline, then commit exactly one result.
+
+        From the moment the pipeline has a verdict the job is `finishing`: a cancel can no
+        longer reach it, and the conclusion (trajectory, commit) runs as its own shielded task,
+        so neither a late cancel nor an exception can lose a finished result.
+        """
         job_id_var.set(job.job_id)  # this task's own context: every log line names the job
         handler = self.registry.get(job.request.handler)
         ctx = self._context(job)
         try:
             verdict = await self.pipeline.execute(job, handler, ctx)
         except asyncio.CancelledError:
-            ctx.release_sandboxes()
             cause = job.cancel_cause
             if cause is None:
+                ctx.release_sandboxes()
                 raise  # not ours (event loop teardown): the job stays unfinished and is recovered
-            task = asyncio.current_task()
-            assert task is not None
-            task.uncancel()
+            self._absorb_cancel()
             verdict = Verdict(Outcome.cancelled, None, cause, f"job cancelled ({cause})", None)
+        except Exception as exc:  # a bug in the server, never the policy's doing
+            log.exception("job %s failed in the pipeline", job.job_id)
+            verdict = Verdict(Outcome.infra_error, None, "server_error", repr(exc))
+        job.finishing = True
         ctx.release_sandboxes()  # in the background: the result need not wait for it
-        extra = {}
+        conclusion = asyncio.ensure_future(self._conclude(job, handler, ctx, verdict))
+        while not conclusion.done():
+            try:
+                await asyncio.shield(conclusion)
+            except asyncio.CancelledError:
+                if job.cancel_cause is None:
+                    raise  # event loop teardown: the job is recovered by the next server
+                self._absorb_cancel()  # a cancel that raced the verdict: too late, commit it
+
+    @staticmethod
+    def _absorb_cancel() -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        task.uncancel()
+
+    async def _conclude(
+        self, job: LiveJob, handler: AgentHandler, ctx: JobContext, verdict: Verdict
+    ) -> None:
+        extra: dict[str, Any] = {}
         try:
             extra = handler.final_result(ctx)
         except Exception as exc:
@@ -273,9 +342,13 @@ class JobService:
             divergence = await self._template_divergence(ctx)
             if divergence is not None:
                 extra.setdefault("metadata", {})["template_divergence"] = divergence
-        job.finishing = True
-        trajectory = build_trajectory(job, ctx, verdict, extra)
-        await asyncio.shield(self._persist(job, trajectory))
+        try:
+            trajectory = build_trajectory(job, ctx, verdict, extra)
+        except Exception as exc:
+            log.exception("could not build the trajectory of job %s", job.job_id)
+            failed = Verdict(Outcome.infra_error, None, "trajectory_failed", repr(exc))
+            trajectory = build_trajectory(job, None, failed, {})
+        await self._persist(job, trajectory)
 
     async def _template_divergence(self, ctx: JobContext) -> int | None:
         """Diagnostics only: bounded, and a failure to measure never fails the rollout."""
@@ -293,14 +366,27 @@ class JobService:
 
         Until it is committed the result stays in memory and the job stays live; it is never
         visible to a trainer before the commit. A server killed meanwhile requeues the job.
+        A result the database rejects outright is replaced by an `infra_error` one, so the
+        job still ends with exactly one result.
         """
         state = STATUS_BY_OUTCOME[trajectory.outcome]
         result = trajectory.model_dump(mode="json")
-        delay = PERSIST_RETRY_MIN_S
+        delay, replaced = PERSIST_RETRY_MIN_S, False
         while True:
             try:
                 await self.store.finish(job.job_id, state.value, result)
                 break
+            except ResultRejected as exc:
+                if not replaced:
+                    log.error("job %s: %s; recording infra_error instead", job.job_id, exc)
+                    verdict = Verdict(Outcome.infra_error, None, "result_rejected", str(exc))
+                    trajectory = build_trajectory(job, None, verdict, {})
+                    state = STATUS_BY_OUTCOME[trajectory.outcome]
+                    result, replaced = trajectory.model_dump(mode="json"), True
+                    continue
+                log.warning("cannot persist job %s yet (%s); retrying", job.job_id, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, PERSIST_RETRY_MAX_S)
             except StoreError as exc:
                 if self.store.closed:
                     log.error("store closed before job %s was persisted", job.job_id)

@@ -62,6 +62,13 @@ class Settings(BaseSettings):
     on_restart: Literal["requeue", "infra_error"] = Field(
         "requeue", description="What happens to jobs that were in flight when the server died."
     )
+    max_requeues: int = Field(
+        3,
+        ge=0,
+        description="How often one job may be requeued by restarts; beyond it the job ends "
+        "`infra_error` with cause `requeue_limit` (a job that kills its server is not replayed "
+        "forever).",
+    )
     max_live_jobs: int = Field(
         200_000,
         ge=1,

@@ -2,16 +2,23 @@
 
 All database work runs on one dedicated thread that owns the connection, so the event
 loop never blocks on disk. A result is committed before `finish` returns, and only then
-announced to trainers; the `results.cursor` column is the durable, gap-free-per-commit
-completion order that `GET /v1/results?after=` pages through.
+announced to trainers; the `results.cursor` column is the durable, gap-free completion
+order that `GET /v1/results?after=` pages through.
+
+The connection runs in autocommit mode (`isolation_level=None`), where `with db:` opens no
+transaction: every write that spans more than one statement goes through `_transaction`,
+which brackets it in `BEGIN IMMEDIATE ... COMMIT`. Without that, a SIGKILL between a
+result's INSERT and its job's UPDATE leaves a result whose job looks unfinished, and the
+next server runs the job again.
 """
 
 import asyncio
+import contextlib
 import functools
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,11 +49,41 @@ CREATE TABLE IF NOT EXISTS results (
     job_id       TEXT NOT NULL UNIQUE REFERENCES jobs (job_id),
     result_json  TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS control (
+    key         TEXT PRIMARY KEY,
+    value_json  TEXT NOT NULL
+);
+"""
+# Results committed by a server that wrote them without a transaction may have a job row that
+# still looks unfinished: finish those jobs from their results instead of running them again.
+_REPAIR = """
+UPDATE jobs SET
+    state = COALESCE(
+        (SELECT json_extract(r.result_json, '$.status') FROM results r
+         WHERE r.job_id = jobs.job_id), state),
+    finished_at = COALESCE(finished_at, ?)
+WHERE finished_at IS NULL AND job_id IN (SELECT job_id FROM results)
 """
 
 
 class StoreError(RuntimeError):
     """The store cannot take writes (disk full, I/O error); nothing committed is lost."""
+
+
+class ResultRejected(StoreError):
+    """The database refused this one result (a constraint); retrying it will not help."""
+
+
+@contextlib.contextmanager
+def _transaction(db: sqlite3.Connection) -> Iterator[None]:
+    """One atomic write: everything inside commits together or not at all."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.rollback()
+        raise
+    db.commit()
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,7 +133,7 @@ class JobStore:
                 raise StoreError("job store is closed")
             try:
                 return fn(self._db)
-            except sqlite3.OperationalError as exc:
+            except sqlite3.OperationalError as exc:  # disk full, I/O error, locked
                 if self._db.in_transaction:
                     self._db.rollback()
                 raise StoreError(f"job store unavailable: {exc}") from exc
@@ -115,6 +152,8 @@ class JobStore:
             db.execute(f"PRAGMA synchronous={self._synchronous}")
             db.execute("PRAGMA busy_timeout=5000")
             db.executescript(_SCHEMA)
+            with _transaction(db):
+                db.execute(_REPAIR, (time.time(),))
             (self._last_cursor,) = db.execute(
                 "SELECT COALESCE(MAX(cursor), 0) FROM results"
             ).fetchone()
@@ -146,7 +185,7 @@ class JobStore:
         ]
 
         def insert(db: sqlite3.Connection) -> None:
-            with db:
+            with _transaction(db):
                 db.executemany(
                     "INSERT INTO jobs (job_id, request_json, request_hash, handler, group_id,"
                     " state, submitted_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -175,8 +214,10 @@ class JobStore:
     async def finish(self, job_id: str, state: str, result: dict[str, Any]) -> int:
         """Commit a job's final result; returns its cursor. The result's `cursor` is filled in.
 
+        Idempotent: a job that already has a result keeps it, and its cursor is returned.
         Results that finish while a commit is under way are committed together in the next
         transaction (group commit): one fsync/WAL append and one thread hop for the batch.
+        A result the database refuses fails alone (`ResultRejected`); the rest still commit.
         """
         done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._pending.append((job_id, state, result, done))
@@ -189,7 +230,7 @@ class JobStore:
             batch, self._pending = self._pending, []
             began = time.monotonic()
             try:
-                cursors = await self._call(functools.partial(self._write_results, batch=batch))
+                outcomes = await self._call(functools.partial(self._write_results, batch=batch))
             except BaseException as exc:
                 for *_, done in batch:
                     if not done.done():
@@ -201,26 +242,68 @@ class JobStore:
                 continue
             if self._on_commit is not None:
                 self._on_commit(time.monotonic() - began)
-            for (*_, done), cursor in zip(batch, cursors, strict=True):
-                if not done.done():
-                    done.set_result(cursor)
+            for (*_, done), outcome in zip(batch, outcomes, strict=True):
+                if done.done():
+                    continue
+                if isinstance(outcome, BaseException):
+                    done.set_exception(outcome)
+                else:
+                    done.set_result(outcome)
 
-    def _write_results(self, db: sqlite3.Connection, *, batch: list[_PendingResult]) -> list[int]:
-        # Only the store thread writes, so the counter cannot race; it advances on commit only.
-        now, cursor = time.time(), self._last_cursor
-        rows, updates = [], []
-        for job_id, state, result, _ in batch:
-            cursor += 1
-            result["cursor"] = cursor
-            rows.append((cursor, job_id, json.dumps(result, separators=(",", ":"))))
-            updates.append((state, now, job_id))
-        with db:
-            db.executemany(
-                "INSERT INTO results (cursor, job_id, result_json) VALUES (?, ?, ?)", rows
-            )
-            db.executemany("UPDATE jobs SET state = ?, finished_at = ? WHERE job_id = ?", updates)
+    def _write_results(
+        self, db: sqlite3.Connection, *, batch: list[_PendingResult]
+    ) -> list[int | ResultRejected]:
+        """The whole batch in one transaction; if the database refuses any of it, each result
+        alone, so one bad row never strands the others. Disk errors fail the whole batch."""
+        try:
+            return [*self._atomically(db, batch)]
+        except sqlite3.OperationalError:
+            raise
+        except sqlite3.Error:
+            pass  # find the offending result(s) below
+        outcomes: list[int | ResultRejected] = []
+        for entry in batch:
+            try:
+                outcomes += self._atomically(db, [entry])
+            except sqlite3.OperationalError:
+                raise
+            except sqlite3.Error as exc:
+                outcomes.append(ResultRejected(f"result of job {entry[0]} refused: {exc}"))
+        return outcomes
+
+    def _atomically(self, db: sqlite3.Connection, batch: list[_PendingResult]) -> list[int]:
+        last = self._last_cursor
+        try:
+            with _transaction(db):
+                return [self._write_one(db, job_id, st, result) for job_id, st, result, _ in batch]
+        except BaseException:
+            self._last_cursor = last  # nothing was committed: the cursors are free again
+            raise
+
+    def _write_one(
+        self, db: sqlite3.Connection, job_id: str, state: str, result: dict[str, Any]
+    ) -> int:
+        """Inside a transaction: the job's existing cursor, or a new result at the next one.
+
+        Only the store thread writes, so the cursor cannot race; it advances once the write
+        is in the transaction, and a rollback puts it back (`_atomically`).
+        """
+        row = db.execute("SELECT cursor FROM results WHERE job_id = ?", (job_id,)).fetchone()
+        if row is not None:
+            result["cursor"] = int(row[0])
+            return int(row[0])
+        cursor = self._last_cursor + 1
+        result["cursor"] = cursor
+        db.execute(
+            "INSERT INTO results (cursor, job_id, result_json) VALUES (?, ?, ?)",
+            (cursor, job_id, json.dumps(result, separators=(",", ":"))),
+        )
+        db.execute(
+            "UPDATE jobs SET state = ?, finished_at = ? WHERE job_id = ?",
+            (state, time.time(), job_id),
+        )
         self._last_cursor = cursor
-        return [row[0] for row in rows]
+        return cursor
 
     async def result(self, job_id: str) -> str | None:
         def query(db: sqlite3.Connection) -> str | None:
@@ -257,7 +340,7 @@ class JobStore:
 
     async def save_backend(self, backend_id: str, spec_json: str) -> None:
         def write(db: sqlite3.Connection) -> None:
-            with db:
+            with _transaction(db):
                 db.execute(
                     "INSERT OR REPLACE INTO backends (backend_id, spec_json) VALUES (?, ?)",
                     (backend_id, spec_json),
@@ -267,7 +350,7 @@ class JobStore:
 
     async def delete_backend(self, backend_id: str) -> None:
         def write(db: sqlite3.Connection) -> None:
-            with db:
+            with _transaction(db):
                 db.execute("DELETE FROM backends WHERE backend_id = ?", (backend_id,))
 
         await self._call(write)
@@ -280,9 +363,30 @@ class JobStore:
 
         return await self._call(query)
 
+    async def control(self) -> dict[str, Any]:
+        """The server's persisted control state (policy version, pause), by key."""
+
+        def query(db: sqlite3.Connection) -> dict[str, Any]:
+            rows = db.execute("SELECT key, value_json FROM control ORDER BY key")
+            return {str(k): json.loads(v) for k, v in rows}
+
+        return await self._call(query)
+
+    async def save_control(self, values: dict[str, Any]) -> None:
+        """Set some control keys (the others keep their values), atomically."""
+        rows = [(key, json.dumps(value)) for key, value in values.items()]
+
+        def write(db: sqlite3.Connection) -> None:
+            with _transaction(db):
+                db.executemany(
+                    "INSERT OR REPLACE INTO control (key, value_json) VALUES (?, ?)", rows
+                )
+
+        await self._call(write)
+
     async def count_attempt(self, job_ids: list[str]) -> None:
         def update(db: sqlite3.Connection) -> None:
-            with db:
+            with _transaction(db):
                 db.executemany(
                     "UPDATE jobs SET attempts = attempts + 1, state = 'queued' WHERE job_id = ?",
                     [(j,) for j in job_ids],

@@ -4,6 +4,11 @@ The gate in front of all generation calls is the barrier; the backends' own paus
 endpoints are called where they exist, so `abort` returns partial tokens (vLLM 0.33) and
 `keep` parks requests inside the engine. Backends without them still never receive a new
 request while paused: the gate alone guarantees that.
+
+The pause state and the policy version are persisted (a server killed mid-sync comes back
+paused, at the version it had). On resume the new version is in force *before* any backend
+is told to resume: tokens that parked requests sample with the new weights are stamped with
+it, whichever backend resumes first.
 """
 
 import asyncio
@@ -62,6 +67,7 @@ async def pause(service: JobService, mode: PauseMode, timeout_s: float) -> Pause
     """Close the gate; return once quiet (wait, abort) or once backends parked (keep)."""
     began = time.monotonic()
     service.gate.close(mode)
+    await service.save_control()  # before anything else: a crash from here on stays paused
     errors: dict[str, str] = {}
     if mode in ("abort", "keep"):
         errors = await _forward(service, "pause", mode)
@@ -84,10 +90,13 @@ async def resume(
             f"policy_version {policy_version} is older than the current "
             f"{service.gate.policy_version}"
         )
-    errors = await _forward(service, "resume") if service.gate.mode in ("abort", "keep") else {}
+    gate = service.gate
+    gate.policy_version = policy_version  # still closed: nothing new is dispatched yet
+    errors = await _forward(service, "resume") if gate.mode in ("abort", "keep") else {}
     if max_policy_lag is not None:
         service.max_policy_lag = max_policy_lag
-    service.gate.open(policy_version)
+    await service.save_control(paused=False)  # a store that refuses it leaves the gate closed
+    gate.open(policy_version)
     if service.settings.cancel_stale_running:
         stale = service.cancel_stale_running()
         if stale:

@@ -38,6 +38,14 @@ async def backend_log(url: str) -> list[dict[str, Any]]:
         return list((await http.get("/scripted/requests")).json()["requests"])
 
 
+async def running(url: str) -> float:
+    """Requests the engine is generating right now (its own Prometheus gauge)."""
+    async with httpx.AsyncClient(base_url=url) as http:
+        text = (await http.get("/metrics")).text
+    line = next(x for x in text.splitlines() if x.startswith("vllm:num_requests_running"))
+    return float(line.split()[-1])
+
+
 def assert_exact(t: Trajectory, log: list[dict[str, Any]]) -> None:
     """Invariants 1 and 3 against the backend's own record of every call: each call's prompt
     is prompt_ids + everything recorded before it, and its ids are recorded verbatim (a call
@@ -143,3 +151,47 @@ async def test_stale_jobs_are_not_started(
     assert old.timing.run is None  # never started
     assert done["fresh"].outcome is Outcome.ok and done["fresh"].policy_versions == [5]
     assert done["default"].outcome is Outcome.ok  # stamped with the server's version
+
+
+async def test_keep_mode_stamps_the_new_version_whichever_backend_resumes_first(
+    agentroll_server: ServerFactory,
+) -> None:
+    """The fast backend finishes its parked calls with the new weights while the slow one is
+    still resuming: those tokens carry the new version, not the old one."""
+    fast = await start_in_loop(create_scripted_app(ScriptedLLMConfig(latency_s=0.6, seed=5)))
+    slow = await start_in_loop(
+        create_scripted_app(ScriptedLLMConfig(latency_s=0.6, seed=6, resume_delay_s=2.0))
+    )
+    try:
+        async with agentroll_server(registry=registry(), pools={"run": 64}) as (_, client):
+            await client.add_backend({"id": "fast", "base_url": fast.url})
+            await client.add_backend({"id": "slow", "base_url": slow.url})
+            ids = [f"k{i}" for i in range(40)]
+            long_phrases = [" ".join(WORDS * 8)] * 3  # long replies: a pause lands mid-reply
+            await client.submit(
+                [
+                    {"job_id": i, "handler": "parrot", "instance": {"words": [i, *long_phrases]}}
+                    for i in ids
+                ]
+            )
+            while len(await backend_log(fast.url)) < 10 or await running(fast.url) < 5:
+                await asyncio.sleep(0.02)  # mid-generation on the fast backend
+            await client.pause(mode="keep", timeout_s=30)
+            for engine in (fast, slow):
+                async with httpx.AsyncClient(base_url=engine.url) as http:
+                    await http.post("/update_weight_version", json={"new_version": "1"})
+            await client.resume(policy_version=1)
+            results = await client.wait_for(ids, 120)
+    finally:
+        await fast.stop()
+        await slow.stop()
+    assert {t.outcome for t in results.values()} == {Outcome.ok}
+    parked = [
+        (t.segments[i], t.segments[i + 1])
+        for t in results.values()
+        for i, s in enumerate(t.segments)
+        if s.finish_reason == "weight_update"
+    ]
+    assert any(before.backend_id == "fast" for before, _ in parked)
+    for before, after in parked:  # split where the weights changed: old version, then new
+        assert (before.policy_version, after.policy_version) == (0, 1)

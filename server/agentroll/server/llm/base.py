@@ -25,12 +25,24 @@ finish_reason `abort`), wait for them to finish, or keep them frozen until resum
 
 
 class BackendError(RuntimeError):
-    """A backend call failed. `retryable` means no token was committed and another try may work."""
+    """A backend call failed. `retryable` means no token was committed and another try may work.
 
-    def __init__(self, message: str, *, retryable: bool, status: int | None = None) -> None:
+    `status` is the HTTP status, None when no answer came; `timed_out` marks a backend that
+    was reachable but too slow (not a reason to route around it: health probes decide that).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        retryable: bool,
+        status: int | None = None,
+        timed_out: bool = False,
+    ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status = status
+        self.timed_out = timed_out
 
 
 class BackendPaused(BackendError):

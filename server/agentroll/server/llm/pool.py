@@ -54,6 +54,12 @@ class Backend:
     def routable(self) -> bool:
         return self.healthy and not self.draining
 
+    @property
+    def tokenizer_key(self) -> str:
+        """What decides the token ids this backend's model reads and writes: its served model
+        name and local tokenizer. Backends that serve different models must name them."""
+        return f"{self.spec.model or ''}\0{self.spec.tokenizer_path or ''}"
+
     def view(self) -> BackendView:
         return BackendView(
             id=self.id,
@@ -79,7 +85,8 @@ class PromptCache:
     """First-prompt token ids by conversation, LRU-bounded.
 
     The n samples of a GRPO group share their prompt, and a tokenizer does not change when
-    weights do, so one `/tokenize` call serves the whole group.
+    weights do, so one `/tokenize` call serves the whole group. Keys include the backend's
+    tokenizer identity: the same conversation tokenizes differently for another model.
     """
 
     def __init__(self, capacity: int = 4096) -> None:
@@ -179,9 +186,21 @@ class BackendPool:
         return len(self._backends)
 
     def choose(
-        self, tags: frozenset[str], affinity: str | None, exclude: frozenset[str] = frozenset()
+        self,
+        tags: frozenset[str],
+        affinity: str | None,
+        exclude: frozenset[str] = frozenset(),
+        tokenizer_key: str | None = None,
     ) -> Backend:
-        matching = [b for b in self._backends.values() if tags <= b.tags and b.id not in exclude]
+        """The backend for the next call; `tokenizer_key` keeps a session on backends whose
+        token ids mean what its recorded ids mean."""
+        matching = [
+            b
+            for b in self._backends.values()
+            if tags <= b.tags
+            and b.id not in exclude
+            and (tokenizer_key is None or b.tokenizer_key == tokenizer_key)
+        ]
         candidates = [b for b in matching if b.routable]
         if not candidates:
             wanted = f" with tags {sorted(tags)}" if tags else ""

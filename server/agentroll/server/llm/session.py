@@ -7,13 +7,19 @@ It records a trajectory as token ids, never as text:
 - new messages are tokenized as a *delta* against a fixed probe conversation, so earlier
   turns are never re-rendered (mask 0). The tokens that close the model's turn (e.g.
   `<|im_end|>\\n`) are added only where the model did not sample them itself.
+
+Every generation attempt, a retry on another backend included, passes the pause gate, so no
+request reaches a backend during a weight sync. The session is pinned to backends of one
+tokenizer identity (`Backend.tokenizer_key`): ids sampled by one model are never continued
+by another.
 """
 
 import asyncio
+import contextlib
 import itertools
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentroll.handlers import ContextLengthExceeded, InfraError, LLMUnavailable, Message, Turn
@@ -89,6 +95,8 @@ class TokenSession:
         self._closing: list[int] = []
         self._max_model_len: int | None = None
         self._awaiting_reply = False
+        self._turns = 0
+        self._tokenizer_key: str | None = None
 
     # -- LLMSession protocol -------------------------------------------------------------
     @property
@@ -97,7 +105,8 @@ class TokenSession:
 
     @property
     def num_turns(self) -> int:
-        return len(self.segments)
+        """Assistant turns generated (a turn split by a pause is still one turn)."""
+        return self._turns
 
     @property
     def response_tokens(self) -> int:
@@ -111,7 +120,9 @@ class TokenSession:
         self._first_messages = [dict(m) for m in messages]
         self._messages = [dict(m) for m in messages]
         self.tools = [dict(t) for t in tools]
-        key = json.dumps([self._first_messages, self.tools], sort_keys=True)
+        # The backend this session would use now decides which tokenizer it is pinned to.
+        self._tokenizer_key = (await self._choose(frozenset())).tokenizer_key
+        key = json.dumps([self._tokenizer_key, self._first_messages, self.tools], sort_keys=True)
         cached = self._pool.prompts.get(key)
         if cached is None:
             result = await self._call(
@@ -137,15 +148,11 @@ class TokenSession:
             budget = self._room(wanted - (len(self.response_ids) - turn_start))
             prompt = self.prompt_ids + self.response_ids
             sampling = {**self._sampling, "max_tokens": budget}
-            async with self._gate.dispatch() as flight:
-                try:
-                    completion, backend = await self._call_with_backend(
-                        self._completion(prompt, sampling),
-                        flight,
-                    )
-                except GenerationAborted:
-                    self.aborted_calls += 1
-                    continue  # nothing was returned: sample this part again after resume
+            try:
+                completion, backend, flight = await self.sample(prompt, sampling)
+            except GenerationAborted:
+                self.aborted_calls += 1
+                continue  # nothing was returned: sample this part again after resume
             self._record(completion, backend, flight)
             if self._metrics is not None:
                 self._metrics.llm_tokens.labels(backend.id, "prompt").inc(len(prompt))
@@ -158,6 +165,7 @@ class TokenSession:
                 break
         self._messages.append({"role": "assistant", "content": "".join(texts)})
         self._awaiting_reply = False
+        self._turns += 1
         ids = self.response_ids[turn_start:]
         return Turn(
             text="".join(texts),
@@ -300,10 +308,10 @@ class TokenSession:
     ) -> tuple[Completion, Backend, Flight]:
         """One generation call through the gate. `GenerationAborted` propagates (nothing was
         returned: sample again after resume); nothing is recorded in this session."""
-        async with self._gate.dispatch() as flight:
-            completion, backend = await self._call_with_backend(
-                self._completion(prompt_ids, sampling), flight
-            )
+        completion, backend, flight = await self._call_with_backend(
+            self._completion(prompt_ids, sampling), gated=True
+        )
+        assert flight is not None
         return completion, backend, flight
 
     def describe_last_reply(self, message: Message) -> None:
@@ -355,7 +363,7 @@ class TokenSession:
         give_up = time.monotonic() + self._backend_wait_s
         while True:
             try:
-                return self._pool.choose(self._tags, self._affinity, exclude)
+                return self._pool.choose(self._tags, self._affinity, exclude, self._tokenizer_key)
             except LLMUnavailable:
                 left = give_up - time.monotonic()
                 if exclude or left <= 0:
@@ -366,13 +374,55 @@ class TokenSession:
         return self._max_context_tokens or self._max_model_len
 
     async def _call(self, fn: Callable[[BackendClient], Any]) -> Any:
-        result, _ = await self._call_with_backend(fn)
+        result, _, _ = await self._call_with_backend(fn)
         return result
 
+    def _rechoose(self, backend: Backend, tried: set[str]) -> Backend:
+        """The chosen backend, unless it went away or down while the try waited at the gate."""
+        if backend.routable and self._pool.get(backend.id) is backend:
+            return backend
+        return self._pool.choose(self._tags, self._affinity, frozenset(tried), self._tokenizer_key)
+
+    async def _try(
+        self, backend: Backend, fn: Callable[[BackendClient], Any], flight: Flight | None
+    ) -> Any:
+        """One call on `backend`, timed and counted; failures are noted on the backend."""
+        started = time.monotonic()
+        backend_var.set(backend.id)
+        try:
+            with self._pool.track(backend):
+                call = fn(backend.client)
+                return await (call if flight is None else flight.run(call))
+        except BackendError as exc:
+            backend.failures_total += 1
+            if self._metrics is not None:
+                self._metrics.llm_failures.labels(backend.id).inc()
+            if exc.status is None and not exc.timed_out:  # no answer at all: unreachable
+                backend.mark_down(str(exc))
+            raise
+        finally:
+            took = time.monotonic() - started
+            self.llm_s += took
+            self.llm_calls += 1
+            if self._metrics is not None:
+                self._metrics.llm_request_seconds.labels(backend.id).observe(took)
+
+    @contextlib.asynccontextmanager
+    async def _attempt(self, gated: bool) -> AsyncIterator[Flight | None]:
+        """One try's slot: generation tries each pass the gate, other calls are not gated."""
+        if not gated:
+            yield None
+            return
+        async with self._gate.dispatch() as flight:
+            yield flight
+
     async def _call_with_backend(
-        self, fn: Callable[[BackendClient], Any], flight: Flight | None = None
-    ) -> tuple[Any, Backend]:
-        """Run one backend call, retrying on another backend while nothing was committed."""
+        self, fn: Callable[[BackendClient], Any], *, gated: bool = False
+    ) -> tuple[Any, Backend, Flight | None]:
+        """Run one backend call, retrying on another backend while nothing was committed.
+
+        Each try, a retry included, holds its own gate slot (`gated`): a pause that starts
+        between two tries holds the retry back until resume."""
         tried: set[str] = set()
         last_error: BackendError | None = None
         for _ in range(MAX_ATTEMPTS):
@@ -382,34 +432,21 @@ class TokenSession:
                 if last_error is None:
                     raise
                 break
-            started = time.monotonic()
-            backend_var.set(backend.id)
             try:
-                with self._pool.track(backend):
+                async with self._attempt(gated) as flight:
                     if flight is not None:
+                        backend = self._rechoose(backend, tried)  # a pause may have changed it
                         flight.backend_id = backend.id
-                    call = fn(backend.client)
-                    result = await (call if flight is None else flight.run(call))
+                    result = await self._try(backend, fn, flight)
             except BackendError as exc:
-                backend.failures_total += 1
-                if self._metrics is not None:
-                    self._metrics.llm_failures.labels(backend.id).inc()
-                if exc.status is None:  # no HTTP answer at all: the backend is unreachable
-                    backend.mark_down(str(exc))
                 if not exc.retryable:
                     raise LLMUnavailable(str(exc), cause="llm_backend_error") from exc
                 tried.add(backend.id)
                 last_error = exc
                 self.retries.append({"backend": backend.id, "error": str(exc)[:300]})
                 continue
-            finally:
-                took = time.monotonic() - started
-                self.llm_s += took
-                self.llm_calls += 1
-                if self._metrics is not None:
-                    self._metrics.llm_request_seconds.labels(backend.id).observe(took)
             self._affinity = backend.id
-            return result, backend
+            return result, backend, flight
         raise LLMUnavailable(
             f"no backend could serve the request after {len(tried)} attempt(s): {last_error}",
             cause="llm_backend_unavailable",

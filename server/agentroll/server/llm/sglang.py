@@ -30,7 +30,7 @@ from agentroll.server.llm.base import (
 )
 from agentroll.server.llm.http import HTTPClient
 from agentroll.server.llm.local_tokenizer import LocalChatTokenizer, TemplateRenderError
-from agentroll.server.llm.wire import exchange, raise_for_status
+from agentroll.server.llm.wire import check_logprobs, exchange, raise_for_status, sampled_logprob
 
 SGLangFamily = Literal["0.5.2", "0.5.23"]
 """0.5.2: `/get_model_info` only, no `/tokenize`, pause always aborts. 0.5.23: `/model_info`,
@@ -210,7 +210,7 @@ class SGLangClient:
             meta = item["meta_info"]
             ids = [int(t) for t in item["output_ids"]]
             entries = meta.get("output_token_logprobs") or []
-            logprobs = [0.0 if e[0] is None else float(e[0]) for e in entries]
+            logprobs = [sampled_logprob(e[0]) for e in entries]
             logged_ids = [int(e[1]) for e in entries]
             completion = Completion(
                 ids,
@@ -221,6 +221,7 @@ class SGLangClient:
             )
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise BackendError(f"malformed /generate response: {exc!r}", retryable=False) from exc
+        check_logprobs(ids, logprobs)
         if logged_ids != ids:
             raise BackendError(
                 "backend returned logprobs misaligned with output ids", retryable=False

@@ -24,7 +24,13 @@ from agentroll.server.llm.base import (
     TokenizeResult,
 )
 from agentroll.server.llm.http import HTTPClient
-from agentroll.server.llm.wire import error_message, exchange, raise_for_status
+from agentroll.server.llm.wire import (
+    check_logprobs,
+    error_message,
+    exchange,
+    raise_for_status,
+    sampled_logprob,
+)
 
 __all__ = [
     "BackendError",
@@ -62,14 +68,17 @@ def family_of(release: tuple[int, int, int]) -> VllmFamily:
 
 def _logprobs_of(raw: Any, n: int) -> list[float]:
     """Sampled-token logprobs from either shape vLLM uses: completions'
-    `{"token_logprobs": [...]}` or the chat/generate `{"content": [{"logprob": ...}]}`."""
+    `{"token_logprobs": [...]}` or the chat/generate `{"content": [{"logprob": ...}]}`.
+
+    A sampled token without its logprob is an error, never 0.0: a made-up logprob would
+    silently corrupt the trainer's importance ratios."""
     if not raw:
-        return [0.0] * n
-    if "token_logprobs" in raw:
+        values = []
+    elif "token_logprobs" in raw:
         values = raw["token_logprobs"]
     else:
         values = [entry.get("logprob") for entry in raw.get("content") or []]
-    return [0.0 if lp is None else float(lp) for lp in values]
+    return [sampled_logprob(lp) for lp in values] if n else []
 
 
 def _weight_versions(raw: Any) -> list[tuple[str, int, int]] | None:
@@ -161,10 +170,7 @@ class VLLMClient:
             )
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise BackendError(f"malformed completion response: {exc!r}", retryable=False) from exc
-        if len(completion.logprobs) != len(completion.token_ids):
-            raise BackendError(
-                "backend returned logprobs misaligned with token ids", retryable=False
-            )
+        check_logprobs(completion.token_ids, completion.logprobs)
         return completion
 
     # -- control plane --------------------------------------------------------------------

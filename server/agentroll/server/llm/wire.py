@@ -48,7 +48,9 @@ async def exchange(
         )
     except HTTPTimeout as exc:
         # The request may have reached the engine: the time is lost but no token was kept.
-        raise BackendError(f"{method} {url} timed out: {exc!r}", retryable=True) from exc
+        raise BackendError(
+            f"{method} {url} timed out: {exc!r}", retryable=True, timed_out=True
+        ) from exc
     except HTTPTransportError as exc:
         raise BackendError(f"{method} {url} failed: {exc!r}", retryable=True) from exc
 
@@ -68,3 +70,19 @@ def raise_for_status(what: str, response: HTTPResponse) -> None:
         retryable=retryable,
         status=response.status,
     )
+
+
+def sampled_logprob(value: Any) -> float:
+    """One sampled token's logprob as the backend sent it; a missing one is an error."""
+    if value is None:
+        raise BackendError("backend returned a sampled token without its logprob", retryable=False)
+    return float(value)
+
+
+def check_logprobs(token_ids: list[int], logprobs: list[float]) -> None:
+    """Every sampled token has exactly one logprob (none missing, none made up as 0.0)."""
+    if len(logprobs) != len(token_ids):
+        raise BackendError(
+            f"backend returned {len(logprobs)} logprobs for {len(token_ids)} sampled tokens",
+            retryable=False,
+        )

@@ -8,6 +8,7 @@ Test-double extensions, not part of vLLM, all under `/scripted/`:
 `DELETE /scripted/requests`, `GET /scripted/info` (tokenizer facts), `POST /scripted/fault`.
 """
 
+import asyncio
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -232,7 +233,9 @@ def _control_routes(app: FastAPI) -> None:
 
     @app.post("/resume")
     async def resume(request: Request) -> Response:
-        _engine(request).resume()
+        engine = _engine(request)
+        await asyncio.sleep(engine.config.resume_delay_s)
+        engine.resume()
         return json_response({"status": "resumed"})
 
     @app.get("/is_paused")

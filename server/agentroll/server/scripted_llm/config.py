@@ -51,6 +51,8 @@ class ScriptedLLMConfig(BaseModel):
     """Server seed, mixed into every request's randomness."""
     latency_s: float = Field(default=0.0, ge=0.0)
     """Simulated generation time per request (spread over its tokens; pause-aware)."""
+    resume_delay_s: float = Field(default=0.0, ge=0.0)
+    """How long `/resume` takes before the engine resumes and answers (a slow engine)."""
     fail_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     """Fraction of completion requests answered with HTTP 500 (engine error)."""
     healthy: bool = True

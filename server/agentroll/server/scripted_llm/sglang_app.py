@@ -13,6 +13,7 @@ double does not model recomputation after a retract). While paused, new requests
 which is held until its timeout).
 """
 
+import asyncio
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -107,7 +108,9 @@ def _generation_routes(app: FastAPI) -> None:
 
     @app.post("/continue_generation")
     async def continue_generation(request: Request) -> Response:
-        _engine(request).resume()
+        engine = _engine(request)
+        await asyncio.sleep(engine.config.resume_delay_s)
+        engine.resume()
         return json_response({"message": "Generation continued successfully.", "status": "ok"})
 
     @app.api_route("/abort_request", methods=["POST"])

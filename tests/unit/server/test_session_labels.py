@@ -1,0 +1,176 @@
+"""Right labels from the token session: gate on every try, turns, logprobs, tokenizer identity."""
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from agentroll.handlers import LLMUnavailable, Message
+from agentroll.server.llm import BackendPool, TokenSession
+from agentroll.server.llm.base import BackendError, Completion, TokenizeResult
+from agentroll.server.llm.gate import GenerationGate
+from agentroll.server.llm.http import HTTPClient, HTTPResponse
+from agentroll.server.llm.vllm import VLLMClient
+from agentroll.server.schema import BackendSpec
+from agentroll.server.scripted_llm import ScriptedLLMConfig
+from agentroll.server.scripted_llm import create_app as create_scripted_app
+from agentroll.server.serving import start_in_loop
+
+MESSAGES: list[Message] = [{"role": "user", "content": "hi"}]
+
+
+class FakeClient:
+    """A backend whose tokenizer is named by `vocab` and whose completions are scripted."""
+
+    def __init__(self, vocab: int, replies: list[Completion | BaseException] | None = None):
+        self.base_url = f"http://fake-{vocab}"
+        self.model: str | None = None
+        self.vocab = vocab
+        self.replies = list(replies or [])
+        self.calls = 0
+        self.hold: asyncio.Event | None = None
+
+    async def tokenize_messages(self, messages: Any, tools: Any, **_: Any) -> TokenizeResult:
+        return TokenizeResult([self.vocab, self.vocab + 1, len(messages)], 1000)
+
+    async def complete(self, prompt_ids: list[int], sampling: Any, *, timeout_s: float) -> Any:
+        self.calls += 1
+        if self.hold is not None:
+            await self.hold.wait()
+        reply = self.replies.pop(0) if self.replies else _done([7, 8])
+        if isinstance(reply, BaseException):
+            raise reply
+        return reply
+
+    async def pause(self, mode: str = "wait", *, timeout_s: float = 300.0) -> None: ...
+
+    async def resume(self, *, timeout_s: float = 60.0) -> None: ...
+
+
+def _done(ids: list[int], finish: str = "stop") -> Completion:
+    return Completion(ids, [-0.5] * len(ids), "x" * len(ids), finish, 3)
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[BackendPool]:
+    http = HTTPClient()
+    yield BackendPool(http)
+    await http.close()
+
+
+def add(pool: BackendPool, backend_id: str, client: FakeClient, **spec: Any) -> None:
+    backend, _ = pool.add(BackendSpec(id=backend_id, base_url=client.base_url, **spec))
+    backend.client = client
+
+
+def session(pool: BackendPool, gate: GenerationGate, **kwargs: Any) -> TokenSession:
+    options: dict[str, Any] = {"max_response_tokens": 100, "max_context_tokens": None}
+    options.update(kwargs)
+    return TokenSession(pool, sampling={}, gate=gate, request_timeout_s=5.0, **options)
+
+
+async def test_a_retry_on_another_backend_waits_at_the_gate(pool: BackendPool) -> None:
+    first = FakeClient(100, [BackendError("503 overloaded", retryable=True, status=503)])
+    first.hold = asyncio.Event()
+    second = FakeClient(100)
+    add(pool, "a", first)
+    add(pool, "b", second)
+    gate = GenerationGate()
+    s = session(pool, gate)
+    await s.start(MESSAGES)
+    turn = asyncio.create_task(s.generate())
+    while first.calls == 0:
+        await asyncio.sleep(0.001)
+    gate.close("wait")  # a weight sync starts while the first try is in flight
+    first.hold.set()  # ...and the first try fails
+    while not s.retries:
+        await asyncio.sleep(0.001)
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert second.calls == 0  # the retry did not reach a backend while paused
+    assert gate.in_flight == 0  # and the pause can complete
+    gate.open(1)
+    result = await asyncio.wait_for(turn, 5)
+    assert second.calls == 1 and result.policy_version == 1  # sampled under the new version
+
+
+async def test_a_turn_split_by_a_pause_counts_once(pool: BackendPool) -> None:
+    client = FakeClient(100, [_done([5], "abort"), _done([6, 9])])
+    add(pool, "a", client)
+    s = session(pool, GenerationGate())
+    await s.start(MESSAGES)
+    turn = await s.generate()
+    assert turn.token_ids == (5, 6, 9) and len(s.segments) == 2
+    assert s.num_turns == 1
+
+
+async def test_the_first_prompt_cache_is_keyed_by_the_tokenizer(pool: BackendPool) -> None:
+    add(pool, "m1", FakeClient(100), model="model-one", tags=["one"])
+    add(pool, "m2", FakeClient(200), model="model-two", tags=["two"])
+    gate = GenerationGate()
+    first = session(pool, gate, tags=frozenset({"one"}))
+    await first.start(MESSAGES)
+    second = session(pool, gate, tags=frozenset({"two"}))
+    await second.start(MESSAGES)  # same conversation, another model's tokenizer
+    assert first.prompt_ids == [100, 101, 1]
+    assert second.prompt_ids == [200, 201, 1]
+
+
+async def test_a_session_never_generates_on_a_backend_with_another_tokenizer(
+    pool: BackendPool,
+) -> None:
+    add(pool, "m1", FakeClient(100), model="model-one")
+    other = FakeClient(200)
+    add(pool, "m2", other, model="model-two")
+    s = session(pool, GenerationGate())
+    await s.start(MESSAGES)
+    pool.get("m1").healthy = False  # type: ignore[union-attr]
+    with pytest.raises(LLMUnavailable):
+        await s.generate()  # its tokens would be another model's: refuse, never mix
+    assert other.calls == 0
+
+
+class _OneResponse:
+    def __init__(self, body: Any) -> None:
+        self.body = body
+
+    async def request(self, *_: Any, **__: Any) -> HTTPResponse:
+        return HTTPResponse(200, self.body)
+
+
+@pytest.mark.parametrize(
+    "logprobs",
+    [None, {"token_logprobs": [-0.1, None]}, {"token_logprobs": [-0.1]}],
+    ids=["absent", "a-null", "too-few"],
+)
+async def test_missing_logprobs_are_an_error_never_zero(logprobs: Any) -> None:
+    body = {
+        "choices": [
+            {
+                "text": "ab",
+                "token_ids": [1, 2],
+                "finish_reason": "stop",
+                "logprobs": logprobs,
+            }
+        ],
+        "usage": {"prompt_tokens": 3},
+    }
+    client = VLLMClient("http://vllm", None, _OneResponse(body))  # type: ignore[arg-type]
+    with pytest.raises(BackendError, match="logprob") as caught:
+        await client.complete([1, 2, 3], {"max_tokens": 2}, timeout_s=5)
+    assert not caught.value.retryable
+
+
+async def test_a_slow_backend_that_times_out_is_not_marked_down(pool: BackendPool) -> None:
+    slow = await start_in_loop(create_scripted_app(ScriptedLLMConfig(latency_s=2.0)))
+    try:
+        backend, _ = pool.add(BackendSpec(id="slow", base_url=slow.url))
+        s = session(pool, GenerationGate())
+        s._timeout = 0.3
+        await s.start(MESSAGES)
+        with pytest.raises(LLMUnavailable, match="timed out"):
+            await s.generate()
+        assert backend.healthy  # slow is not down: health probes decide that
+    finally:
+        await slow.stop()
