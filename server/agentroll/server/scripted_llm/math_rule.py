@@ -28,13 +28,13 @@ def wrong_answer(answer: str) -> str:
     return f"{answer}+1"
 
 
-def _find_task(text: str) -> MathTask | None:
+def find_math_task(text: str) -> MathTask | None:
     matches = [t for t in load_math_tasks() if t.question in text]
     return max(matches, key=lambda t: len(t.question)) if matches else None
 
 
 def _with_tools(conv: Conversation, ctx: RuleContext, tools: set[str]) -> Reply | None:
-    task = _find_task(task_text(conv))
+    task = find_math_task(task_text(conv))
     if task is None:
         return None
     if step(conv) == 0 and "python" in tools and task.python:
@@ -55,10 +55,10 @@ def math_rule(conv: Conversation, ctx: RuleContext) -> Reply | None:
     if not users:
         return None
     last = users[-1].content
-    task = _find_task(last)
+    task = find_math_task(last)
     follow_up = task is None and "\\boxed" in last
     if task is None:
-        task = next((t for m in reversed(users[:-1]) if (t := _find_task(m.content))), None)
+        task = next((t for m in reversed(users[:-1]) if (t := find_math_task(m.content))), None)
     if task is None:
         return Reply(UNSURE_REPLY)
     answer = task.answer

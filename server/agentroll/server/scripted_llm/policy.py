@@ -120,6 +120,7 @@ def default_rules() -> RuleRegistry:
     from agentroll.server.scripted_llm.code_rule import code_rule
     from agentroll.server.scripted_llm.math_rule import math_rule
     from agentroll.server.scripted_llm.mini_swe_rule import mini_swe_rule
+    from agentroll.server.scripted_llm.redteam_rule import redteam_rule
     from agentroll.server.scripted_llm.stem_rule import stem_rule
     from agentroll.server.scripted_llm.swe_rule import swe_rule
 
@@ -131,4 +132,5 @@ def default_rules() -> RuleRegistry:
     registry.register("swe", swe_rule)
     registry.register("stem", stem_rule)
     registry.register("mini_swe", mini_swe_rule)
+    registry.register("redteam", redteam_rule)
     return registry

@@ -1,0 +1,173 @@
+"""One red-team batch: every attack beside honest rollouts, through the real server.
+
+A real agentroll server with bubblewrap sandboxes and a scripted backend whose `redteam` rule
+plays the attack named in each marked task; honest tasks of every family run in the same
+batch. While it runs, `/healthz` is polled and its worst latency kept, and sandboxes are
+counted, so the suite can assert that no attack stalled the server, harmed a neighbour or
+leaked a process.
+"""
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+from tests.integration.faults.support import lease_ids, sandbox_pids
+
+from agentroll.handlers.builtin.code import load_code_tasks
+from agentroll.handlers.builtin.math import load_math_tasks
+from agentroll.handlers.builtin.swe import load_swe_tasks
+from agentroll.runtime import BwrapConfig
+from agentroll.server.api import create_app
+from agentroll.server.schema import PoolSizes, Trajectory
+from agentroll.server.scripted_llm import ScriptedLLMConfig
+from agentroll.server.scripted_llm import create_app as create_scripted_app
+from agentroll.server.serving import start_in_loop
+from agentroll.server.settings import Settings
+from agentroll.trainer_clients import AsyncRolloutClient
+
+POLICY = "redteam,echo,swe,code,stem,math"
+TOOL_ATTACK_AGENT = {"tools": ["bash", "python", "submit"], "tool_timeout_s": 15, "max_turns": 6}
+
+
+def math_attack(name: str) -> dict[str, Any]:
+    """A bundled math task whose policy plays `name` with its tools, then answers right."""
+    task = load_math_tasks()[1]
+    return {
+        "question": f"[redteam:{name}] {task.question}",
+        "answer": task.answer,
+        "agent": TOOL_ATTACK_AGENT,
+    }
+
+
+def answer_attack(name: str, gold: str) -> dict[str, Any]:
+    """A plain math task answered with `name`'s pathological or ambiguous answer."""
+    return {"question": f"[redteam:{name}] What is the value asked for?", "answer": gold}
+
+
+def swe_attack(name: str) -> dict[str, Any]:
+    task = dict(load_swe_tasks()[0].instance)
+    task["problem_statement"] = f"[redteam-swe:{name}] {task['problem_statement']}"
+    return task
+
+
+def code_attack(name: str) -> dict[str, Any]:
+    task = load_code_tasks()[0].instance()
+    task["prompt"] = f"[redteam-code:{name}] {task['prompt']}"
+    return task
+
+
+TOOL_ATTACKS = (
+    "kill_all_bash",
+    "kill_all_python",
+    "kill_server",
+    "socket_shutdown",
+    "ptrace_server",
+    "fork_bomb_bash",
+    "fork_bomb_python",
+    "memory_hog_python",
+    "memory_hog_bash",
+    "disk_fill",
+)
+ATTACKS: dict[str, tuple[str, dict[str, Any]]] = {
+    **{name: ("math", math_attack(name)) for name in TOOL_ATTACKS},
+    "pathological_power": ("math", answer_attack("pathological_power", "3")),
+    "pathological_factorial": ("math", answer_attack("pathological_factorial", "3")),
+    "ambiguous_commas": ("math", answer_attack("ambiguous_commas", "12")),
+    "forged_test_output": ("swe", swe_attack("forge_output")),
+    "test_infra_edit": ("swe", swe_attack("conftest_hook")),
+    "exit_early": ("code", code_attack("exit_early")),
+    "eval_hijack": ("code", code_attack("eval_hijack")),
+}
+
+
+def honest_jobs(count: int) -> list[dict[str, Any]]:
+    """Honest rollouts of every sandboxed family (a perfect policy: reward 1.0 each)."""
+    math_tasks, code_tasks, swe_tasks = load_math_tasks(), load_code_tasks(), load_swe_tasks()
+    jobs = []
+    for i in range(count):
+        kind = ("math", "code", "swe")[i % 3]
+        if kind == "math":
+            instance = math_tasks[i % len(math_tasks)].instance(tools=True)
+        elif kind == "code":
+            instance = code_tasks[i % len(code_tasks)].instance()
+        else:
+            instance = dict(swe_tasks[i % len(swe_tasks)].instance)
+        jobs.append({"job_id": f"honest-{i:03d}", "handler": kind, "instance": instance})
+    return jobs
+
+
+@dataclass
+class BatchResult:
+    attacks: dict[str, Trajectory]
+    honest: dict[str, Trajectory]
+    healthz_worst_s: float
+    healthz_polls: int
+    leaked_pids: set[int] = field(default_factory=set)
+    sandboxes_seen: int = 0
+
+
+async def _watch_healthz(url: str, stop: asyncio.Event, worst: list[float]) -> int:
+    polls = 0
+    async with httpx.AsyncClient(base_url=url, timeout=60) as http:
+        while not stop.is_set():
+            began = time.monotonic()
+            response = await http.get("/healthz")
+            worst[0] = max(worst[0], time.monotonic() - began)
+            assert response.status_code == 200
+            polls += 1
+            await asyncio.sleep(0.05)
+    return polls
+
+
+async def run_batch(
+    workdir: Path, attacks: dict[str, tuple[str, dict[str, Any]]], honest: int
+) -> BatchResult:
+    state_dir = workdir / "sandboxes"
+    backend = await start_in_loop(
+        create_scripted_app(ScriptedLLMConfig(policy=POLICY, wrong_rate=0.0))
+    )
+    settings = Settings(
+        db_path=workdir / "agentroll.db",
+        pools=PoolSizes(init=16, run=64, eval=16, ready_buffer=32),
+        sandbox=BwrapConfig(state_dir=state_dir),
+        shutdown_grace_s=5,
+    )
+    server = await start_in_loop(create_app(settings))
+    client = AsyncRolloutClient(server.url, timeout_s=120)
+    seen: set[str] = set()
+    stop, worst = asyncio.Event(), [0.0]
+    try:
+        await client.add_backend({"id": "scripted", "base_url": backend.url})
+        watcher = asyncio.create_task(_watch_healthz(server.url, stop, worst))
+        jobs = [
+            {"job_id": f"attack-{name}", "handler": handler, "instance": instance}
+            for name, (handler, instance) in attacks.items()
+        ]
+        jobs += honest_jobs(honest)
+        await client.submit(jobs)
+        done: dict[str, Trajectory] = {}
+        cursor = 0
+        async with asyncio.timeout(600):
+            while len(done) < len(jobs):
+                seen.update(lease_ids(state_dir))
+                page = await client.results(after=cursor, limit=1000, wait=0.5)
+                done.update({t.job_id: t for t in page.results})
+                cursor = page.next_cursor
+        stop.set()
+        polls = await watcher
+    finally:
+        stop.set()
+        await client.close()
+        await server.stop()
+        await backend.stop()
+    return BatchResult(
+        attacks={name: done[f"attack-{name}"] for name in attacks},
+        honest={k: v for k, v in done.items() if k.startswith("honest-")},
+        healthz_worst_s=worst[0],
+        healthz_polls=polls,
+        leaked_pids=sandbox_pids(seen),
+        sandboxes_seen=len(seen),
+    )
