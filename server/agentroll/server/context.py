@@ -13,7 +13,7 @@ from agentroll.handlers.toolcalls import get_parser
 from agentroll.runtime import Runtime, Sandbox, SandboxError, SandboxSpec
 from agentroll.server.llm import TokenSession
 from agentroll.server.metrics import ServerMetrics
-from agentroll.server.proxy import ProxyTrajectory, RolloutProxy, open_proxy
+from agentroll.server.proxy import ProxyCaps, ProxyTrajectory, RolloutProxy, open_proxy
 from agentroll.server.schema import AgentLimits
 
 log = logging.getLogger("agentroll.server.sandboxes")
@@ -45,6 +45,8 @@ class JobContext:
     llm_proxies: list[RolloutProxy] = field(default_factory=list)
     """Recording LLM proxies opened for harnesses (see `open_llm_proxy`)."""
     """Where background teardowns are tracked (shared with the service, which awaits them)."""
+    proxy_caps: ProxyCaps = field(default_factory=ProxyCaps)
+    """What each LLM proxy accepts from its harness (the server's `llm_proxy` settings)."""
 
     @property
     def sandbox(self) -> Sandbox | None:
@@ -100,6 +102,7 @@ class JobContext:
             max_sampled_tokens=self.limits.max_response_tokens,
             context_tokens=self.limits.max_context_tokens,
             label=self.job_id,
+            caps=self.proxy_caps,
         )
         self.llm_proxies.append(proxy)
         return proxy

@@ -287,6 +287,7 @@ class JobService:
             runtime=self.runtime,
             teardowns=self.teardowns,
             metrics=self.metrics,
+            proxy_caps=self.settings.llm_proxy,
         )
 
     async def _lifecycle(self, job: LiveJob) -> None:

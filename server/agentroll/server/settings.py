@@ -20,6 +20,7 @@ from pydantic_settings import (
 )
 
 from agentroll.runtime.config import BwrapConfig, RuntimeConfig
+from agentroll.server.proxy import ProxyCaps
 from agentroll.server.schema import PoolSizes
 
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("agentroll_config_file", default=None)
@@ -91,6 +92,11 @@ class Settings(BaseSettings):
     )
     backend_wait_s: float = Field(
         60.0, ge=0, description="How long a rollout waits for a backend to be registered."
+    )
+    llm_proxy: ProxyCaps = Field(
+        default_factory=ProxyCaps,
+        description="What each rollout's LLM proxy accepts from its harness (rate, body size, "
+        "connections).",
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     log_format: Literal["text", "json"] = Field(

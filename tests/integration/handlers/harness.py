@@ -40,8 +40,9 @@ async def rollout_service(
     tmp_path: Path,
     backend: RunningServer,
     registry: HandlerRegistry | None = None,
+    **settings: Any,
 ) -> AsyncIterator[AsyncRolloutClient]:
-    settings = {"sandbox": BwrapConfig(state_dir=tmp_path / "sandboxes")}
+    settings["sandbox"] = BwrapConfig(state_dir=tmp_path / "sandboxes")
     async with agentroll_server(registry=registry, **settings) as (_, client):
         await client.add_backend({"id": "scripted", "base_url": backend.url})
         yield client

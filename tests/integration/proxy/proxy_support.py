@@ -12,7 +12,7 @@ from agentroll.handlers import ProxyLimits
 from agentroll.handlers.toolcalls import get_parser
 from agentroll.server.llm import BackendPool, HTTPClient, TokenSession
 from agentroll.server.llm.gate import GenerationGate
-from agentroll.server.proxy import RolloutProxy, open_proxy
+from agentroll.server.proxy import ProxyCaps, RolloutProxy, open_proxy
 from agentroll.server.schema import BackendSpec
 from agentroll.server.scripted_llm import RuleRegistry, ScriptedLLMConfig
 from agentroll.server.scripted_llm import create_app as create_scripted_app
@@ -41,6 +41,7 @@ class Rig:
         session: TokenSession | None = None,
         limits: ProxyLimits | None = None,
         name: str = "llm.sock",
+        caps: ProxyCaps | None = None,
     ) -> RolloutProxy:
         return await open_proxy(
             session or self.session(seed=1),
@@ -52,6 +53,7 @@ class Rig:
             max_sampled_tokens=32768,
             context_tokens=None,
             label=name.split(".", maxsplit=1)[0],
+            caps=caps,
         )
 
     async def backend_log(self) -> list[dict[str, Any]]:

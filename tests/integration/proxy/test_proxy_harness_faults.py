@@ -1,5 +1,6 @@
 """Harnesses run by the `harness` handler in real bubblewrap sandboxes, reaching the proxy
-only through the in-sandbox bridge: history rewrites, endless loops, crashes, a dead backend."""
+only through the in-sandbox bridge: history rewrites, endless loops, crashes, a dead backend,
+a request flood."""
 
 import shutil
 from pathlib import Path
@@ -65,6 +66,19 @@ while True:   # never stops on its own, not even when refused
         h += [chat(h), say("again")]
     except urllib.error.HTTPError as exc:
         print("refused", exc.code, file=sys.stderr)
+"""
+)
+
+FLOODER = (
+    CLIENT
+    + """
+while True:   # as fast as it can, until refused
+    req = urllib.request.Request(BASE + "/models", headers={"Authorization": "Bearer " + KEY})
+    try:
+        urllib.request.urlopen(req, timeout=60).read()
+    except urllib.error.HTTPError as exc:
+        print("refused", exc.code, "retry after", exc.headers["Retry-After"], file=sys.stderr)
+        sys.exit(4)
 """
 )
 
@@ -172,3 +186,27 @@ async def test_a_dead_backend_is_infra_error_not_a_reward(
     assert t.outcome == Outcome.infra_error and t.reward is None
     assert t.error is not None and t.error.type == "llm_backend_unavailable"
     assert t.metadata["llm_proxy"]["stopped"]["kind"] == "infra"
+
+
+@pytest.mark.timeout(120)
+async def test_a_flooding_harness_is_rate_limited_and_its_neighbour_is_not(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    caps = {"request_burst": 5, "requests_per_s": 0.01}
+    async with (
+        scripted_backend(wrong_rate=0.0, policy="echo") as backend,
+        rollout_service(agentroll_server, tmp_path, backend, llm_proxy=caps) as client,
+    ):
+        done = await run_jobs(client, [job("flood", FLOODER), job("calm", REWRITER)], 100)
+
+    # The flood is the policy's doing: agent_error (the harness gave up), still scored.
+    t = done["flood"]
+    assert t.outcome == Outcome.agent_error and t.error is not None, t.error
+    assert t.error.type == "harness_crashed" and t.reward == 0.0
+    assert "refused 429 retry after" in t.error.message
+    assert t.metadata["llm_proxy"]["refused"] == {"rate_limited": 1}
+    assert t.metadata["llm_proxy"]["stopped"] is None
+    # Its neighbour (same server, its own proxy and bucket) is served in full: 4 calls.
+    t = done["calm"]
+    assert t.outcome == Outcome.ok and t.reward == 1.0, t.error
+    assert t.metadata["llm_proxy"]["calls"] == 4 and t.metadata["llm_proxy"]["refused"] == {}

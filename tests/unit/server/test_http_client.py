@@ -5,7 +5,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from agentroll.server.llm.http import HTTPClient, HTTPTimeout, HTTPTransportError
+from agentroll.server.llm import BackendError
+from agentroll.server.llm.http import MAX_BODY_BYTES, HTTPClient, HTTPTimeout, HTTPTransportError
+from agentroll.server.llm.wire import exchange
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -143,4 +145,71 @@ async def test_garbage_response_is_reported_not_hung(
     client = HTTPClient()
     with pytest.raises(HTTPTransportError, match="not an HTTP"):
         await client.request("GET", await serve(garbage), timeout_s=5)
+    await client.close()
+
+
+def answering(*parts: bytes) -> Handler:
+    """A server that reads the request, writes `parts` (a short pause between them), then
+    keeps the connection open until the client hangs up."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        for part in parts:
+            writer.write(part)
+            await writer.drain()
+            await asyncio.sleep(0.05)
+        await reader.read()
+        writer.close()
+
+    return handler
+
+
+CHUNKED_200 = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+
+async def test_a_response_with_a_huge_chunk_is_refused_not_buffered(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    url = await serve(answering(CHUNKED_200 + b"%x\r\n" % (MAX_BODY_BYTES + 1) + b"xyz"))
+    client = HTTPClient()
+    # Refused from the chunk's size line: long before the (generous) timeout.
+    with pytest.raises(BackendError, match="larger than the limit") as info:
+        await exchange(client, "POST", url + "/v1/completions", json_body={}, timeout_s=60)
+    assert not isinstance(info.value.__cause__, HTTPTimeout)
+    await client.close()
+
+
+@pytest.mark.parametrize(
+    ("tail", "why"),
+    [
+        (b"1" * 200_000, "chunk-size line longer than"),
+        (b"-5\r\n", "malformed chunk size"),
+        (b"3\r\nabcXY", "not followed by CRLF"),
+        (b"2\r\n{}\r\n0\r\n" + b"X-Trailer: y\r\n" * 5000, "trailer section longer than"),
+    ],
+)
+async def test_malformed_or_endless_chunk_framing_is_a_transport_error(
+    serve: Callable[[Handler], Awaitable[str]], tail: bytes, why: str
+) -> None:
+    client = HTTPClient()
+    with pytest.raises(HTTPTransportError, match=why):
+        await client.request("GET", await serve(answering(CHUNKED_200 + tail)), timeout_s=60)
+    await client.close()
+
+
+async def test_a_body_that_ends_at_close_is_read_whole(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    async def two_writes(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await _read_request(reader)
+        writer.write(b'HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n{"tokens": ')
+        await writer.drain()
+        await asyncio.sleep(0.05)
+        writer.write(b"[1, 2]}")
+        await writer.drain()
+        writer.close()
+
+    client = HTTPClient()
+    response = await client.request("GET", await serve(two_writes), timeout_s=10)
+    assert (response.status, response.body) == (200, {"tokens": [1, 2]})
     await client.close()

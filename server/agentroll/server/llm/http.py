@@ -17,6 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+from agentroll.server.http_body import (
+    check_length,
+    content_length,
+    is_chunked,
+    read_chunked,
+    read_to_close,
+)
+
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 256 * 1024 * 1024
 
@@ -99,7 +107,12 @@ class HTTPClient:
                 if reused:
                     continue
                 raise HTTPTransportError(f"connection closed before a response: {exc}") from exc
-            except (OSError, asyncio.IncompleteReadError, ValueError) as exc:
+            except (
+                OSError,
+                asyncio.IncompleteReadError,
+                asyncio.LimitOverrunError,
+                ValueError,
+            ) as exc:
                 conn.close()
                 raise HTTPTransportError(f"{type(exc).__name__}: {exc}") from exc
             except BaseException:
@@ -159,30 +172,14 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, bool, bytes
         name, _, value = line.decode("latin-1").partition(":")
         headers[name.strip().lower()] = value.strip()
     keep_alive = headers.get("connection", "").lower() != "close" and version != "HTTP/1.0"
-    if "chunked" in headers.get("transfer-encoding", "").lower():
-        return int(status), keep_alive, await _read_chunked(reader)
+    # A body over the limit, or badly framed, raises `http_body.BodyError` (a ValueError).
+    if is_chunked(headers):
+        return int(status), keep_alive, await read_chunked(reader, MAX_BODY_BYTES)
     if "content-length" in headers:
-        length = int(headers["content-length"])
-        if length > MAX_BODY_BYTES:
-            raise ValueError(f"response body of {length} bytes is too large")
+        length = content_length(headers["content-length"])
+        check_length(length, MAX_BODY_BYTES)
         return int(status), keep_alive, await reader.readexactly(length)
-    return int(status), False, await reader.read(MAX_BODY_BYTES)  # body ends at close
-
-
-async def _read_chunked(reader: asyncio.StreamReader) -> bytes:
-    chunks: list[bytes] = []
-    total = 0
-    while True:
-        size = int((await reader.readuntil(b"\r\n")).split(b";", 1)[0], 16)
-        if size == 0:
-            while await reader.readuntil(b"\r\n") != b"\r\n":  # trailers
-                pass
-            return b"".join(chunks)
-        total += size
-        if total > MAX_BODY_BYTES:
-            raise ValueError("chunked response body is too large")
-        chunks.append(await reader.readexactly(size))
-        await reader.readexactly(2)
+    return int(status), False, await read_to_close(reader, MAX_BODY_BYTES)
 
 
 def _decode(raw: bytes) -> Any:

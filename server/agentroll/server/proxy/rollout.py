@@ -9,14 +9,19 @@ and so the exact prompt ids, the backend samples through the gate, and the sampl
 logprobs are recorded verbatim. The reply goes back in the OpenAI format, tool calls parsed
 with the rollout's parser.
 
-Caps (calls, sampled tokens, time) are checked as each call arrives: a call past a cap is
-refused with 403 and the proxy stops with kind `limit`; a backend the proxy cannot reach
-stops it with kind `infra` (503). The handler watches `wait_stopped()` to end the harness.
+Each request is judged from its head alone, before its body is read (`admit`): over the
+rollout's request rate it gets 429 with `Retry-After`; without the rollout's key, 401. The
+server (http11.py) enforces the body-size and connection caps (`ProxyCaps`, caps.py). None
+of these refusals stops the proxy: a flood is the harness's own doing. The call caps
+(calls, sampled tokens, time) are checked as each call arrives: a call past a cap is refused
+with 403 and the proxy stops with kind `limit`; a backend the proxy cannot reach stops it
+with kind `infra` (503). The handler watches `wait_stopped()` to end the harness.
 """
 
 import asyncio
 import hmac
 import logging
+import math
 import secrets
 import time
 from pathlib import Path
@@ -34,8 +39,15 @@ from agentroll.handlers.toolcalls import ToolCall, ToolCallParser, openai_tool_c
 from agentroll.server.llm import Backend, BackendError, Completion, TokenSession
 from agentroll.server.llm.gate import Flight, GenerationAborted
 from agentroll.server.proxy import openai_api as api
+from agentroll.server.proxy.caps import ProxyCaps, RequestRate
 from agentroll.server.proxy.chains import ChainBook, Expectation, Piece, Placement
-from agentroll.server.proxy.http11 import Request, Response, UnixHTTPServer, error_body
+from agentroll.server.proxy.http11 import (
+    Request,
+    Response,
+    UnixHTTPServer,
+    error_body,
+    error_response,
+)
 from agentroll.server.proxy.recording import report, trajectory_view
 
 log = logging.getLogger("agentroll.server.proxy")
@@ -56,9 +68,18 @@ class RolloutProxy:
         context_tokens: int | None,
         parser: ToolCallParser,
         label: str = "",
+        caps: ProxyCaps | None = None,
     ) -> None:
         self._session = session
-        self._server = UnixHTTPServer(socket_path, self.handle)
+        self._caps = caps or ProxyCaps()
+        self._rate = RequestRate(self._caps.request_burst, self._caps.requests_per_s)
+        self._server = UnixHTTPServer(
+            socket_path,
+            self.handle,
+            admit=self.admit,
+            max_body_bytes=self._caps.max_body_bytes,
+            max_connections=self._caps.max_connections,
+        )
         self._inside = inside_path
         self._limits = limits
         self._max_sampled = min(limits.max_sampled_tokens or max_sampled_tokens, max_sampled_tokens)
@@ -132,24 +153,50 @@ class RolloutProxy:
         return trajectory_view(self, self._session)
 
     # -- HTTP ------------------------------------------------------------------------------
-    def _authorized(self, request: Request) -> bool:
-        given = request.headers.get("authorization", "")
+    def admit(self, method: str, path: str, headers: dict[str, str]) -> Response | None:
+        """Judge a request from its head, before its body is read: its rate, then its key
+        (`/health` needs none)."""
+        wait_s = self._rate.wait_s()
+        if wait_s:
+            caps = self._caps
+            message = (
+                f"rate limit: at most {caps.request_burst} requests at once and "
+                f"{caps.requests_per_s:g} per second per rollout"
+            )
+            return self._refuse(
+                "rate_limited", 429, message, "requests", "rate_limit_exceeded", wait_s
+            )
+        if method == "GET" and path.removeprefix("/v1") == "/health":
+            return None
+        if self._authorized(headers):
+            return None
+        return self._refuse(
+            "unauthorized", 401, "invalid API key for this rollout", "invalid_api_key"
+        )
+
+    def _authorized(self, headers: dict[str, str]) -> bool:
+        given = headers.get("authorization", "")
         token = given[7:].strip() if given[:7].lower() == "bearer " else ""
-        token = token or request.headers.get("api-key", "")
+        token = token or headers.get("api-key", "")
         return hmac.compare_digest(token.encode(), self._key.encode())
 
-    def _refuse(self, why: str, status: int, message: str, type_: str) -> Response:
+    def _refuse(
+        self,
+        why: str,
+        status: int,
+        message: str,
+        type_: str,
+        code: str | None = None,
+        wait_s: float = 1.0,
+    ) -> Response:
         self.refused[why] = self.refused.get(why, 0) + 1
-        return Response(status, error_body(status, message, type_))
+        return error_response(status, message, type_, code, retry_after_s=math.ceil(wait_s))
 
     async def handle(self, request: Request) -> Response:
+        """Serve an admitted request (see `admit`)."""
         path = request.path.removeprefix("/v1")
         if request.method == "GET" and path == "/health":
             return Response(200, {"status": "ok"})
-        if not self._authorized(request):
-            return self._refuse(
-                "unauthorized", 401, "invalid API key for this rollout", "invalid_api_key"
-            )
         if request.method == "GET" and path == "/models":
             return Response(200, api.models_body(MODEL_NAME))
         if request.method != "POST" or path not in ("/chat/completions", "/completions"):
@@ -395,6 +442,7 @@ async def open_proxy(
     max_sampled_tokens: int,
     context_tokens: int | None,
     label: str,
+    caps: ProxyCaps | None = None,
 ) -> RolloutProxy:
     """Start a rollout's proxy on `socket_dir/name` (seen as `inside_dir/name` in the sandbox)."""
     proxy = RolloutProxy(
@@ -406,6 +454,7 @@ async def open_proxy(
         context_tokens=context_tokens,
         parser=parser,
         label=label,
+        caps=caps,
     )
     await proxy.start()
     return proxy
