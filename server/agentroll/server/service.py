@@ -104,64 +104,6 @@ class JobService:
         """Set at shutdown: wakes every long-poll so none holds the server up."""
 
     # -- start and stop -------------------------------------------------------------------
-    async def recover(self) -> None:
-        """Restore the policy version, pause state and backends; requeue (or fail) the jobs a
-        previous server left unfinished."""
-        await self._restore_control()
-        await self.backend_registry.restore()
-        rows = await self.store.unfinished()
-        if not rows:
-            return
-        jobs = [self._revive(row) for row in rows]
-        if self.settings.on_restart == "requeue":
-            limit = self.settings.max_requeues
-            spent = [j for j in jobs if j.attempts > limit]
-            again = [j for j in jobs if j.attempts <= limit]
-            await self._fail_all(spent, "requeue_limit", f"requeued {limit} times already")
-            # Counted before the relaunch: a server killed again meanwhile still counts it.
-            await self.store.count_attempt([j.job_id for j in again])
-            for job in again:
-                job.attempts += 1
-                self._launch(job)
-            log.warning("requeued %d jobs left unfinished by a previous server", len(again))
-            return
-        await self._fail_all(jobs, "server_restart", "the server restarted mid-rollout")
-
-    async def _fail_all(self, jobs: list[LiveJob], cause: str, message: str) -> None:
-        for job in jobs:
-            verdict = Verdict(Outcome.infra_error, None, cause, message)
-            await self._persist(job, build_trajectory(job, None, verdict, {}))
-        if jobs:
-            log.warning("reported %d interrupted jobs as infra_error (%s)", len(jobs), cause)
-
-    async def _restore_control(self) -> None:
-        """A server killed during a weight sync comes back paused, at the version it had."""
-        saved = await self.store.control()
-        self.gate.policy_version = int(saved.get("policy_version", 0))
-        if saved.get("paused"):
-            self.gate.close(saved.get("pause_mode") or "wait")
-            log.warning(
-                "generation stays paused (%s) as the previous server left it; resume to go on",
-                self.gate.mode,
-            )
-
-    async def save_control(self, *, paused: bool | None = None) -> None:
-        """Persist the gate's policy version and pause state (or `paused`, about to be in
-        force); raises StoreError."""
-        gate = self.gate
-        await self.store.save_control(
-            {
-                "policy_version": gate.policy_version,
-                "paused": gate.paused if paused is None else paused,
-                "pause_mode": gate.mode,
-            }
-        )
-
-    @staticmethod
-    def _revive(row: JobRow) -> LiveJob:
-        request = JobRequest.model_validate_json(row.request_json)
-        return LiveJob(row.job_id, request, row.submitted_at, attempts=row.attempts)
-
     def begin_shutdown(self) -> None:
         """Stop admitting and release every long-poll (called as soon as shutdown starts)."""
         self.accepting = False
@@ -246,7 +188,7 @@ class JobService:
             ]
         )
         for job_id in fresh:
-            self._launch(LiveJob(job_id, by_id[job_id], now))
+            self.launch(LiveJob(job_id, by_id[job_id], now))
         fresh_set = set(fresh)
         return [
             SubmittedJob(job_id=i, state=self._state_of(i, existing), created=i in fresh_set)
@@ -260,7 +202,7 @@ class JobService:
         return JobState(rows[job_id].state)
 
     # -- the life of a job ----------------------------------------------------------------
-    def _launch(self, job: LiveJob) -> None:
+    def launch(self, job: LiveJob) -> None:
         self.live[job.job_id] = job
         job.task = asyncio.create_task(self._lifecycle(job), name=f"job:{job.job_id}")
 
@@ -349,7 +291,7 @@ class JobService:
             log.exception("could not build the trajectory of job %s", job.job_id)
             failed = Verdict(Outcome.infra_error, None, "trajectory_failed", repr(exc))
             trajectory = build_trajectory(job, None, failed, {})
-        await self._persist(job, trajectory)
+        await self.persist(job, trajectory)
 
     async def _template_divergence(self, ctx: JobContext) -> int | None:
         """Diagnostics only: bounded, and a failure to measure never fails the rollout."""
@@ -362,7 +304,7 @@ class JobService:
             log.warning("could not measure template divergence: %r", exc)
             return None
 
-    async def _persist(self, job: LiveJob, trajectory: Trajectory) -> None:
+    async def persist(self, job: LiveJob, trajectory: Trajectory) -> None:
         """Commit the result, retrying while the store refuses writes (e.g. a full disk).
 
         Until it is committed the result stays in memory and the job stays live; it is never

@@ -15,6 +15,7 @@ import asyncio
 import logging
 import time
 
+from agentroll.server import recovery
 from agentroll.server.llm.gate import PauseMode
 from agentroll.server.schema import PauseResponse
 from agentroll.server.service import JobService
@@ -67,7 +68,7 @@ async def pause(service: JobService, mode: PauseMode, timeout_s: float) -> Pause
     """Close the gate; return once quiet (wait, abort) or once backends parked (keep)."""
     began = time.monotonic()
     service.gate.close(mode)
-    await service.save_control()  # before anything else: a crash from here on stays paused
+    await recovery.save_control(service)  # before anything else: a crash from here on stays paused
     errors: dict[str, str] = {}
     if mode in ("abort", "keep"):
         errors = await _forward(service, "pause", mode)
@@ -95,7 +96,8 @@ async def resume(
     errors = await _forward(service, "resume") if gate.mode in ("abort", "keep") else {}
     if max_policy_lag is not None:
         service.max_policy_lag = max_policy_lag
-    await service.save_control(paused=False)  # a store that refuses it leaves the gate closed
+    # A store that refuses the write leaves the gate closed (the trainer retries resume).
+    await recovery.save_control(service, paused=False)
     gate.open(policy_version)
     if service.settings.cancel_stale_running:
         stale = service.cancel_stale_running()

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from agentroll.handlers import HandlerRegistry
 from agentroll.runtime import Runtime, RuntimeUnavailable
+from agentroll.server import recovery
 from agentroll.server.api import (
     routes_admin,
     routes_backends,
@@ -72,7 +73,7 @@ def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -
         )
         app.state.service = service
         app.state.backends = backends
-        await service.recover()
+        await recovery.recover(service)
         log.info("agentroll server ready (store %s)", settings.db_path)
         try:
             yield

@@ -1,0 +1,80 @@
+"""What a server restores at start and persists for the next one.
+
+At start: the policy version and pause state the previous server left (a server killed
+during a weight sync comes back paused, at the version it had), the registered backends,
+and every job it left unfinished — requeued (at most `max_requeues` times; beyond that the
+job ends `infra_error`/`requeue_limit`, so a rollout that kills its server is not replayed
+forever) or reported `infra_error`/`server_restart`, as configured.
+"""
+
+import logging
+
+from agentroll.server.jobs import LiveJob
+from agentroll.server.pipeline import Verdict
+from agentroll.server.results import build_trajectory
+from agentroll.server.schema import JobRequest, Outcome
+from agentroll.server.service import JobService
+from agentroll.server.store import JobRow
+
+log = logging.getLogger("agentroll.server")
+
+
+async def recover(service: JobService) -> None:
+    """Restore control state and backends; requeue (or fail) unfinished jobs."""
+    await restore_control(service)
+    await service.backend_registry.restore()
+    rows = await service.store.unfinished()
+    if not rows:
+        return
+    jobs = [_revive(row) for row in rows]
+    if service.settings.on_restart == "requeue":
+        limit = service.settings.max_requeues
+        spent = [j for j in jobs if j.attempts > limit]
+        again = [j for j in jobs if j.attempts <= limit]
+        await _fail_all(service, spent, "requeue_limit", f"requeued {limit} times already")
+        # Counted before the relaunch: a server killed again meanwhile still counts it.
+        await service.store.count_attempt([j.job_id for j in again])
+        for job in again:
+            job.attempts += 1
+            service.launch(job)
+        log.warning("requeued %d jobs left unfinished by a previous server", len(again))
+        return
+    await _fail_all(service, jobs, "server_restart", "the server restarted mid-rollout")
+
+
+async def restore_control(service: JobService) -> None:
+    saved = await service.store.control()
+    gate = service.gate
+    gate.policy_version = int(saved.get("policy_version", 0))
+    if saved.get("paused"):
+        gate.close(saved.get("pause_mode") or "wait")
+        log.warning(
+            "generation stays paused (%s) as the previous server left it; resume to go on",
+            gate.mode,
+        )
+
+
+async def save_control(service: JobService, *, paused: bool | None = None) -> None:
+    """Persist the gate's policy version and pause state (or `paused`, about to be in
+    force). Raises `StoreError` when the store refuses the write."""
+    gate = service.gate
+    await service.store.save_control(
+        {
+            "policy_version": gate.policy_version,
+            "paused": gate.paused if paused is None else paused,
+            "pause_mode": gate.mode,
+        }
+    )
+
+
+async def _fail_all(service: JobService, jobs: list[LiveJob], cause: str, message: str) -> None:
+    for job in jobs:
+        verdict = Verdict(Outcome.infra_error, None, cause, message)
+        await service.persist(job, build_trajectory(job, None, verdict, {}))
+    if jobs:
+        log.warning("reported %d interrupted jobs as infra_error (%s)", len(jobs), cause)
+
+
+def _revive(row: JobRow) -> LiveJob:
+    request = JobRequest.model_validate_json(row.request_json)
+    return LiveJob(row.job_id, request, row.submitted_at, attempts=row.attempts)
