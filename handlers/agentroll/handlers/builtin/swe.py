@@ -224,22 +224,9 @@ class SweHandler(ToolAgentHandler):
                 f"the test patch does not apply to {task.base_commit}", cause="test_patch_failed"
             )
         if patch.strip():
-            staged = await index.apply("agent", patch)
-            if staged.exit_code != 0:
-                return _unresolved(info, "patch_does_not_apply", staged.stderr.strip()[-300:])
-            changes = await index.changes("agent")
-            refused = await swe_infra.refused_changes(
-                index, "agent", changes, task.allow_test_infra_changes
-            )
-            if refused:
-                info["test_infrastructure_paths"] = refused
-                detail = f"the diff changes the test setup: {', '.join(refused[:20])}"
-                return _unresolved(info, "test_infrastructure_modified", detail)
-            if task.eval_mode == "fresh":
-                applied = await swe_repo.apply(sandbox, patch)
-                if applied.exit_code != 0:
-                    detail = applied.stderr.strip()[-300:]
-                    return _unresolved(info, "patch_does_not_apply", detail)
+            refusal = await self._apply_agent_patch(sandbox, index, task, patch, info)
+            if refusal is not None:
+                return refusal
         if task.test_patch:
             await swe_repo.restore(
                 sandbox, task.base_commit, swe_repo.patched_files(task.test_patch)
@@ -257,6 +244,29 @@ class SweHandler(ToolAgentHandler):
         if not verdict.resolved:
             return _unresolved(info, verdict.reason, verdict.detail)
         return Reward(1.0, {**info, "resolved": True})
+
+    @staticmethod
+    async def _apply_agent_patch(
+        sandbox: Sandbox, index: PrivateIndex, task: SweInstance, patch: str, info: dict[str, Any]
+    ) -> Reward | None:
+        """Inspect the agent's patch on the private index, then (fresh mode) apply it to the
+        worktree; the reward 0 if it does not apply or touches the test setup, else None."""
+        staged = await index.apply("agent", patch)
+        if staged.exit_code != 0:
+            return _unresolved(info, "patch_does_not_apply", staged.stderr.strip()[-300:])
+        changes = await index.changes("agent")
+        refused = await swe_infra.refused_changes(
+            index, "agent", changes, task.allow_test_infra_changes
+        )
+        if refused:
+            info["test_infrastructure_paths"] = refused
+            detail = f"the diff changes the test setup: {', '.join(refused[:20])}"
+            return _unresolved(info, "test_infrastructure_modified", detail)
+        if task.eval_mode == "fresh":  # in "same" mode the worktree has it already
+            applied = await swe_repo.apply(sandbox, patch)
+            if applied.exit_code != 0:
+                return _unresolved(info, "patch_does_not_apply", applied.stderr.strip()[-300:])
+        return None
 
     def final_result(self, ctx: RolloutContext) -> dict[str, Any]:
         out = super().final_result(ctx)
