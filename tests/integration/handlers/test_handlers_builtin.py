@@ -126,6 +126,16 @@ async def test_infrastructure_failures_are_infra_error_not_zero(
             "handler": "swe",
             "instance": {**swe, "repo_source": "/nonexistent/repo.git"},
         },
+        {  # a test command that is not pytest: found before the agent's diff is applied
+            "job_id": "swe-no-runner",
+            "handler": "swe",
+            "instance": {**swe, "test_cmd": "python -m no_such_runner"},
+        },
+        {  # the same, found in INIT when the tests run in the agent's sandbox
+            "job_id": "swe-no-runner-same",
+            "handler": "swe",
+            "instance": {**swe, "test_cmd": "true", "eval_mode": "same"},
+        },
     ]
     async with (
         scripted_backend(wrong_rate=0.0) as backend,
@@ -140,6 +150,11 @@ async def test_infrastructure_failures_are_infra_error_not_zero(
     no_repo = results["swe-no-repo"].error
     assert no_repo is not None and (no_repo.type, no_repo.stage) == ("repo_setup_failed", "init")
     assert "/nonexistent/repo.git" in no_repo.message
+    for job_id, stage in (("swe-no-runner", "eval"), ("swe-no-runner-same", "init")):
+        no_runner = results[job_id].error
+        assert no_runner is not None and no_runner.type == "test_runner_failed"
+        assert (job_id, no_runner.stage) == (job_id, stage)
+    assert "no_such_runner" in results["swe-no-runner"].error.message  # type: ignore[union-attr]
 
 
 async def test_failing_llm_backend_is_infra_error_for_answer_tasks(

@@ -1,7 +1,10 @@
 """Hidden tests stay hidden: not in anything the model is shown, not in the sandbox during RUN.
 
-Each probe handler greps the sandbox at the end of RUN and again after EVAL; finding the
-tests after EVAL proves the probe would have seen them during RUN."""
+Each probe handler greps the agent's sandbox at the end of RUN and again after EVAL. For
+`swe` in "same" mode, finding the tests after EVAL proves the probe would have seen them
+during RUN. `code` grades in a sandbox of its own and hands the tests to its runner on
+stdin, so they never reach the agent's sandbox, not even after EVAL; there the probe proves
+itself on the agent's own solution file."""
 
 import shutil
 from pathlib import Path
@@ -42,16 +45,17 @@ async def grep(ctx: RolloutContext, needle: str) -> str:
 
 class ProbingCode(CodeHandler):
     name = "probing-code"
-    needle = CODE_MARKER
 
     async def run(self, ctx: RolloutContext) -> None:
         await super().run(ctx)
-        ctx.state["during_run"] = await grep(ctx, self.needle)
+        ctx.state["during_run"] = await grep(ctx, CODE_MARKER)
 
     async def eval(self, ctx: RolloutContext) -> Reward:
         reward = await super().eval(ctx)
         reward.info.update(
-            during_run=ctx.state["during_run"], after_eval=await grep(ctx, self.needle)
+            during_run=ctx.state["during_run"],
+            after_eval=await grep(ctx, CODE_MARKER),
+            solution_found=await grep(ctx, "def is_palindrome"),
         )
         return reward
 
@@ -96,7 +100,9 @@ async def test_hidden_tests_never_reach_the_agent(
         t = results[job_id]
         assert (t.outcome, t.reward) == (Outcome.ok, 1.0), t.error
         assert t.reward_info["during_run"] == ""  # not in the sandbox while the agent worked
-        assert t.reward_info["after_eval"] != ""  # ... where the same probe finds them later
         assert needle not in str(t.messages)
         assert needle not in seen_by_model  # nor in any prompt the backend received
+    assert results["swe"].reward_info["after_eval"] != ""  # where the probe finds them later
     assert results["swe"].reward_info["eval_mode"] == "same"
+    code = results["code"].reward_info
+    assert code["after_eval"] == "" and code["solution_found"] != ""

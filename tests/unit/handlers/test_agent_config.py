@@ -1,4 +1,4 @@
-"""Per-job agent configuration, instance validation, answer extraction, pytest parsing."""
+"""Per-job agent configuration, instance validation, answer extraction, test patch paths."""
 
 from typing import Any
 
@@ -10,7 +10,7 @@ from agentroll.handlers.builtin.code import CodeHandler, load_code_tasks
 from agentroll.handlers.builtin.math import MathHandler
 from agentroll.handlers.builtin.stem import StemHandler, load_stem_tasks
 from agentroll.handlers.builtin.swe import SweHandler, load_swe_tasks
-from agentroll.handlers.builtin.swe_repo import as_list, parse_pytest_statuses, patched_files
+from agentroll.handlers.builtin.swe_repo import as_list, patched_files
 
 
 def test_job_overrides_merge_onto_handler_defaults() -> None:
@@ -37,6 +37,16 @@ def test_job_overrides_merge_onto_handler_defaults() -> None:
         ),
         (SweHandler(), {**load_swe_tasks()[0].instance, "repo": "me/other"}, "not bundled"),
         (SweHandler(), {**load_swe_tasks()[0].instance, "base_commit": "abcdef1"}, "bundled"),
+        (
+            SweHandler(),
+            {**load_swe_tasks()[0].instance, "allow_test_infra_changes": "yes"},
+            "allow_test_infra_changes",
+        ),
+        (
+            SweHandler(),
+            {**load_swe_tasks()[0].instance, "allow_test_infra_changes": ["/etc/x"]},
+            "allow_test_infra_changes",
+        ),
     ],
 )
 def test_unusable_instances_are_refused_with_a_reason(
@@ -52,6 +62,8 @@ def test_swe_bench_rows_with_json_string_test_lists_are_accepted() -> None:
     row["hints_text"] = "extra SWE-bench fields are ignored"
     SweHandler().validate_instance(row)
     assert as_list(row["FAIL_TO_PASS"]) == ["tests/test_slug.py::test_a"]
+    for allowed in (True, ["src/_pytest/*", "tests/conftest.py"]):
+        SweHandler().validate_instance({**row, "allow_test_infra_changes": allowed})
 
 
 @pytest.mark.parametrize(
@@ -71,18 +83,7 @@ def test_choice_extraction(text: str, letter: str | None) -> None:
     assert extract_choice(text, "ABCD") == letter
 
 
-def test_pytest_summary_parsing_and_patched_files() -> None:
-    output = (
-        "..F\n=== short test summary info ===\n"
-        "PASSED tests/test_a.py::test_one\n"
-        "FAILED tests/test_a.py::test_two - AssertionError: assert 1 == 2\n"
-        "ERROR tests/test_b.py::test_three - ImportError\n"
-    )
-    assert parse_pytest_statuses(output) == {
-        "tests/test_a.py::test_one": "PASSED",
-        "tests/test_a.py::test_two": "FAILED",
-        "tests/test_b.py::test_three": "ERROR",
-    }
+def test_test_patch_paths() -> None:
     assert patched_files(load_swe_tasks()[0].instance["test_patch"]) == ["tests/test_slug.py"]
 
 

@@ -8,17 +8,29 @@ Task instance:
      "test_timeout_s": 10,               # optional, per test
      "agent": {...}}                     # optional AgentConfig overrides
 
-A string test is Python run after `from solution import *` (passes if it exits 0); an object
-test runs the file as a program on `stdin` and compares its output. The tests are hidden:
-they are never in the prompt, and they reach the sandbox only at EVAL (after the agent is
-done), together with a small runner (`code_runner.py`) that runs each test in its own process
-under its time limit. Reward: 1.0 if every test passes; `reward_info` has `passed`, `total`,
-`pass_fraction` and one entry per test. A runner that cannot run is `infra_error`; a
-solution that fails, hangs or crashes is reward 0.
+A string test is Python run after `from solution import *`; an object test runs the file as
+a program on `stdin` and compares its output. The tests are hidden: they are never in the
+prompt, and they never reach the agent's sandbox.
+
+EVAL reads the solution file from the RUN sandbox (at most 1 MiB; missing, too large or
+unreadable is reward 0 with `reason: "no_solution"`), then grades it in a fresh sandbox of
+its own, so nothing the agent left running can touch the grading. There a small runner
+(`code_runner.py`, uploaded with the solution into a random folder) gets the tests on stdin
+and runs each in its own process under its time limit. A string test passes only if its
+body ran to the end (the runner's per-test nonce, written after the test code, proves it):
+a solution that exits 0 early (`os._exit`, `sys.exit`, `SystemExit`, atexit) fails. Code
+that deliberately digs into its own interpreter to find that nonce can still forge a pass
+(see `code_runner`); I/O tests, whose output is compared across a process boundary, are
+the stronger form. The runner's results count only on lines carrying a token it got on stdin.
+
+Reward: 1.0 if every test passes; `reward_info` has `passed`, `total`, `pass_fraction` and
+one entry per test (plus `reason` and `detail` when grading could not run the tests). A
+runner that cannot start is `infra_error`; a solution that fails, hangs, crashes, or stops
+the runner once it has started (`reason: "grading_disrupted"`) is reward 0. A grading
+sandbox that dies is graded over in a new one (`code_grading` says whose fault it is then).
 """
 
 import json
-import secrets
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -27,6 +39,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentroll.handlers.agent import ToolAgentHandler
+from agentroll.handlers.builtin import code_grading
+from agentroll.handlers.builtin.sandbox_files import UnreadableFile, read_text
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.handlers.errors import InfraError
 
@@ -34,7 +48,7 @@ SYSTEM_PROMPT = (
     "You are an expert Python programmer working in a sandbox. Write the requested code to the "
     "named file with the editor, check it with bash, and call submit when it is done."
 )
-RUNNER_SLACK_S = 30.0
+MAX_SOLUTION_BYTES = 1 << 20
 
 
 class IOTest(BaseModel):
@@ -78,16 +92,13 @@ def load_code_tasks() -> tuple[CodeTask, ...]:
     return tuple(CodeTask(**{**row, "tests": tuple(row["tests"])}) for row in rows)
 
 
-@cache
-def runner_source() -> bytes:
-    return resources.files("agentroll.handlers.builtin").joinpath("code_runner.py").read_bytes()
-
-
 class CodeHandler(ToolAgentHandler):
     name = "code"
     instance_model = CodeInstance
     system_prompt = SYSTEM_PROMPT
     default_tools = ("bash", "str_replace_editor", "python", "submit")
+    # EVAL reads the solution from the RUN sandbox, then grades it in a fresh one of its own.
+    eval_sandbox = "reuse"
 
     def task_prompt(self, ctx: RolloutContext) -> str:
         spec = self.sandbox_spec(ctx)
@@ -98,40 +109,20 @@ class CodeHandler(ToolAgentHandler):
         )
 
     async def eval(self, ctx: RolloutContext) -> Reward:
-        sandbox = ctx.sandbox
-        if sandbox is None:
+        if ctx.sandbox is None:
             raise InfraError("the RUN sandbox is gone; cannot grade", cause="no_sandbox")
         instance = CodeInstance.model_validate(dict(ctx.instance))
         tests = [t if isinstance(t, str) else t.model_dump() for t in instance.tests]
-        # A fresh, unguessable folder: the tests exist in the sandbox only from now on.
-        folder = f"/tmp/agentroll-eval-{secrets.token_hex(6)}"
-        spec = {
-            "solution_file": instance.solution_file,
-            "timeout_s": instance.test_timeout_s,
-            "tests": tests,
-        }
-        await sandbox.upload(f"{folder}/runner.py", runner_source())
-        await sandbox.upload(f"{folder}/spec.json", json.dumps(spec).encode())
-        limit = len(tests) * (instance.test_timeout_s + 1) + RUNNER_SLACK_S
-        done = await sandbox.exec(
-            ["python3", f"{folder}/runner.py", f"{folder}/spec.json"], timeout=limit
-        )
+        solution = f"{ctx.sandbox.spec.workdir}/{instance.solution_file}"
         try:
-            if done.exit_code != 0 or done.timed_out:
-                raise ValueError(f"exit code {done.exit_code}")
-            results = json.loads(done.stdout)["results"]
-            if len(results) != len(tests):
-                raise ValueError(f"{len(results)} results for {len(tests)} tests")
-        except (ValueError, KeyError, TypeError) as exc:
-            raise InfraError(
-                f"hidden-test runner failed ({exc}): {done.stderr.strip()[-500:]}",
-                cause="test_runner_failed",
-            ) from exc
-        passed = sum(1 for r in results if r["passed"])
-        info = {
-            "passed": passed,
-            "total": len(tests),
-            "pass_fraction": passed / len(tests),
-            "tests": results,
-        }
-        return Reward(1.0 if passed == len(tests) else 0.0, info)
+            source = await read_text(ctx.sandbox, solution, max_bytes=MAX_SOLUTION_BYTES)
+        except UnreadableFile as exc:
+            return code_grading.scored([], len(tests), reason="no_solution", detail=str(exc))
+        # From here on the agent's sandbox, and whatever it left running there, is out of it.
+        return await code_grading.grade(
+            lambda: ctx.open_sandbox(self.sandbox_spec(ctx)),
+            source,
+            instance.solution_file,
+            tests,
+            instance.test_timeout_s,
+        )

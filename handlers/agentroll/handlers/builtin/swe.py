@@ -13,9 +13,10 @@ Task instance (the SWE-bench format; SWE-Gym and R2E-Gym rows map onto it):
      "repo_source": null,           # git repo inside the sandbox to clone; null: bundled repo
      "setup_cmd": null,             # run after checkout (e.g. `pip install -e .`)
      "workdir": "/testbed",
-     "test_cmd": "python -m pytest -rA -p no:cacheprovider --tb=no -q",
+     "test_cmd": "python -m pytest -rA -p no:cacheprovider --tb=no -q",   # must run pytest
      "eval_mode": "fresh",          # or "same": run the tests in the agent's sandbox
      "test_timeout_s": 300,
+     "allow_test_infra_changes": false,   # or true, or path patterns: see `swe_infra`
      "agent": {...}}                # AgentConfig overrides (tools, max_turns, ...)
 
 FAIL_TO_PASS / PASS_TO_PASS may be JSON strings, as in the SWE-bench datasets. Extra fields
@@ -24,13 +25,32 @@ problem statement and the repository.
 
 INIT checks the repository out at `base_commit` in the sandbox. RUN is the agent loop with
 `bash`, `str_replace_editor` and `submit`. EVAL takes the agent's diff (`git diff` against
-`base_commit`, new files included) from the RUN sandbox, then -- in a fresh sandbox with a
-fresh checkout (default) or in the RUN sandbox -- applies it, resets the files the test patch
-touches, applies the test patch and runs FAIL_TO_PASS + PASS_TO_PASS. Reward 1.0 only if
-every one of them passes. The diff is the trajectory's `patch` artifact.
+`base_commit`, new files included, at most 32 MiB) from the RUN sandbox, then grades it:
 
-Outcomes: a diff that does not apply, failing or hanging tests, a broken repository: reward
-0 (the agent's doing). A checkout, test patch or test runner that cannot work: `infra_error`.
+1. In a fresh sandbox with a fresh checkout (default), a probe checks that `test_cmd` runs
+   pytest with the grader's report plugin (`swe_pytest`), before anything of the agent's is
+   there. With `"eval_mode": "same"` the probe runs in INIT instead.
+2. The test patch must apply to `base_commit` (checked on a private index).
+3. The diff is applied to a private index of `base_commit`; a diff that touches the test
+   setup (conftest.py, pytest configuration, plugins, start-up hooks: `swe_infra`) is
+   refused unless the instance allows it. Only then is it applied to the worktree.
+4. The files the test patch touches are reset, the test patch is applied, and FAIL_TO_PASS +
+   PASS_TO_PASS run under pytest with the report plugin. Every one of them must be in the
+   report and pass, and pytest's exit status must agree with the report (`swe_pytest.judge`).
+
+Reward 1.0 only if all of that holds; otherwise 0 with `reason` (a short code) and `detail`
+in `reward_info`. The diff is the trajectory's `patch` artifact.
+
+Outcomes: whatever the agent's diff causes (it does not apply, it touches the test setup, it
+blocks the test patch, the tests fail, hang, crash, break collection or never let pytest
+write its report) is reward 0. A checkout, test patch or test command that does not work
+before the agent's diff is applied is `infra_error`.
+
+`"eval_mode": "same"` is the weaker mode: the agent's sandbox, its git configuration and any
+process it left running are still there while the tests run (such processes are stopped
+before grading only where the runtime supports that), and the diff that is inspected is what
+git reports in that sandbox. Use it where a fresh sandbox is too expensive, not for training
+on untrusted policies.
 """
 
 import json
@@ -38,12 +58,22 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
 
 from agentroll.handlers.agent import DEFAULT_LIMITS, ToolAgentHandler
-from agentroll.handlers.builtin import swe_repo
+from agentroll.handlers.builtin import swe_infra, swe_pytest, swe_repo
+from agentroll.handlers.builtin.sandbox_files import UnreadableFile
+from agentroll.handlers.builtin.swe_repo import PrivateIndex
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import Sandbox, SandboxSpec
@@ -54,6 +84,10 @@ SYSTEM_PROMPT = (
     "the source (not the tests) using str_replace_editor, check your fix, then call submit."
 )
 DEFAULT_TEST_CMD = "python -m pytest -rA -p no:cacheprovider --tb=no -q"
+
+
+# A shell-style pattern for repository paths, as `swe_infra.is_allowed` matches them.
+AllowedPath = Annotated[str, StringConstraints(min_length=1, max_length=1000, pattern=r"^[^/]")]
 
 
 class SweInstance(BaseModel):
@@ -73,6 +107,9 @@ class SweInstance(BaseModel):
     test_cmd: str = DEFAULT_TEST_CMD
     eval_mode: Literal["fresh", "same"] = "fresh"
     test_timeout_s: float = Field(300.0, gt=0, le=7200)
+    allow_test_infra_changes: StrictBool | Annotated[list[AllowedPath], Field(max_length=1000)] = (
+        False
+    )
     agent: dict[str, Any] | None = None
 
     @field_validator("FAIL_TO_PASS", "PASS_TO_PASS", mode="before")
@@ -158,51 +195,78 @@ class SweHandler(ToolAgentHandler):
 
     async def prepare(self, ctx: RolloutContext) -> None:
         assert ctx.sandbox is not None
-        await self._checkout(ctx.sandbox, self.task(ctx))
+        task = self.task(ctx)
+        await self._checkout(ctx.sandbox, task)
+        if task.eval_mode == "same":  # the runner must work before the agent touches anything
+            await swe_pytest.probe(ctx.sandbox, task.test_cmd)
 
     async def eval(self, ctx: RolloutContext) -> Reward:
         task = self.task(ctx)
         if ctx.sandbox is None:
             raise InfraError("the RUN sandbox is gone; cannot read the diff", cause="no_sandbox")
-        patch = await swe_repo.agent_diff(ctx.sandbox, task.base_commit)
+        try:
+            patch = await swe_repo.agent_diff(ctx.sandbox, task.base_commit)
+        except UnreadableFile as exc:
+            return _unresolved({}, "patch_too_large", str(exc))
         if patch is None:
-            return Reward(0.0, {"resolved": False, "reason": "the repository is broken"})
+            return _unresolved({}, "broken_repository", "git cannot read the agent's repository")
         ctx.state["patch"] = patch
         info: dict[str, Any] = {"eval_mode": task.eval_mode, "patch_bytes": len(patch)}
         if task.eval_mode == "fresh":
             sandbox = await ctx.open_sandbox(self.sandbox_spec(ctx))
             await self._checkout(sandbox, task)
-            if patch.strip():
-                applied = await swe_repo.apply(sandbox, patch)
-                if applied.exit_code != 0:
-                    reason = f"the patch does not apply: {applied.stderr.strip()[-300:]}"
-                    return Reward(0.0, {**info, "resolved": False, "reason": reason})
+            await swe_pytest.probe(sandbox, task.test_cmd)
         else:
             sandbox = ctx.sandbox
+        index = await PrivateIndex.create(sandbox, task.base_commit)
+        if task.test_patch and (await index.apply("tests", task.test_patch)).exit_code != 0:
+            raise InfraError(
+                f"the test patch does not apply to {task.base_commit}", cause="test_patch_failed"
+            )
+        if patch.strip():
+            refusal = await self._apply_agent_patch(sandbox, index, task, patch, info)
+            if refusal is not None:
+                return refusal
         if task.test_patch:
             await swe_repo.restore(
                 sandbox, task.base_commit, swe_repo.patched_files(task.test_patch)
             )
             applied = await swe_repo.apply(sandbox, task.test_patch)
-            if applied.exit_code != 0:
-                raise InfraError(
-                    f"the test patch does not apply: {applied.stderr.strip()[-300:]}",
-                    cause="test_patch_failed",
-                )
+            if applied.exit_code != 0:  # it applies to base_commit: the agent's changes block it
+                detail = applied.stderr.strip()[-300:]
+                return _unresolved(info, "test_patch_does_not_apply", detail)
         ids = [*task.FAIL_TO_PASS, *task.PASS_TO_PASS]
-        run = await swe_repo.run_tests(sandbox, task.test_cmd, ids, timeout_s=task.test_timeout_s)
-        f2p, p2p = run.summary(task.FAIL_TO_PASS), run.summary(task.PASS_TO_PASS)
-        resolved = not f2p["failure"] and not p2p["failure"] and not run.timed_out
-        info.update(
-            resolved=resolved,
-            FAIL_TO_PASS=f2p,
-            PASS_TO_PASS=p2p,
-            tests_exit_code=run.exit_code,
-            tests_timed_out=run.timed_out,
+        run = await swe_pytest.run_pytest(
+            sandbox, task.test_cmd, ids, timeout_s=task.test_timeout_s
         )
-        if not resolved:
-            info["tests_output_tail"] = run.output_tail[-1000:]
-        return Reward(1.0 if resolved else 0.0, info)
+        verdict = swe_pytest.judge(run, task.FAIL_TO_PASS, task.PASS_TO_PASS)
+        info.update(verdict.info)
+        if not verdict.resolved:
+            return _unresolved(info, verdict.reason, verdict.detail)
+        return Reward(1.0, {**info, "resolved": True})
+
+    @staticmethod
+    async def _apply_agent_patch(
+        sandbox: Sandbox, index: PrivateIndex, task: SweInstance, patch: str, info: dict[str, Any]
+    ) -> Reward | None:
+        """Inspect the agent's patch on the private index, then (fresh mode) apply it to the
+        worktree; the reward 0 if it does not apply or touches the test setup, else None."""
+        staged = await index.apply("agent", patch)
+        if staged.exit_code != 0:
+            return _unresolved(info, "patch_does_not_apply", staged.stderr.strip()[-300:])
+        changes = await index.changes("agent")
+        refused = await swe_infra.refused_changes(
+            index, "agent", changes, task.allow_test_infra_changes
+        )
+        if refused:
+            info["test_infrastructure_paths"] = refused
+            detail = f"the diff changes the test setup: {', '.join(refused[:20])}"
+            return _unresolved(info, "test_infrastructure_modified", detail)
+        if task.eval_mode == "fresh":  # in "same" mode the worktree has it already
+            applied = await swe_repo.apply(sandbox, patch)
+            if applied.exit_code != 0:
+                return _unresolved(info, "patch_does_not_apply", applied.stderr.strip()[-300:])
+        return None
 
     def final_result(self, ctx: RolloutContext) -> dict[str, Any]:
         out = super().final_result(ctx)
@@ -210,3 +274,7 @@ class SweHandler(ToolAgentHandler):
         if isinstance(patch, str):
             out["artifacts"] = {"patch": patch}
         return out
+
+
+def _unresolved(info: dict[str, Any], reason: str, detail: str) -> Reward:
+    return Reward(0.0, {**info, "resolved": False, "reason": reason, "detail": detail})

@@ -5,13 +5,16 @@
   so the commit id is reproducible and checked against `base_commit`) or by cloning a git
   repository that the image (or a bind) provides at `repo_source`.
 - `agent_diff`: everything the agent changed against `base_commit` (new files included).
-- `run_tests`: the listed tests with pytest's `-rA` summary, parsed into a status per test.
+- `PrivateIndex`: a patch applied to an index of `base_commit` of our own, to see exactly
+  which paths it changes (git's own reading of the patch) and their contents before and
+  after, without touching the worktree.
 
 Failures of the machinery raise `InfraError`; what the agent caused comes back as data.
 """
 
 import json
 import re
+import secrets
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +22,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from agentroll.handlers.builtin.sandbox_files import read_text
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import ExecResult, Sandbox
 
@@ -37,7 +41,8 @@ COMMIT_SCRIPT = (
     'git commit -q --no-gpg-sign -m "Initial commit" && git rev-parse HEAD'
 )
 GIT_TIMEOUT_S = 120.0
-_STATUS_LINE = re.compile(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+)")
+MAX_PATCH_BYTES = 32 << 20
+SYMLINK_MODE = "120000"
 _PATCHED_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
 
 
@@ -119,11 +124,21 @@ async def checkout(
 
 
 async def agent_diff(sandbox: Sandbox, base_commit: str) -> str | None:
-    """The agent's changes as a git diff against `base_commit`; None if git cannot tell
-    (the agent removed or broke the repository)."""
-    script = f"git add -A && git diff --cached --binary --no-color {shlex.quote(base_commit)}"
+    """The agent's changes as a git diff against `base_commit` (new files included); None if
+    git cannot tell (the agent removed or broke the repository). `UnreadableFile` if the
+    diff is over `MAX_PATCH_BYTES`: it is written to a file and read back bounded."""
+    diff_file = f"/tmp/agentroll-diff-{secrets.token_hex(6)}"
+    script = (
+        "git add -A && git diff --cached --binary --no-color --no-ext-diff --no-textconv "
+        f"{shlex.quote(base_commit)} > {diff_file}"
+    )
     done = await sh(sandbox, script)
-    return done.stdout if done.exit_code == 0 else None
+    if done.exit_code != 0:
+        return None
+    try:
+        return await read_text(sandbox, diff_file, max_bytes=MAX_PATCH_BYTES)
+    finally:
+        await sh(sandbox, f"rm -f {diff_file}")
 
 
 def patched_files(patch: str) -> list[str]:
@@ -132,6 +147,74 @@ def patched_files(patch: str) -> list[str]:
 
 async def apply(sandbox: Sandbox, patch: str) -> ExecResult:
     return await sh(sandbox, "git apply --whitespace=nowarn -", input=patch.encode())
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One path a patch changes, with its git modes before and after ("000000": absent)."""
+
+    path: str
+    old_mode: str
+    new_mode: str
+
+    @property
+    def symlink(self) -> bool:
+        return SYMLINK_MODE in (self.old_mode, self.new_mode)
+
+
+def parse_raw_diff(text: str) -> list[Change]:
+    """`git diff --raw -z` records: ":old_mode new_mode old_sha new_sha status" NUL path NUL."""
+    fields = text.split("\0")
+    changes = []
+    for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+        if meta.startswith(":"):
+            old_mode, new_mode = meta[1:].split()[:2]
+            changes.append(Change(path, old_mode, new_mode))
+    return changes
+
+
+class PrivateIndex:
+    """Git indexes of `base_commit` in a folder of their own, to apply patches to and compare
+    without touching the worktree or the repository's index: `base` is the commit itself,
+    `apply(name, patch)` adds an index `name` = base + patch."""
+
+    def __init__(self, sandbox: Sandbox, base_commit: str, folder: str) -> None:
+        self.sandbox, self.base_commit, self.folder = sandbox, base_commit, folder
+
+    @classmethod
+    async def create(cls, sandbox: Sandbox, base_commit: str) -> "PrivateIndex":
+        index = cls(sandbox, base_commit, f"/tmp/agentroll-index-{secrets.token_hex(6)}")
+        done = await index._git("base", f"git read-tree {shlex.quote(base_commit)}")
+        if done.exit_code != 0:
+            raise _failed(f"reading {base_commit} into an index", done)
+        return index
+
+    async def _git(self, name: str, script: str, input: bytes | None = None) -> ExecResult:
+        env = {"GIT_INDEX_FILE": f"{self.folder}/{name}.idx"}
+        return await sh(self.sandbox, f"mkdir -p {self.folder} && {script}", env=env, input=input)
+
+    async def apply(self, name: str, patch: str) -> ExecResult:
+        base = f"{self.folder}/base.idx"
+        script = f'cp {base} "$GIT_INDEX_FILE" && git apply --cached --whitespace=nowarn -'
+        return await self._git(name, script, input=patch.encode())
+
+    async def changes(self, name: str) -> list[Change]:
+        """Every path index `name` changes against the commit (renames as delete + add)."""
+        script = f"git diff-index --cached --raw -z --no-renames {shlex.quote(self.base_commit)}"
+        done = await self._git(name, script)
+        if done.exit_code != 0:
+            raise _failed("listing the patch's changes", done)
+        return parse_raw_diff(done.stdout)
+
+    async def export(self, name: str, paths: Sequence[str]) -> str:
+        """A folder holding `paths` as index `name` has them (those it has)."""
+        folder = f"{self.folder}/{name}-files/"
+        # Paths the index does not have are reported and skipped: the exit status is not ours.
+        script = (
+            f"mkdir -p {folder} && {{ git checkout-index -z --stdin --prefix={folder}; true; }}"
+        )
+        await self._git(name, script, input=b"\0".join(p.encode() for p in paths))
+        return folder
 
 
 async def restore(sandbox: Sandbox, base_commit: str, paths: Sequence[str]) -> None:
@@ -144,46 +227,6 @@ async def restore(sandbox: Sandbox, base_commit: str, paths: Sequence[str]) -> N
     done = await sh(sandbox, script)
     if done.exit_code != 0:
         raise _failed("restoring the test files", done)
-
-
-def parse_pytest_statuses(output: str) -> dict[str, str]:
-    """`-rA` summary lines (`PASSED tests/x.py::test_y`, `FAILED ... - msg`) by test id."""
-    statuses: dict[str, str] = {}
-    for line in output.splitlines():
-        m = _STATUS_LINE.match(line)
-        if m:
-            statuses[m.group(2)] = m.group(1)
-    return statuses
-
-
-@dataclass(frozen=True, slots=True)
-class TestRun:
-    statuses: dict[str, str]
-    exit_code: int | None
-    timed_out: bool
-    output_tail: str
-
-    def summary(self, ids: Sequence[str]) -> dict[str, list[str]]:
-        ok = [t for t in ids if self.statuses.get(t) in ("PASSED", "XPASS")]
-        return {"success": ok, "failure": [t for t in ids if t not in ok]}
-
-
-RUNNER_MISSING = ("No module named pytest", "pytest: not found", "command not found")
-
-
-async def run_tests(
-    sandbox: Sandbox, test_cmd: str, ids: Sequence[str], *, timeout_s: float
-) -> TestRun:
-    command = f"{test_cmd} {' '.join(shlex.quote(t) for t in ids)}"
-    done = await sh(sandbox, command, timeout=timeout_s)
-    text = f"{done.stdout}\n{done.stderr}"
-    if done.exit_code == 127 or any(marker in text for marker in RUNNER_MISSING):
-        raise InfraError(
-            f"the test runner could not start: {text.strip()[-500:]}", cause="test_runner_missing"
-        )
-    return TestRun(
-        parse_pytest_statuses(done.stdout), done.exit_code, done.timed_out, text.strip()[-2000:]
-    )
 
 
 def as_list(value: Any) -> list[str]:

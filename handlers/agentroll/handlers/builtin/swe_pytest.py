@@ -1,0 +1,209 @@
+"""Running the graded tests of a `swe` instance and judging the run from channels the agent
+cannot write.
+
+The tests run under the instance's `test_cmd` (which must run pytest) with our report plugin
+(`swe_pytest_report.py`) loaded by `-p` from a folder outside the repository, under a fresh
+random module name. Statuses come only from the JSON report it writes, never from the
+printed output; the runner's exit status must agree with it.
+
+Who broke what: `probe` runs the same command with the plugin on the repository before the
+agent's change is in it (a collection of a path that does not exist: pytest starts, loads
+the plugin, reads the repository's configuration, writes a report and stops). If that fails,
+the runner or the instance is broken: `InfraError`. Once it has worked, a run that breaks
+afterwards broke on what changed since, the agent's diff: reward 0 with the reason. A test id
+that does not exist in the instance at all also ends there (reward 0): validate instances
+with their reference patch.
+
+What this cannot stop: the code under test runs inside pytest's own process, so code written
+to find this plugin (or pytest's internals) and rewrite the outcome can still forge one.
+Printed output, test hooks and configuration (refused before the run, see `swe_infra`), the
+exit status and missing tests are all closed channels.
+"""
+
+import json
+import secrets
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from agentroll.handlers.builtin.sandbox_files import UnreadableFile, read_text
+from agentroll.handlers.errors import InfraError
+from agentroll.runtime import Sandbox
+
+PROBE_TIMEOUT_S = 300.0
+MAX_REPORT_BYTES = 8 << 20
+OUTPUT_TAIL_BYTES = 4000
+PASSING = ("passed", "xpassed")
+FAILING = ("failed", "error")
+# pytest's exit statuses other than 0 (all passed) and 1 (some failed).
+BROKEN_RUN = {
+    2: "the run was interrupted (a test module failed to import or collect)",
+    3: "pytest hit an internal error",
+    4: "pytest refused its arguments (a listed test does not exist)",
+    5: "no tests were collected",
+}
+
+
+@cache
+def plugin_source() -> bytes:
+    return (
+        resources.files("agentroll.handlers.builtin").joinpath("swe_pytest_report.py").read_bytes()
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Report:
+    exitstatus: int
+    tests: dict[str, str]
+    collection_errors: list[str]
+
+
+def parse_report(text: str) -> Report:
+    """The plugin's JSON report; `ValueError` if it is not one."""
+    raw = json.loads(text)
+    tests, errors = raw["tests"], raw["collection_errors"]
+    if not (
+        isinstance(raw["exitstatus"], int)
+        and isinstance(tests, dict)
+        and all(isinstance(k, str) and isinstance(v, str) for k, v in tests.items())
+        and isinstance(errors, list)
+        and all(isinstance(e, str) for e in errors)
+    ):
+        raise ValueError("the report does not have the plugin's shape")
+    return Report(raw["exitstatus"], tests, errors)
+
+
+@dataclass(frozen=True, slots=True)
+class PytestRun:
+    exit_code: int | None
+    timed_out: bool
+    report: Report | None
+    report_problem: str
+    """Why `report` is None ("" when there is one)."""
+    output_tail: str
+
+
+async def run_pytest(
+    sandbox: Sandbox, test_cmd: str, args: Sequence[str], *, timeout_s: float
+) -> PytestRun:
+    """`test_cmd ARGS` with the report plugin, in the sandbox's workdir.
+
+    The output goes to a file and only its tail comes back: however much the tests print,
+    the server holds a few KiB of it (the sandbox's file size limit ends a flood)."""
+    token = secrets.token_hex(8)
+    folder, module = f"/tmp/agentroll-grade-{token}", f"agentroll_report_{token}"
+    await sandbox.upload(f"{folder}/{module}.py", plugin_source())
+    log = f"{folder}/output.log"
+    script = (
+        f'export PYTHONPATH={folder}"${{PYTHONPATH:+:$PYTHONPATH}}"\n'
+        f"( {test_cmd} -p {module} {' '.join(shlex.quote(a) for a in args)} ) > {log} 2>&1\n"
+        f"status=$?; tail -c {OUTPUT_TAIL_BYTES} {log}; exit $status"
+    )
+    done = await sandbox.exec(["sh", "-c", script], timeout=timeout_s)
+    report, problem = None, ""
+    try:
+        report = parse_report(
+            await read_text(sandbox, f"{folder}/report.json", max_bytes=MAX_REPORT_BYTES)
+        )
+    except UnreadableFile as exc:
+        problem = str(exc)
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
+        problem = f"the report is malformed: {exc!r}"
+    tail = f"{done.stdout}\n{done.stderr}".strip()[-2000:]
+    return PytestRun(done.exit_code, done.timed_out, report, problem, tail)
+
+
+async def probe(sandbox: Sandbox, test_cmd: str) -> None:
+    """Check that `test_cmd` runs pytest with the report plugin here; `InfraError` if not."""
+    run = await run_pytest(
+        sandbox,
+        test_cmd,
+        ["--collect-only", "-q", f".agentroll-probe-{secrets.token_hex(4)}"],
+        timeout_s=PROBE_TIMEOUT_S,
+    )
+    if run.report is None:
+        raise InfraError(
+            f"test_cmd does not run pytest with the grader's plugin ({run.report_problem}; exit "
+            f"code {run.exit_code}): {run.output_tail[-500:]}",
+            cause="test_runner_failed",
+        )
+    if run.exit_code != run.report.exitstatus:
+        raise InfraError(
+            f"test_cmd exits {run.exit_code} where pytest ended with status "
+            f"{run.report.exitstatus}; it must pass pytest's exit status through",
+            cause="test_runner_failed",
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    resolved: bool
+    reason: str
+    """"" when resolved, else why not (a short code)."""
+    detail: str
+    info: dict[str, Any]
+
+
+def judge(run: PytestRun, fail_to_pass: Sequence[str], pass_to_pass: Sequence[str]) -> Verdict:
+    """Every listed test must be in the report and pass, and the run must have ended cleanly."""
+    statuses = run.report.tests if run.report is not None else {}
+    ids = [*fail_to_pass, *pass_to_pass]
+    missing = [t for t in ids if t not in statuses]
+    info: dict[str, Any] = {
+        "FAIL_TO_PASS": _summary(statuses, fail_to_pass),
+        "PASS_TO_PASS": _summary(statuses, pass_to_pass),
+        "missing": missing,
+        "tests_exit_code": run.exit_code,
+        "tests_timed_out": run.timed_out,
+    }
+    reason, detail = _problem(run)
+    if not reason:
+        unresolved = [t for t in ids if statuses.get(t) not in PASSING]
+        if unresolved:
+            reason = "tests_failed"
+            detail = (
+                f"{len(unresolved)} of {len(ids)} listed tests did not pass, "
+                f"{len(missing)} of them missing from pytest's report"
+            )
+    if reason:
+        info["tests_output_tail"] = run.output_tail[-1000:]
+    return Verdict(not reason, reason, detail, info)
+
+
+def _summary(statuses: dict[str, str], ids: Sequence[str]) -> dict[str, list[str]]:
+    ok = [t for t in ids if statuses.get(t) in PASSING]
+    return {"success": ok, "failure": [t for t in ids if t not in ok]}
+
+
+def _problem(run: PytestRun) -> tuple[str, str]:
+    """(reason, detail) when the run itself cannot be trusted to say which tests passed."""
+    if run.timed_out:
+        return "tests_timed_out", "the tests did not finish within test_timeout_s"
+    report = run.report
+    if report is None:
+        # The probe showed that pytest writes the report here; only code running inside the
+        # test process (the agent's: os._exit, a crash, a kill) stops it before it does.
+        return "no_test_report", (
+            f"the test run ended (exit code {run.exit_code}) without pytest's report: "
+            f"{run.report_problem}"
+        )
+    if run.exit_code != report.exitstatus:
+        return "inconsistent_test_report", (
+            f"the test run exited {run.exit_code}, but pytest ended with status "
+            f"{report.exitstatus}: code that ran after pytest changed the outcome"
+        )
+    if report.exitstatus not in (0, 1):
+        what = BROKEN_RUN.get(report.exitstatus, f"pytest ended with status {report.exitstatus}")
+        if report.collection_errors:
+            what += f"; collection errors in {', '.join(report.collection_errors[:20])}"
+        return "test_run_broken", what
+    failed = any(s in FAILING for s in report.tests.values())
+    if failed != (report.exitstatus == 1):
+        return "inconsistent_test_report", (
+            f"pytest ended with status {report.exitstatus}, but its report "
+            f"{'has' if failed else 'has no'} failed tests"
+        )
+    return "", ""
