@@ -5,8 +5,10 @@ explore, edit, run tests and submit, wrong at a seeded rate) and an agentroll se
 in-process on free loopback ports, registers the backend like a trainer would, and submits
 a mixed batch in GRPO-style groups: `swe` (bundled repositories with a real bug), `code`
 (hidden unit tests), `math` with a Python tool, and multiple-choice `stem`. Sandboxes are
-bubblewrap (the local runtime, with a loud warning, when bubblewrap is missing). It follows
-the results cursor with a progress bar, then prints a summary per task family and one SWE
+bubblewrap. Without bubblewrap the demo says so before it starts and runs only the families
+that need no sandbox (math without its tool, stem), never a policy's commands unisolated. It
+follows the results cursor with a progress bar, then prints a summary per task family (reward
+is `-` where no rollout earned one), the errors by type with an example, and one SWE
 trajectory: its turns, tool calls, diff and the tests that decided its reward.
 """
 
@@ -25,7 +27,7 @@ from agentroll.handlers.builtin.code import load_code_tasks
 from agentroll.handlers.builtin.math import load_math_tasks
 from agentroll.handlers.builtin.stem import load_stem_tasks
 from agentroll.handlers.builtin.swe import load_swe_tasks
-from agentroll.runtime import BwrapConfig, LocalConfig, RuntimeConfig
+from agentroll.runtime import BwrapConfig
 from agentroll.server.api import create_app
 from agentroll.server.schema import JobRequest, SamplingParams, Trajectory
 from agentroll.server.scripted_llm import ScriptedLLMConfig
@@ -36,25 +38,41 @@ from agentroll.trainer_clients import AsyncRolloutClient
 
 RESULT_TIMEOUT_S = 600.0
 FAMILIES = ("swe", "code", "math", "stem")
+NEEDS_SANDBOX = ("swe", "code")
 POLICY = "echo,swe,code,stem,math"
 
 
-def _instances() -> dict[str, Callable[[int], dict[str, Any]]]:
+def _instances(sandboxes: bool) -> dict[str, Callable[[int], dict[str, Any]]]:
     swe, code = load_swe_tasks(), load_code_tasks()
     math, stem = load_math_tasks(), load_stem_tasks()
     return {
         "swe": lambda i: swe[i % len(swe)].instance,
         "code": lambda i: code[i % len(code)].instance(),
-        "math": lambda i: math[i % len(math)].instance(tools=True),
+        "math": lambda i: math[i % len(math)].instance(tools=sandboxes),
         "stem": lambda i: stem[i % len(stem)].instance(),
     }
 
 
-def _jobs(groups: int, group_size: int) -> list[JobRequest]:
-    make = _instances()
+def plan_families(has_bwrap: bool) -> tuple[str, ...]:
+    """The families this machine can run honestly; says up front what it cannot, and why."""
+    if has_bwrap:
+        return FAMILIES
+    print(
+        "bubblewrap (bwrap) is not installed, so this demo cannot run the task families that\n"
+        f"need an isolated sandbox: {', '.join(NEEDS_SANDBOX)}. It runs "
+        f"{', '.join(f for f in FAMILIES if f not in NEEDS_SANDBOX)} (math without its Python "
+        "tool) instead.\nTo run all four: `sudo apt-get install bubblewrap` (Debian/Ubuntu; "
+        "`make demo` in a checkout installs it).\n",
+        file=sys.stderr,
+    )
+    return tuple(f for f in FAMILIES if f not in NEEDS_SANDBOX)
+
+
+def _jobs(groups: int, group_size: int, families: tuple[str, ...]) -> list[JobRequest]:
+    make = _instances(sandboxes=set(NEEDS_SANDBOX) <= set(families))
     out = []
     for g in range(groups):
-        family = FAMILIES[g % len(FAMILIES)]
+        family = families[g % len(families)]
         instance = make[family](g // len(FAMILIES))
         group_id = f"{family}-{instance.get('instance_id') or instance.get('id')}-g{g}"
         for k in range(group_size):
@@ -70,31 +88,18 @@ def _jobs(groups: int, group_size: int) -> list[JobRequest]:
     return out
 
 
-def _sandbox_runtime() -> RuntimeConfig:
-    if shutil.which("bwrap"):
-        return BwrapConfig()
-    print(
-        "\n"
-        + "!" * 78
-        + "\n!! WARNING: bubblewrap (bwrap) is not installed: the demo falls back to the"
-        "\n!! LOCAL runtime -- tool calls run on this machine WITHOUT ANY ISOLATION."
-        "\n!! Install it (apt-get install bubblewrap) for real sandboxes.\n" + "!" * 78 + "\n",
-        file=sys.stderr,
-    )
-    return LocalConfig(enabled=True)
-
-
-def _progress(results: list[Trajectory], total: int, started: float) -> None:
+def _progress(
+    results: list[Trajectory], total: int, started: float, families: tuple[str, ...]
+) -> None:
     done = len(results)
     width = 30
     filled = width * done // max(total, 1)
     by_family = Counter(t.handler for t in results)
-    families = " ".join(f"{f}:{by_family.get(f, 0)}" for f in FAMILIES)
+    counts = " ".join(f"{f}:{by_family.get(f, 0)}" for f in families)
     rewards = [t.reward for t in results if t.reward is not None]
-    mean = statistics.fmean(rewards) if rewards else 0.0
     line = (
-        f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}  {families}"
-        f"  mean reward {mean:.2f}  {time.monotonic() - started:5.1f}s"
+        f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total}  {counts}"
+        f"  mean reward {_reward_cell(rewards).strip()}  {time.monotonic() - started:5.1f}s"
     )
     if sys.stderr.isatty():
         print(line, end="", file=sys.stderr, flush=True)
@@ -106,7 +111,25 @@ def _mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else 0.0
 
 
-def _summary(results: list[Trajectory]) -> None:
+def _reward_cell(rewards: list[float]) -> str:
+    """Mean reward, or `-` where no rollout earned one (an infra_error has no reward)."""
+    return f"{statistics.fmean(rewards):>6.2f}" if rewards else f"{'-':>6}"
+
+
+def error_summary(results: list[Trajectory]) -> list[str]:
+    """One line per error type: how many rollouts ended with it, and one example message."""
+    by_type: dict[tuple[str, str], list[Trajectory]] = defaultdict(list)
+    for t in results:
+        if t.error is not None:
+            by_type[(t.outcome.value, t.error.type)].append(t)
+    lines = []
+    for (outcome, kind), group in sorted(by_type.items(), key=lambda kv: -len(kv[1])):
+        example = " ".join(group[0].error.message.split())[:160] if group[0].error else ""
+        lines.append(f"  {outcome:<11} {kind:<28} x{len(group):<4} e.g. {example}")
+    return lines
+
+
+def _summary(results: list[Trajectory], families: tuple[str, ...]) -> None:
     by_family: dict[str, list[Trajectory]] = defaultdict(list)
     for t in results:
         by_family[t.handler].append(t)
@@ -115,7 +138,7 @@ def _summary(results: list[Trajectory]) -> None:
         f"{'run s':>6} {'eval s':>6} {'llm s':>6} {'tools/ro':>8} {'ms/tool':>7}"
     )
     print(f"\n{header}\n{'-' * len(header)}")
-    for family in FAMILIES:
+    for family in families:
         group = by_family.get(family, [])
         if not group:
             continue
@@ -130,16 +153,19 @@ def _summary(results: list[Trajectory]) -> None:
             return _mean([getattr(t.timing, name).work_s for t in ts if getattr(t.timing, name)])
 
         print(
-            f"{family:<6} {len(group):>3} {_mean(rewards):>6.2f} {outcomes:<22} "
+            f"{family:<6} {len(group):>3} {_reward_cell(rewards)} {outcomes:<22} "
             f"{_mean([t.num_turns for t in group]):>5.1f} {stage('init'):>6.2f} "
             f"{stage('run'):>6.2f} {stage('eval'):>6.2f} "
             f"{_mean([t.timing.llm_s for t in group]):>6.2f} {calls / len(group):>8.1f} "
             f"{tool_ms:>7.0f}"
         )
     print(
-        "(reward: mean over the family; init/run/eval: mean work seconds per stage; "
-        "tools/ro: tool calls per rollout; ms/tool: mean tool-call latency)"
+        "(reward: mean over the rollouts that earned one; init/run/eval: mean work seconds per "
+        "stage; tools/ro: tool calls per rollout; ms/tool: mean tool-call latency)"
     )
+    errors = error_summary(results)
+    if errors:
+        print("\nerrors by type (outcome, type, count, example):", *errors, sep="\n")
 
 
 def _swe_excerpt(results: list[Trajectory]) -> None:
@@ -173,15 +199,17 @@ async def _run(groups: int, group_size: int, latency_s: float, workdir: Path) ->
             ScriptedLLMConfig(policy=POLICY, latency_s=latency_s, seed=7, max_model_len=32768)
         )
     )
-    settings = Settings(db_path=workdir / "agentroll.db", sandbox=_sandbox_runtime())
+    families = plan_families(shutil.which("bwrap") is not None)
+    settings = Settings(db_path=workdir / "agentroll.db", sandbox=BwrapConfig())
     server = await start_in_loop(create_app(settings))
     print(f"scripted vLLM backend at {backend.url}; agentroll server at {server.url}")
     try:
         async with AsyncRolloutClient(server.url) as client:
             await client.add_backend({"id": "scripted-0", "base_url": backend.url})
-            jobs = _jobs(groups, group_size)
+            jobs = _jobs(groups, group_size, families)
             print(
-                f"submitting {len(jobs)} rollouts: {groups} groups of {group_size} over {FAMILIES}"
+                f"submitting {len(jobs)} rollouts: {groups} groups of {group_size} over "
+                f"{', '.join(families)}"
             )
             started = time.monotonic()
             await client.submit(jobs)
@@ -189,12 +217,12 @@ async def _run(groups: int, group_size: int, latency_s: float, workdir: Path) ->
             async with asyncio.timeout(RESULT_TIMEOUT_S):
                 async for trajectory in client.iter_results(wait=5.0):
                     results.append(trajectory)
-                    _progress(results, len(jobs), started)
+                    _progress(results, len(jobs), started, families)
                     if len(results) == len(jobs):
                         break
             elapsed = time.monotonic() - started
         print()
-        _summary(results)
+        _summary(results, families)
         print(
             f"\n{len(results)} rollouts in {elapsed:.1f}s "
             f"({60 * len(results) / elapsed:.0f}/min), outcomes "
