@@ -53,7 +53,9 @@ class InitHandle:
         """False once the init has exited (a pidfd turns readable then) or the handle is closed."""
         if self._pidfd < 0:
             return False
-        return not select.select([self._pidfd], [], [], 0)[0]
+        poller = select.poll()  # not select(): descriptors above 1023 are common in a server
+        poller.register(self._pidfd, select.POLLIN)
+        return not poller.poll(0)
 
     def kill(self) -> None:
         if self._pidfd >= 0:
