@@ -2,8 +2,9 @@
 
 A ``Runtime`` starts ``Sandbox`` objects from a ``SandboxSpec``. Every sandbox runs the
 in-sandbox action server (``python -m agentroll.runtime.action``) behind a Unix socket in its
-own socket directory; ``Sandbox.tools`` is the client for it. ``exec`` runs one argv directly
-inside the sandbox (not through the tool shell), for setup and grading.
+own socket directory; ``Sandbox.tools`` is the client for it, the server's only client: once it
+is connected the socket is gone, so nothing inside can reach the server. ``exec`` runs one argv
+directly inside the sandbox (not through the tool shell), for setup and grading.
 """
 
 from __future__ import annotations
@@ -28,13 +29,24 @@ MiB = 1 << 20
 
 
 class Limits(BaseModel):
-    """Resource limits applied to every process of the sandbox (None = no limit)."""
+    """Resource limits of the agent's processes in the sandbox (None = no limit).
+
+    They bind the agent's tools and every process they start, and commands run with ``exec``;
+    never the action server itself, so an agent that exhausts them cannot end it. The per-process
+    limits are rlimits. ``max_processes`` and ``max_total_memory_bytes`` hold for the sandbox as a
+    whole where the server can create cgroups (running as root with writable ``pids``/``memory``
+    controllers); otherwise ``max_processes`` is RLIMIT_NPROC, which counts every process of the
+    sandbox's host uid, other sandboxes' included, and the total memory is not bounded.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_processes: int | None = Field(256, ge=8, description="processes/threads in the sandbox")
     max_memory_bytes: int | None = Field(
         8 * GiB, ge=64 * MiB, description="address space per process"
+    )
+    max_total_memory_bytes: int | None = Field(
+        8 * GiB, ge=64 * MiB, description="memory of all the agent's processes together (cgroup)"
     )
     max_file_size_bytes: int | None = Field(
         1 * GiB, ge=1, description="largest file a process may write"
@@ -139,6 +151,16 @@ class Sandbox(Protocol):
     async def upload(self, path: str, data: bytes) -> None: ...
 
     async def download(self, path: str) -> bytes: ...
+
+    async def stop_agent(self, *, timeout: float = 30.0) -> None:  # noqa: ASYNC109 (contract)
+        """Kill every process the agent started in the sandbox; return once all are gone.
+
+        Everything but the action server dies: the tools' bash and Python kernel (the next tool
+        call starts fresh ones), whatever they started, detached or not, and any ``exec`` still
+        running. Call it before grading in the agent's sandbox, so tests run with no agent
+        process alive. Raises ``SandboxError`` if a process outlives ``timeout``.
+        """
+        ...
 
     async def stop(self, *, grace_s: float = 2.0) -> None: ...
 

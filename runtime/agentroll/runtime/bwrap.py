@@ -5,30 +5,45 @@ in a new user namespace with every capability dropped and nested user namespaces
 own session, killed with its parent. Its root is a tmpfs onto which the image's top-level
 directories are bound read-only (the host's system directories by default, see hostroot.py);
 ``/proc``, ``/dev``, a size-limited ``/tmp``, the writable workspace and the sandbox's own
-socket directory are mounted on top. Limits are applied by ``prlimit`` inside the sandbox and,
-where the kernel ignores RLIMIT_NPROC (a root server), by a ``pids`` cgroup.
+socket directory are mounted on top.
+
+The action server is the PID namespace's init (``--as-pid-1``). The agent's tools run as the
+same uid in the same namespace, so this is what keeps them from ending it: the kernel never
+delivers SIGKILL or SIGSTOP to a namespace's init from inside it, nor any signal the init has
+no handler for, and the init cannot be ptraced by a process without capabilities once it has
+made itself non-dumpable (see action/guard.py). A nested PID namespace for the tools (an inner
+bwrap) would hide the server as well, but needs bwrap inside every image and nested user
+namespaces, which ``--disable-userns`` keeps closed as kernel attack surface.
+
+Limits bind the agent's processes, never the server: it applies rlimits to its tools and moves
+them into the sandbox's cgroups (cgroup.py) through descriptors it is handed at start; ``exec``
+applies them with ``prlimit`` and joins the cgroups itself.
 
 ``exec`` joins the running sandbox's namespaces with ``nsenter`` under the sandbox uid, so a
-command shares the workspace, /tmp and network of the action server.
+command shares the workspace, /tmp and network of the action server. It enters them through a
+handle on the init that a reused pid cannot impersonate (inithandle.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agentroll.runtime import hostroot, procs
-from agentroll.runtime.base import MARKER_ENV, OWNER_ENV, SandboxSpec
-from agentroll.runtime.cgroup import PidsCgroup
+from agentroll.runtime import hostroot
+from agentroll.runtime.base import MARKER_ENV, OWNER_ENV, Limits, SandboxSpec
+from agentroll.runtime.cgroup import SandboxCgroup
 from agentroll.runtime.core import BaseRuntime
-from agentroll.runtime.errors import RuntimeUnavailable, SandboxStartError
+from agentroll.runtime.errors import RuntimeUnavailable, SandboxClosed, SandboxStartError
 from agentroll.runtime.imagemeta import read_image_meta
+from agentroll.runtime.inithandle import InitHandle
 from agentroll.runtime.lease import Lease
-from agentroll.runtime.limits import join_cgroup_argv, prlimit_argv
+from agentroll.runtime.limits import join_cgroup_argv, prlimit_argv, rlimit_args
 from agentroll.runtime.sandbox import SOCKET_NAME, ProcessSandbox
 
 if TYPE_CHECKING:
@@ -84,11 +99,16 @@ def sandbox_env(
     return env
 
 
-def action_server_argv(python: str, workdir: str) -> list[str]:
+def action_server_argv(
+    python: str, workdir: str, limits: Limits, cgroup_fds: Sequence[int] = ()
+) -> list[str]:
+    """The sandbox's action server: serving only the host, confining the agent's tools."""
     return [
         python, "-m", "agentroll.runtime.action",
-        "--socket", f"{SOCKET_DIR_INSIDE}/{SOCKET_NAME}",
+        "--socket", f"{SOCKET_DIR_INSIDE}/{SOCKET_NAME}", "--single-client",
         "--workdir", workdir, "--root", workdir, "--root", "/tmp",
+        *rlimit_args(limits),
+        *(arg for fd in cgroup_fds for arg in ("--agent-cgroup-fd", str(fd))),
     ]  # fmt: skip
 
 
@@ -110,7 +130,7 @@ def bwrap_argv(
         argv.append("--share-net")
     argv += [
         "--unshare-user", "--disable-userns", "--uid", str(uid), "--gid", str(uid),
-        "--cap-drop", "ALL", "--die-with-parent", "--new-session",
+        "--cap-drop", "ALL", "--die-with-parent", "--new-session", "--as-pid-1",
         "--info-fd", str(info_fd), "--hostname", "sandbox",
     ]  # fmt: skip
     argv += root_args(spec.image)
@@ -138,32 +158,34 @@ def bwrap_argv(
 
 class BwrapSandbox(ProcessSandbox):
     uid = 65534
-    cgroup_procs: Path | None = None
     nsenter = "nsenter"
-    target_pid: int | None = None
+    #: The namespace's init: the action server.
+    init: InitHandle | None = None
     env: dict[str, str]
 
-    def exec_argv(self, argv: list[str] | tuple[str, ...]) -> list[str]:  # type: ignore[override]
-        assert self.target_pid is not None
-        enter = [
-            self.nsenter, "-t", str(self.target_pid), "-a",
-            "-S", str(self.uid), "-G", str(self.uid), "-r", "-w",
-        ]  # fmt: skip
-        return [
-            *join_cgroup_argv(self.cgroup_procs),
-            *enter,
-            "--",
-            *prlimit_argv(self.spec.limits),
-            *argv,
-        ]
+    @contextlib.contextmanager
+    def exec_command(self, argv: Sequence[str]) -> Iterator[list[str]]:
+        if self.init is None:
+            raise SandboxClosed(f"sandbox {self.id} has not started")
+        with self.init.nsenter_options(self.id) as enter:
+            yield [
+                *join_cgroup_argv(self.cgroup.procs_files() if self.cgroup else []),
+                self.nsenter, *enter, "-S", str(self.uid), "-G", str(self.uid),
+                "--", *prlimit_argv(self.spec.limits), *argv,
+            ]  # fmt: skip
 
     def exec_env(self) -> dict[str, str]:
         return self.env
 
     def _kill_inner(self) -> None:
         # Killing the namespace's init kills every process in it; bwrap (its parent) reaps it.
-        if self.target_pid is not None and procs.pidns_of(self.target_pid) == self.pidns:
-            procs.kill([self.target_pid])
+        if self.init is not None:
+            self.init.kill()
+
+    async def _release(self) -> None:
+        if self.init is not None:
+            self.init.close()
+        await super()._release()
 
 
 class BwrapRuntime(BaseRuntime):
@@ -211,13 +233,10 @@ class BwrapRuntime(BaseRuntime):
         return sb
 
     def _cgroup(self, sb: BwrapSandbox) -> None:
-        limit = sb.spec.limits.max_processes
-        if limit is None or os.geteuid() != 0:
-            return  # RLIMIT_NPROC (set by prlimit) is enforced for non-root users
-        sb.cgroup = PidsCgroup.create(sb.id, limit)
-        if sb.cgroup is not None:
-            sb.cgroup_procs = sb.cgroup.procs_file
-        elif not self._warned_nproc:
+        if os.geteuid() != 0:
+            return  # rlimits only; RLIMIT_NPROC is enforced for non-root users
+        sb.cgroup = SandboxCgroup.create(sb.id, sb.spec.limits)
+        if "pids" not in (sb.cgroup.dirs if sb.cgroup else {}) and not self._warned_nproc:
             self._warned_nproc = True
             log.warning(
                 "bwrap: running as root without a writable pids cgroup: the process limit "
@@ -230,26 +249,32 @@ class BwrapRuntime(BaseRuntime):
         spec = sb.spec
         self._cgroup(sb)
         python, pydirs = self._python(spec)
+        # The server holds these to move its tools into the cgroups; it stays in ours.
+        cgroup_fds = sb.cgroup.open_procs() if sb.cgroup else []
         read_fd, write_fd = os.pipe()
         try:
+            server = action_server_argv(python, spec.workdir, spec.limits, cgroup_fds)
             argv = bwrap_argv(
                 spec, bwrap=self.bwrap, socket_dir=sb.socket_dir, workspace=sb.workdir,
-                env=sb.env, command=[*prlimit_argv(spec.limits), *action_server_argv(
-                    python, spec.workdir)],
-                info_fd=write_fd, uid=self.config.sandbox_uid, python_dirs=pydirs,
+                env=sb.env, command=server, info_fd=write_fd, uid=self.config.sandbox_uid,
+                python_dirs=pydirs,
             )  # fmt: skip
             launcher_env = {"PATH": DEFAULT_PATH, MARKER_ENV: sb.id, OWNER_ENV: self.instance_id}
-            await sb.launch(
-                [*join_cgroup_argv(sb.cgroup_procs), *argv], launcher_env, pass_fds=[write_fd]
-            )
+            await sb.launch(argv, launcher_env, pass_fds=[write_fd, *cgroup_fds])
         except BaseException:
             os.close(read_fd)  # _read_info, which owns it otherwise, will not run
             raise
         finally:
-            os.close(write_fd)
+            for fd in (write_fd, *cgroup_fds):
+                os.close(fd)
         info = await _read_info(read_fd, deadline)
         sb.pidns = info.get("pid-namespace")
-        sb.target_pid = info.get("child-pid")
+        child = info.get("child-pid")
+        if child is None:
+            raise SandboxStartError(
+                f"bwrap exited before starting sandbox {sb.id}: {sb.log_tail() or '(no output)'}"
+            )
+        sb.init = InitHandle(child, sb.pidns)
         self.record(sb)
         loop = asyncio.get_running_loop()
         await sb.wait_ready(max(deadline - loop.time(), 0.1))

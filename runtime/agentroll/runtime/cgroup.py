@@ -1,10 +1,17 @@
-"""A per-sandbox ``pids`` cgroup, used where rlimits cannot cap the number of processes.
+"""Per-sandbox cgroups: the agent's processes share one process count, memory limit and CPU share.
 
-The kernel does not enforce RLIMIT_NPROC for processes whose host uid is 0, which is what a
-bubblewrap sandbox started by a root server runs as (its in-sandbox uid maps to the caller).
-Where the ``pids`` controller is writable (cgroup v1, or v2 with ``pids`` delegated), each
-sandbox gets ``<controller>/agentroll/<sandbox id>`` with ``pids.max``; its ``cgroup.procs`` is
-also an exact list of the sandbox's processes for teardown.
+Where the server may write to the ``pids``, ``memory`` and ``cpu`` controllers (a root server;
+cgroup v1 hierarchies or a v2 hierarchy with them delegated), every sandbox gets
+``<our own cgroup>/agentroll/<sandbox id>`` in each: ``pids.max`` from ``max_processes`` (the
+kernel does not enforce RLIMIT_NPROC for a root server's sandboxes, whose uid maps to 0),
+a memory limit from ``max_total_memory_bytes`` (swap included, where accounted), and the
+default CPU share, so a fork bomb gets one sandbox's fair share of the CPU, never the node.
+
+Only the agent's processes live there -- the action server moves its tools in (it is handed
+open ``cgroup.procs`` descriptors) and ``exec`` joins before it runs -- while the server stays
+in ours: the agent's process count and memory never stop it from answering or from starting a
+fresh shell, and an out-of-memory kill inside the limit can only pick an agent process.
+``cgroup.procs`` is also an exact list of the agent's processes for teardown.
 """
 
 from __future__ import annotations
@@ -13,87 +20,179 @@ import logging
 import os
 from pathlib import Path
 
+from agentroll.runtime.base import Limits
+
 log = logging.getLogger(__name__)
 
+CONTROLLERS = ("pids", "memory", "cpu")
+#: Where each setting lives: (cgroup v1 file, cgroup v2 file).
+_FILES = {
+    "pids": ("pids.max", "pids.max"),
+    "memory": ("memory.limit_in_bytes", "memory.max"),
+    "swap": ("memory.memsw.limit_in_bytes", "memory.swap.max"),
+    "cpu": ("cpu.shares", "cpu.weight"),
+}
 
-def _pids_base() -> Path | None:
-    """The writable directory under which this process may create pids cgroups."""
-    try:
-        mountinfo = Path("/proc/self/mountinfo").read_text()
-        own = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    v1 = v2 = None
+
+def find_bases(mountinfo: str, own: str) -> dict[str, tuple[Path, bool]]:
+    """Our own cgroup per controller, ``(directory, is_v2)``, from /proc/self/{mountinfo,cgroup}.
+
+    A controller bound to a v1 hierarchy is used there; otherwise the v2 hierarchy is its
+    candidate (usable only if delegated to us, which the caller checks).
+    """
+    v1: dict[str, str] = {}
+    v2_mount = None
     for line in mountinfo.splitlines():
         pre, _, post = line.partition(" - ")
         fstype, _src, opts = [*post.split(), "", "", ""][:3]
-        mnt = pre.split()[4]
-        if fstype == "cgroup" and "pids" in opts.split(","):
-            v1 = mnt
+        fields = pre.split()
+        if len(fields) < 5:
+            continue
+        if fstype == "cgroup":
+            for ctrl in set(opts.split(",")) & set(CONTROLLERS):
+                v1[ctrl] = fields[4]
         elif fstype == "cgroup2":
-            v2 = mnt
-    for entry in own:
+            v2_mount = fields[4]
+    bases: dict[str, tuple[Path, bool]] = {}
+    for entry in own.splitlines():
         hid, ctrls, path = entry.split(":", 2)
-        if v1 and "pids" in ctrls.split(","):
-            base = Path(v1) / path.lstrip("/")
-            break
-        if v2 and hid == "0" and not v1:
-            base = Path(v2) / path.lstrip("/")
+        for ctrl in ctrls.split(","):
+            if ctrl in v1:
+                bases[ctrl] = (Path(v1[ctrl]) / path.lstrip("/"), False)
+        if hid == "0" and v2_mount:
+            for ctrl in CONTROLLERS:
+                bases.setdefault(ctrl, (Path(v2_mount) / path.lstrip("/"), True))
+    return bases
+
+
+def _usable(base: Path, ctrl: str, v2: bool) -> bool:
+    if not os.access(base, os.W_OK):
+        return False
+    if not v2:
+        return True
+    try:  # v2: the controller must already be enabled for our children (delegated)
+        return ctrl in (base / "cgroup.subtree_control").read_text().split()
+    except OSError:
+        return False
+
+
+class SandboxCgroup:
+    """One sandbox's cgroups: a directory per hierarchy (one for v2, one per controller for v1).
+
+    All methods are quick synchronous filesystem operations.
+    """
+
+    _bases: dict[str, tuple[Path, bool]] | None = None  # probed once per process
+
+    def __init__(
+        self,
+        paths: list[Path],
+        *,
+        dirs: dict[str, Path] | None = None,
+        v2: frozenset[str] = frozenset(),
+    ) -> None:
+        #: Each directory once.
+        self.paths = sorted(set(paths))
+        #: Controller -> the directory holding its files (known for the cgroups we create).
+        self.dirs = dict(dirs or {})
+        self._v2 = v2
+
+    @classmethod
+    def bases(cls) -> dict[str, tuple[Path, bool]]:
+        """Usable controllers and our own cgroup in each (empty where cgroups are not writable)."""
+        if cls._bases is None:
             try:
-                if "pids" not in (base / "cgroup.subtree_control").read_text().split():
-                    return None
+                found = find_bases(
+                    Path("/proc/self/mountinfo").read_text(), Path("/proc/self/cgroup").read_text()
+                )
             except OSError:
-                return None
-            break
-    else:
-        return None
-    return base if os.access(base, os.W_OK) else None
-
-
-class PidsCgroup:
-    """One sandbox's pids cgroup. All methods are quick synchronous filesystem writes."""
-
-    _base: Path | bool | None = False  # False: not probed yet
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
+                found = {}
+            cls._bases = {c: b for c, b in found.items() if _usable(b[0], c, b[1])}
+        return cls._bases
 
     @classmethod
-    def base(cls) -> Path | None:
-        if cls._base is False:
-            cls._base = _pids_base()
-        return cls._base if isinstance(cls._base, Path) else None
+    def controllers(cls) -> set[str]:
+        return set(cls.bases())
 
     @classmethod
-    def create(cls, sandbox_id: str, max_pids: int) -> PidsCgroup | None:
-        """The sandbox's cgroup with ``pids.max`` set, or None where cgroups are unavailable."""
-        base = cls.base()
-        if base is None:
+    def create(
+        cls, sandbox_id: str, limits: Limits, *, bases: dict[str, tuple[Path, bool]] | None = None
+    ) -> SandboxCgroup | None:
+        """The sandbox's cgroups with its limits set, or None where none can be created."""
+        bases = cls.bases() if bases is None else bases
+        if not bases:
             return None
-        path = base / "agentroll" / sandbox_id
+        dirs = {ctrl: base / "agentroll" / sandbox_id for ctrl, (base, _) in bases.items()}
+        v2 = frozenset(ctrl for ctrl, (_, is_v2) in bases.items() if is_v2)
+        cgroup = cls(list(dirs.values()), dirs=dirs, v2=v2)
         try:
-            path.mkdir(parents=True, exist_ok=True)
-            (path / "pids.max").write_text(str(max_pids))
+            cgroup._make()
+            cgroup._limit(limits)
         except OSError as exc:
-            log.warning("cannot create pids cgroup %s: %s", path, exc)
+            log.warning("cannot set up the cgroups of sandbox %s: %s", sandbox_id, exc)
+            cgroup.remove()
             return None
-        return cls(path)
+        return cgroup
 
-    @property
-    def procs_file(self) -> Path:
-        return self.path / "cgroup.procs"
+    def _make(self) -> None:
+        for ctrl, path in self.dirs.items():
+            path.parent.mkdir(exist_ok=True)
+            if ctrl in self._v2:  # let the sandboxes below ``agentroll`` use the controller
+                control = path.parent / "cgroup.subtree_control"
+                if ctrl not in control.read_text().split():
+                    control.write_text(f"+{ctrl}")
+            path.mkdir(exist_ok=True)
+
+    def _file(self, ctrl: str, setting: str) -> Path | None:
+        path = self.dirs.get(ctrl)
+        return None if path is None else path / _FILES[setting][ctrl in self._v2]
+
+    def _limit(self, limits: Limits) -> None:
+        settings = [("pids", "pids", limits.max_processes)]
+        memory = limits.max_total_memory_bytes
+        settings.append(("memory", "memory", memory))
+        swap = self._file("memory", "swap")
+        if memory is not None and swap is not None and swap.exists():
+            # v1 counts memory and swap together, v2 swap alone: either way, no escape to swap.
+            settings.append(("memory", "swap", 0 if "memory" in self._v2 else memory))
+        settings.append(("cpu", "cpu", 100 if "cpu" in self._v2 else 1024))  # the default share
+        for ctrl, setting, value in settings:
+            path = self._file(ctrl, setting)
+            if path is not None and value is not None:
+                path.write_text(str(value))
+
+    def procs_files(self) -> list[Path]:
+        return [p / "cgroup.procs" for p in self.paths]
+
+    def open_procs(self) -> list[int]:
+        """Write-only descriptors of every ``cgroup.procs``, for the action server to hold."""
+        fds: list[int] = []
+        try:
+            for path in self.procs_files():
+                fds.append(os.open(path, os.O_WRONLY | os.O_CLOEXEC))
+        except OSError:
+            for fd in fds:
+                os.close(fd)
+            raise
+        return fds
 
     def pids(self) -> list[int]:
-        try:
-            return [int(x) for x in self.procs_file.read_text().split()]
-        except (OSError, ValueError):
-            return []
+        found: set[int] = set()
+        for path in self.procs_files():
+            try:
+                found.update(int(x) for x in path.read_text().split())
+            except (OSError, ValueError):
+                continue
+        return sorted(found)
 
     def remove(self) -> bool:
-        try:
-            self.path.rmdir()
-        except FileNotFoundError:
-            return True
-        except OSError:
-            return False
-        return True
+        """Remove every directory (only empty cgroups can go); True once none is left."""
+        gone = True
+        for path in self.paths:
+            try:
+                path.rmdir()
+            except FileNotFoundError:
+                continue
+            except OSError:
+                gone = False
+        return gone

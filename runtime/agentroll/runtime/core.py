@@ -121,7 +121,7 @@ class BaseRuntime:
         lease.pid_start = procs.start_time(sandbox.pid) if sandbox.pid else None
         lease.pgid = sandbox.pid
         lease.pidns = sandbox.pidns
-        lease.cgroup = str(sandbox.cgroup.path) if sandbox.cgroup else None
+        lease.cgroups = [str(p) for p in sandbox.cgroup.paths] if sandbox.cgroup else []
         marker = sandbox.cmdline_marker()
         if marker:
             lease.extra["cmdline_marker"] = marker.decode()

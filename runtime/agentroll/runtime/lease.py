@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from agentroll.runtime import procs
-from agentroll.runtime.cgroup import PidsCgroup
+from agentroll.runtime.cgroup import SandboxCgroup
 from agentroll.runtime.state import StateDir
 
 log = logging.getLogger(__name__)
@@ -34,7 +34,8 @@ class Lease:
     pid_start: int | None = None
     pgid: int | None = None
     pidns: int | None = None
-    cgroup: str | None = None
+    #: The sandbox's cgroup directories (one per hierarchy).
+    cgroups: list[str] = field(default_factory=list)
     address: str | None = None
     label: str = ""
     #: Runtime-specific identity (e.g. the Apptainer instance name), also a cmdline marker.
@@ -69,7 +70,11 @@ class LeaseStore:
         out = []
         for p in sorted(self.dir.glob("*.json")):
             try:
-                out.append(Lease(**json.loads(p.read_text())))
+                data = json.loads(p.read_text())
+                if "cgroup" in data:  # written by a server that had one pids cgroup
+                    old = data.pop("cgroup")
+                    data["cgroups"] = [old] if old else []
+                out.append(Lease(**data))
             except (OSError, ValueError, TypeError) as exc:
                 log.warning("ignoring unreadable lease %s: %s", p, exc)
         return out
@@ -95,6 +100,7 @@ async def reap(
     ]
     for lease in dead:
         marker = lease.extra.get("cmdline_marker")
+        cgroup = SandboxCgroup([Path(p) for p in lease.cgroups])
         if extra_cleanup is not None:
             await extra_cleanup(lease)
         for _ in range(5):
@@ -103,14 +109,12 @@ async def reap(
                 pidns=lease.pidns,
                 cmdline_marker=marker.encode() if marker else None,
             )
-            if lease.cgroup:
-                pids = sorted(set(pids) | set(PidsCgroup(Path(lease.cgroup)).pids()))
+            pids = sorted(set(pids) | set(cgroup.pids()))
             if not pids:
                 break
             procs.kill(pids)
             await asyncio.sleep(0.05)
-        if lease.cgroup:
-            PidsCgroup(Path(lease.cgroup)).remove()
+        cgroup.remove()
         if lease.address and release_address is not None:
             release_address(lease.address)
         state.remove_sandbox_dirs(lease.sandbox_id)

@@ -1,30 +1,46 @@
-"""Command prefixes that apply ``Limits`` and join a sandbox's cgroup."""
+"""How ``Limits`` reach processes: rlimits for the action server's tools and for exec, cgroups.
+
+The action server itself runs without the sandbox's rlimits: it applies them to the agent's
+tools (``--rlimit NAME=VALUE``), so a CPU-time or process limit the agent exhausts never ends
+the server. Commands run through ``Sandbox.exec`` get them from ``prlimit`` (util-linux).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from agentroll.runtime.base import Limits
 
 
+def rlimits(limits: Limits) -> list[tuple[str, int]]:
+    """``(name, value)`` per set limit; names are prlimit's long options without dashes."""
+    pairs = [
+        ("nproc", limits.max_processes),
+        ("as", limits.max_memory_bytes),
+        ("fsize", limits.max_file_size_bytes),
+        ("cpu", limits.cpu_time_s),
+        ("nofile", limits.max_open_files),
+    ]
+    return [(name, value) for name, value in pairs if value is not None]
+
+
 def prlimit_argv(limits: Limits, prlimit: str = "prlimit") -> list[str]:
-    """``prlimit --nproc=.. --as=.. -- `` (util-linux); empty when no limit is set."""
-    opts = []
-    if limits.max_processes is not None:
-        opts.append(f"--nproc={limits.max_processes}")
-    if limits.max_memory_bytes is not None:
-        opts.append(f"--as={limits.max_memory_bytes}")
-    if limits.max_file_size_bytes is not None:
-        opts.append(f"--fsize={limits.max_file_size_bytes}")
-    if limits.cpu_time_s is not None:
-        opts.append(f"--cpu={limits.cpu_time_s}")
-    if limits.max_open_files is not None:
-        opts.append(f"--nofile={limits.max_open_files}")
+    """``prlimit --nproc=.. --as=.. --``; empty when no limit is set."""
+    opts = [f"--{name}={value}" for name, value in rlimits(limits)]
     return [prlimit, *opts, "--"] if opts else []
 
 
-def join_cgroup_argv(procs_file: Path | None) -> list[str]:
-    """Prefix that moves the process into a cgroup before it execs (so children inherit it)."""
-    if procs_file is None:
+def rlimit_args(limits: Limits) -> list[str]:
+    """The action server's options that make it apply ``limits`` to the agent's tools."""
+    return [arg for name, value in rlimits(limits) for arg in ("--rlimit", f"{name}={value}")]
+
+
+def join_cgroup_argv(procs_files: Sequence[Path]) -> list[str]:
+    """Prefix that moves the process into cgroups before it execs (so children inherit them)."""
+    if not procs_files:
         return []
-    return ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(procs_file)]
+    script = 'for f in "$0" "$@"; do [ "$f" = -- ] && break; echo $$ > "$f" || exit 125; done; '
+    script += 'while [ "$1" != -- ]; do shift; done; shift; exec "$@"'
+    first, *rest = (str(p) for p in procs_files)
+    return ["/bin/sh", "-c", script, first, *rest, "--"]

@@ -3,7 +3,10 @@
 For trusted development only: the "sandbox" sees the whole host, the network, and runs as the
 server's user. It must be enabled explicitly (``LocalConfig(enabled=True)``) and warns on every
 start. It still gets its own workspace and socket directory, an explicit environment (the
-server's is never inherited), rlimits, and the same owned teardown as the other backends.
+server's is never inherited), rlimits on the tools, a socket that serves only the host, the
+action server's guards that need no namespace (action/guard.py; as an ordinary process of the
+same user it can still be killed by the agent), ``stop_agent`` (the server is a child subreaper,
+so every process the agent starts stays below it) and the same owned teardown as the others.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from agentroll.runtime.bwrap import DEFAULT_PATH
 from agentroll.runtime.core import BaseRuntime
 from agentroll.runtime.errors import RuntimeUnavailable, SandboxStartError
 from agentroll.runtime.lease import Lease
-from agentroll.runtime.limits import prlimit_argv
+from agentroll.runtime.limits import prlimit_argv, rlimit_args
 from agentroll.runtime.sandbox import ProcessSandbox
 
 if TYPE_CHECKING:
@@ -87,9 +90,9 @@ class LocalRuntime(BaseRuntime):
         )
         work = str(sandbox.workdir)
         argv = [
-            *prlimit_argv(sandbox.spec.limits),
             self.config.python or sys.executable, "-m", "agentroll.runtime.action",
-            "--socket", str(sandbox.socket_path), "--workdir", work, "--root", work,
+            "--socket", str(sandbox.socket_path), "--single-client",
+            "--workdir", work, "--root", work, *rlimit_args(sandbox.spec.limits),
         ]  # fmt: skip
         await sandbox.launch(argv, sandbox.env)
         self.record(sandbox)

@@ -4,7 +4,8 @@ A sandbox is one launcher process (bwrap, the Apptainer exec of the action serve
 action server itself for ``local``) in its own session, plus whatever it spawned. Teardown is
 always the same: ask the action server to shut down, wait ``grace_s``, SIGKILL the launcher's
 process group, then scan for anything still carrying the sandbox's markers (environment
-marker, PID namespace, cgroup, backend cmdline marker) until none is left.
+marker, PID namespace, cgroup, backend cmdline marker) until none is left. ``stop_agent``
+asks the action server to kill every process the agent started, and leaves the server up.
 """
 
 from __future__ import annotations
@@ -15,14 +16,20 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
 from agentroll.runtime import procs
+from agentroll.runtime.action.errors import ActionError
 from agentroll.runtime.base import ExecResult, SandboxSpec
-from agentroll.runtime.cgroup import PidsCgroup
-from agentroll.runtime.errors import ContainmentError, SandboxClosed, SandboxStartError
+from agentroll.runtime.cgroup import SandboxCgroup
+from agentroll.runtime.errors import (
+    ContainmentError,
+    SandboxClosed,
+    SandboxError,
+    SandboxStartError,
+)
 from agentroll.runtime.lease import Lease
 
 if TYPE_CHECKING:
@@ -69,7 +76,7 @@ class ProcessSandbox:
         address: str | None,
         lease: Lease,
         scanner: procs.ProcScanner,
-        cgroup: PidsCgroup | None = None,
+        cgroup: SandboxCgroup | None = None,
     ) -> None:
         self.id = sandbox_id
         self.spec = spec
@@ -89,6 +96,12 @@ class ProcessSandbox:
     def exec_argv(self, argv: Sequence[str]) -> list[str]:
         """Host command line that runs ``argv`` inside this sandbox."""
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def exec_command(self, argv: Sequence[str]) -> Iterator[list[str]]:
+        """``exec_argv`` for one exec; a backend that must hold something open while the
+        command runs (or refuse to run it) overrides this instead."""
+        yield self.exec_argv(argv)
 
     def exec_env(self) -> dict[str, str] | None:
         """Environment of the host-side exec helper (None: the sandbox env, see local)."""
@@ -202,9 +215,23 @@ class ProcessSandbox:
         if not argv:
             raise ValueError("exec needs a non-empty argv")
         started = time.monotonic()
+        with self.exec_command(argv) as command:
+            out, err, returncode = await self._run_exec(command, input, limit_s=timeout)
+        return ExecResult(
+            exit_code=returncode,
+            stdout=out.decode(errors="replace"),
+            stderr=err.decode(errors="replace"),
+            timed_out=returncode is None,
+            duration_s=time.monotonic() - started,
+        )
+
+    async def _run_exec(
+        self, command: Sequence[str], input: bytes | None, *, limit_s: float
+    ) -> tuple[bytes, bytes, int | None]:
+        """Run the exec helper; its output and exit status (None: timed out and killed)."""
         try:
             proc = await spawn(
-                *self.exec_argv(argv),
+                *command,
                 stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,
@@ -214,24 +241,17 @@ class ProcessSandbox:
             )
         except OSError as exc:
             raise SandboxStartError(f"sandbox {self.id}: cannot exec: {exc}") from exc
-        timed_out = False
         try:
-            async with asyncio.timeout(timeout):  # not wait_for: it can swallow a cancel on 3.11
+            async with asyncio.timeout(limit_s):  # not wait_for: it can swallow a cancel on 3.11
                 out, err = await proc.communicate(input)
         except TimeoutError:
-            timed_out = True
             await self._kill_exec(proc)
             out, err = await asyncio.wait_for(proc.communicate(), 5)
+            return out, err, None
         except BaseException:  # cancelled: never leave the helper or its child behind
             await asyncio.shield(self._kill_exec(proc))
             raise
-        return ExecResult(
-            exit_code=None if timed_out else proc.returncode,
-            stdout=out.decode(errors="replace"),
-            stderr=err.decode(errors="replace"),
-            timed_out=timed_out,
-            duration_s=time.monotonic() - started,
-        )
+        return out, err, proc.returncode
 
     async def _kill_exec(self, proc: asyncio.subprocess.Process) -> None:
         """Kill a timed-out exec from the inside out.
@@ -251,6 +271,17 @@ class ProcessSandbox:
 
     async def download(self, path: str) -> bytes:
         return await self.tools.download(path)
+
+    async def stop_agent(self, *, timeout: float = 30.0) -> None:  # noqa: ASYNC109 (contract)
+        """See ``Sandbox.stop_agent``: the action server kills them and waits until all are gone."""
+        if self.stopped:
+            raise SandboxClosed(f"sandbox {self.id} is stopped")
+        try:
+            await self.tools.stop_agent(timeout=timeout)
+        except ActionError as exc:
+            raise SandboxError(
+                f"sandbox {self.id}: could not stop the agent's processes: {exc}"
+            ) from exc
 
     async def stop(self, *, grace_s: float = 2.0) -> None:
         """Idempotent; concurrent callers share one teardown, which survives their cancellation."""
@@ -307,7 +338,7 @@ class ProcessSandbox:
     async def _release(self) -> None:
         """Give back what the sandbox owned; the runtime's hook removes lease and directories."""
         if self.cgroup is not None and not self.cgroup.remove():
-            log.warning("sandbox %s: cgroup %s not removable", self.id, self.cgroup.path)
+            log.warning("sandbox %s: cgroups %s not removable", self.id, self.cgroup.paths)
         if self.on_released is not None:
             await self.on_released(self)
 

@@ -7,7 +7,7 @@ One sandbox is one named instance (``agentroll-<sandbox id>``)::
         (--writable-tmpfs | --overlay <path>) --bind <socket dir>:/run/agentroll:rw
         --bind <workspace>:<workdir>:rw [--bind src:dest:ro ...] <image> agentroll-<id>
     apptainer exec --cleanenv --env-file <file> --pwd <workdir> instance://agentroll-<id>
-        prlimit ... -- python -m agentroll.runtime.action ...        (owned, long-lived)
+        python -m agentroll.runtime.action --single-client --rlimit ...  (owned, long-lived)
     apptainer instance stop --timeout <s> agentroll-<id>             (then --force)
 
 ``instance start`` daemonizes, so its output goes to a file, never a pipe. Starts pass two
@@ -16,6 +16,11 @@ storm. Teardown does not trust ``instance stop``: the instance's runtime parent 
 helpers leave the launcher's process group, so afterwards /proc is searched for this sandbox's
 markers (environment marker, instance name on the command line, the instance's PID namespace)
 and anything found is killed.
+
+The action server joins the instance, so it is not its PID namespace's init: it guards itself
+as far as an ordinary process of the container's user can (action/guard.py), but the agent can
+kill it, and can ptrace it where the agent holds capabilities in the container (``--fakeroot``).
+``exec`` refuses (``SandboxClosed``) once a pidfd on the instance's process reports it dead.
 """
 
 from __future__ import annotations
@@ -34,7 +39,8 @@ from agentroll.runtime import hostroot, procs
 from agentroll.runtime.base import MARKER_ENV, OWNER_ENV, SandboxSpec
 from agentroll.runtime.bwrap import DEFAULT_PATH, SOCKET_DIR_INSIDE, action_server_argv, sandbox_env
 from agentroll.runtime.core import BaseRuntime
-from agentroll.runtime.errors import RuntimeUnavailable, SandboxStartError
+from agentroll.runtime.errors import RuntimeUnavailable, SandboxClosed, SandboxStartError
+from agentroll.runtime.inithandle import InitHandle
 from agentroll.runtime.lease import Lease
 from agentroll.runtime.limits import prlimit_argv
 from agentroll.runtime.sandbox import ProcessSandbox, _open_log, spawn
@@ -125,8 +131,13 @@ class SingularitySandbox(ProcessSandbox):
     env_file: Path
     cli_env: dict[str, str]
     stop_timeout_s: float = 10.0
+    #: The instance's own process (from --pid-file); None where it could not be read.
+    instance: InitHandle | None = None
 
     def exec_argv(self, argv: Sequence[str]) -> list[str]:
+        # Apptainer finds the instance by the pid it recorded: refuse once that process died.
+        if self.instance is not None and not self.instance.alive:
+            raise SandboxClosed(f"sandbox {self.id} is gone: its instance process has exited")
         return exec_argv(
             self.binary, name=self.name, env_file=self.env_file, workdir=self.spec.workdir,
             argv=[*prlimit_argv(self.spec.limits), *argv],
@@ -146,6 +157,11 @@ class SingularitySandbox(ProcessSandbox):
             self.base_dir / "log",
             timeout_s=min(self.stop_timeout_s, max(grace_s, 1.0)),
         )
+
+    async def _release(self) -> None:
+        if self.instance is not None:
+            self.instance.close()
+        await super()._release()
 
 
 async def run_cli(argv: Sequence[str], env: dict[str, str], log_path: Path, limit_s: float) -> int:
@@ -255,10 +271,12 @@ class SingularityRuntime(BaseRuntime):
         if rc != 0:
             raise SandboxStartError(f"instance start failed (exit {rc}): {sb.log_tail()}")
         try:
-            sb.pidns = procs.pidns_of(int(pid_file.read_text().split()[0]))
+            instance_pid = int(pid_file.read_text().split()[0])
+            sb.pidns = procs.pidns_of(instance_pid)
+            sb.instance = InitHandle(instance_pid, sb.pidns)
         except (OSError, ValueError, IndexError):
             log.warning("sandbox %s: no readable pid file from instance start", sb.id)
-        command = [*prlimit_argv(spec.limits), *action_server_argv(python, spec.workdir)]
+        command = action_server_argv(python, spec.workdir, spec.limits)
         await sb.launch(
             exec_argv(
                 self.binary, name=sb.name, env_file=sb.env_file, workdir=spec.workdir, argv=command

@@ -30,7 +30,11 @@ class ServerProcess:
 
 
 def start_server(base: Path, *extra: str, env: dict[str, str] | None = None) -> ServerProcess:
-    """Start ``python -m agentroll.runtime.action`` and wait for its socket to appear."""
+    """Start ``python -m agentroll.runtime.action`` and wait for its socket to answer.
+
+    A ``--single-client`` server serves only its first connection, so for it the wait is
+    for the socket to exist, and the test's own client is that first connection.
+    """
     sock_dir = base / "sock"
     workdir = base / "work"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -41,8 +45,9 @@ def start_server(base: Path, *extra: str, env: dict[str, str] | None = None) -> 
         stdout=subprocess.DEVNULL,
         env=None if env is None else {**os.environ, **env},
     )
+    ready = sock.exists if "--single-client" in extra else lambda: _accepts(sock)
     deadline = time.monotonic() + 20
-    while not _accepts(sock):
+    while not ready():
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             proc.wait(5)

@@ -144,3 +144,12 @@ async def test_terminal_modes_left_behind_by_a_program_are_reset(client: ActionC
     await client.bash("stty echo icrnl")
     result = await client.bash("echo clean")
     assert result.output == "clean\n"  # the command line itself is not echoed back
+
+
+async def test_job_killed_by_a_signal_and_crlf_output_end_the_command(client: ActionClient) -> None:
+    # bash restores its saved terminal modes after a job dies of a signal, and the agent may
+    # switch CR insertion on itself: neither may hide the end of the command.
+    killed = await client.bash('python3 -c "import os; os.kill(os.getpid(), 9)"; echo after')
+    assert (killed.output, killed.timed_out) == ("Killed\nafter\n", False)
+    crlf = await client.bash("stty onlcr; echo crlf", timeout=30)
+    assert (crlf.output, crlf.exit_code, crlf.timed_out) == ("crlf\n", 0, False)

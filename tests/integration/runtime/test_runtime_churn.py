@@ -11,7 +11,7 @@ import pytest
 from rt_support import HAVE_BWRAP, make_config
 
 from agentroll.runtime import SandboxSpec, procs
-from agentroll.runtime.cgroup import PidsCgroup
+from agentroll.runtime.cgroup import SandboxCgroup
 from agentroll.runtime.core import BaseRuntime
 from agentroll.runtime.pool import WarmPool
 
@@ -55,11 +55,11 @@ async def test_200_cancelled_rollouts_leave_nothing(state_dir: Path) -> None:
     assert list(rt.leases.dir.iterdir()) == []
     assert list(rt.state.sandboxes.iterdir()) == []
     assert list(rt.state.addresses.iterdir()) == []
-    base = PidsCgroup.base()
-    if base is not None and (base / "agentroll").exists():
-        # Only this test's sandboxes: other servers on the machine may have live ones.
-        left = {p.name for p in (base / "agentroll").iterdir() if p.is_dir()}
-        assert started and left.isdisjoint(started)
+    for base, _ in SandboxCgroup.bases().values():
+        if (base / "agentroll").exists():
+            # Only this test's sandboxes: other servers on the machine may have live ones.
+            left = {p.name for p in (base / "agentroll").iterdir() if p.is_dir()}
+            assert started and left.isdisjoint(started)
     await rt.close()
 
 

@@ -156,3 +156,32 @@ async def test_reap_never_touches_a_live_owner(
     assert res.output.strip() == "alive"
     await other.close()
     await sb.stop()
+
+
+def _sleepers(sandbox_id: str) -> list[int]:
+    """The test's own marked ``sleep 98765x`` processes of one sandbox."""
+    return [
+        p.pid
+        for p in procs.scan()
+        if p.sandbox_id == sandbox_id and p.cmdline.startswith(b"sleep\x0098765")
+    ]
+
+
+async def test_stop_agent_kills_every_agent_process(runtime: BaseRuntime) -> None:
+    sb = await runtime.start(SandboxSpec(), timeout=30)
+    await sb.tools.python(
+        "import subprocess\nsubprocess.Popen(['sleep', '987651'], start_new_session=True)"
+    )
+    await sb.tools.bash(
+        "sleep 987652 & (setsid sleep 987653 &); nohup sleep 987654 >/dev/null 2>&1 &"
+    )
+    for _ in range(200):  # a background job may not have exec'd sleep yet
+        if len(_sleepers(sb.id)) == 4:
+            break
+        await asyncio.sleep(0.05)
+    assert len(_sleepers(sb.id)) == 4
+    await sb.stop_agent(timeout=30)
+    assert _sleepers(sb.id) == []
+    assert (await sb.tools.bash("echo $((6 * 7))")).output == "42\n"
+    assert (await sb.tools.python("6 * 7")).output == "42\n"
+    await sb.stop()

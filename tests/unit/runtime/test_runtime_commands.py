@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from agentroll.runtime import Bind, Limits, SandboxSpec
 from agentroll.runtime.bwrap import action_server_argv, bwrap_argv, sandbox_env
 from agentroll.runtime.config import SingularityConfig
 from agentroll.runtime.errors import RuntimeUnavailable
-from agentroll.runtime.limits import join_cgroup_argv, prlimit_argv
+from agentroll.runtime.limits import join_cgroup_argv, prlimit_argv, rlimit_args
 from agentroll.runtime.singularity import (
     detect_binary,
     env_file_text,
@@ -36,7 +37,7 @@ def _pairs(argv: list[str], flag: str) -> list[tuple[str, str]]:
 def test_bwrap_default_isolates_everything() -> None:
     argv = _bwrap(SandboxSpec())
     for flag in ("--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
-                 "--new-session", "--clearenv"):  # fmt: skip
+                 "--new-session", "--as-pid-1", "--clearenv"):  # fmt: skip
         assert flag in argv
     assert "--share-net" not in argv
     assert argv[argv.index("--cap-drop") + 1] == "ALL"
@@ -85,24 +86,44 @@ def test_sandbox_env_is_explicit_and_marked() -> None:
     assert env["HOME"] == "/workspace" and "SSH_AUTH_SOCK" not in env
 
 
-def test_prlimit_and_cgroup_prefixes() -> None:
+def test_prlimit_and_rlimit_options() -> None:
     limits = Limits(max_processes=64, max_memory_bytes=1 << 30, max_file_size_bytes=1 << 20,
                     cpu_time_s=5, max_open_files=128)  # fmt: skip
     assert prlimit_argv(limits) == [
         "prlimit", "--nproc=64", f"--as={1 << 30}", f"--fsize={1 << 20}", "--cpu=5",
         "--nofile=128", "--",
     ]  # fmt: skip
+    assert rlimit_args(limits) == [
+        "--rlimit", "nproc=64", "--rlimit", f"as={1 << 30}", "--rlimit", f"fsize={1 << 20}",
+        "--rlimit", "cpu=5", "--rlimit", "nofile=128",
+    ]  # fmt: skip
     none = Limits(max_processes=None, max_memory_bytes=None, max_file_size_bytes=None,
                   max_open_files=None)  # fmt: skip
-    assert prlimit_argv(none) == []
-    assert join_cgroup_argv(None) == []
-    assert join_cgroup_argv(Path("/cg/procs"))[-1] == "/cg/procs"
+    assert prlimit_argv(none) == [] and rlimit_args(none) == []
+
+
+def test_join_cgroups_moves_the_shell_then_runs_the_command(tmp_path: Path) -> None:
+    assert join_cgroup_argv([]) == []
+    files = [tmp_path / "a" / "cgroup.procs", tmp_path / "b" / "cgroup.procs"]
+    for f in files:
+        f.parent.mkdir()
+    argv = join_cgroup_argv(files)
+    out = subprocess.run(
+        [*argv, "sh", "-c", "echo $$ -- ran"], capture_output=True, text=True, check=True
+    )
+    pid, marker, ran = out.stdout.split()
+    assert (marker, ran) == ("--", "ran")  # a "--" in the command is the command's own
+    assert [f.read_text().strip() for f in files] == [pid, pid]  # exec keeps the pid
+    broken = join_cgroup_argv([tmp_path / "missing" / "cgroup.procs"])
+    assert subprocess.run([*broken, "true"], capture_output=True, check=False).returncode == 125
 
 
 def test_action_server_command() -> None:
-    assert action_server_argv("py", "/w") == [
+    assert action_server_argv("py", "/w", Limits(max_processes=64), cgroup_fds=[5, 6]) == [
         "py", "-m", "agentroll.runtime.action", "--socket", "/run/agentroll/action.sock",
-        "--workdir", "/w", "--root", "/w", "--root", "/tmp",
+        "--single-client", "--workdir", "/w", "--root", "/w", "--root", "/tmp",
+        "--rlimit", "nproc=64", "--rlimit", f"as={8 << 30}", "--rlimit", f"fsize={1 << 30}",
+        "--rlimit", "nofile=4096", "--agent-cgroup-fd", "5", "--agent-cgroup-fd", "6",
     ]  # fmt: skip
 
 

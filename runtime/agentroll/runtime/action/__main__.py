@@ -1,10 +1,12 @@
 """Entry point of the action server.
 
     python -m agentroll.runtime.action --socket PATH [--root DIR ...] [--workdir DIR]
+        [--single-client] [--rlimit NAME=VALUE ...] [--agent-cgroup-fd FD ...]
 
-
-Serves until SIGTERM/SIGINT or a ``shutdown`` request. Prints nothing on stdout; a caller knows
-the server is ready when the socket answers ``alive`` (``ActionClient.connect`` retries).
+Serves until a ``shutdown`` request (or SIGTERM/SIGINT, unless ``--single-client``). Prints
+nothing on stdout; a caller knows the server is ready when the socket answers ``alive``
+(``ActionClient.connect`` retries). The server guards itself before anything else runs
+(guard.py); ``--rlimit`` and ``--agent-cgroup-fd`` are what it puts its tools under.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import argparse
 import asyncio
 import os
 import sys
+
+from agentroll.runtime.action.guard import Confinement, harden, parse_rlimit
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -33,6 +37,28 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="private directory for kernel connection files (default: new, beside the socket)",
     )
+    parser.add_argument(
+        "--single-client",
+        action="store_true",
+        help="serve only the first connection (a sandbox's host), then stop listening and "
+        "unlink the socket; stop when it closes; termination signals do not stop the server",
+    )
+    parser.add_argument(
+        "--rlimit",
+        action="append",
+        default=[],
+        type=parse_rlimit,
+        metavar="NAME=VALUE",
+        help="an rlimit for the tools (nproc, as, fsize, cpu, nofile; repeatable)",
+    )
+    parser.add_argument(
+        "--agent-cgroup-fd",
+        action="append",
+        default=[],
+        type=int,
+        metavar="FD",
+        help="an open cgroup.procs the tools are moved into (repeatable)",
+    )
     return parser.parse_args(argv)
 
 
@@ -40,7 +66,12 @@ async def _serve(args: argparse.Namespace) -> None:
     from agentroll.runtime.action.server import ActionServer
 
     server = ActionServer(
-        args.socket, roots=args.root, workdir=args.workdir, state_dir=args.state_dir
+        args.socket,
+        roots=args.root,
+        workdir=args.workdir,
+        state_dir=args.state_dir,
+        single_client=args.single_client,
+        confinement=Confinement(args.rlimit, args.agent_cgroup_fd),
     )
     await server.start()
     await server.serve_forever()
@@ -48,6 +79,7 @@ async def _serve(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    harden(single_client=args.single_client)
     if args.workdir and not os.path.isdir(args.workdir):
         print(f"action server: workdir {args.workdir} is not a directory", file=sys.stderr)
         return 2

@@ -8,6 +8,10 @@ too long for the tty's 4 KiB line buffer go through a file in the private state 
 
 The pty master is read with ``loop.add_reader``; bytes flow into a scanner that looks for the
 sentinel and keeps a bounded head/tail of everything before it.
+
+Bash is the agent's: the agent may kill it, during a command or between two (``kill -9 -1``
+from the Python tool). Either way the call reports how bash ended and that a new one, with
+reset state, ran the command; the call never fails for it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from typing import Any
 
 from ptyprocess import PtyProcess
 
+from agentroll.runtime.action.children import Children, describe_exit
 from agentroll.runtime.action.shell_io import Scanner, ansi_c_quote, sentinel_command
 
 BASH_ARGV = ("bash", "--noprofile", "--norc", "--noediting")
@@ -47,14 +52,36 @@ START_TIMEOUT_S = 15.0
 SIGINT_GRACE_S = 1.0  # for the foreground job to die after SIGINT
 KILL_GRACE_S = 1.0  # after SIGKILL of the foreground job
 RECOVERY_TIMEOUT_S = 2.0  # for bash to answer the recovery sentinel
+RESET_NOTE = "working directory, variables and functions were reset"
+
+
+def _quiet_tty() -> None:
+    """In the child, before bash starts: no echo, and newlines stay newlines (no CR added).
+
+    Set before exec, not after: bash saves the terminal's modes when it starts and puts them
+    back whenever a job is killed by a signal (an out-of-memory kill, say); modes set later
+    would be undone then, in the middle of a command, and its end marker come out mangled.
+    """
+    attrs = termios.tcgetattr(0)
+    attrs[1] &= ~termios.ONLCR
+    attrs[3] &= ~(termios.ECHO | termios.ECHONL)
+    termios.tcsetattr(0, termios.TCSANOW, attrs)
 
 
 class BashSession:
     """A persistent bash; calls serialize on one lock, ``interrupt`` may come from any task."""
 
-    def __init__(self, *, workdir: str, state_dir: str, env: Mapping[str, str] | None = None):
+    def __init__(
+        self,
+        *,
+        workdir: str,
+        state_dir: str,
+        children: Children,
+        env: Mapping[str, str] | None = None,
+    ):
         self.workdir = workdir
         self._state_dir = state_dir
+        self._children = children
         base = dict(os.environ if env is None else env)
         for name in DROPPED_ENV:
             base.pop(name, None)
@@ -91,13 +118,16 @@ class BashSession:
             raise RuntimeError("bash session is closed")
         # A bounded fork+exec (a few ms); ptyprocess has no async spawn.
         proc = PtyProcess.spawn(
-            list(BASH_ARGV), cwd=self.workdir, env=self._env, echo=False, dimensions=(40, 200)
+            list(BASH_ARGV),
+            cwd=self.workdir,
+            env=self._env,
+            echo=False,
+            dimensions=(40, 200),
+            preexec_fn=_quiet_tty,
         )
         self._proc, self._fd, self._eof = proc, proc.fd, False
-        attrs = termios.tcgetattr(self._fd)
-        attrs[1] &= ~termios.ONLCR  # keep "\n" as "\n"
-        attrs[3] &= ~(termios.ECHO | termios.ECHONL)
-        termios.tcsetattr(self._fd, termios.TCSANOW, attrs)
+        self._children.own(proc.pid)
+        self._children.confine(proc.pid)
         self._tty_attrs = termios.tcgetattr(self._fd)
         os.set_blocking(self._fd, False)
         asyncio.get_running_loop().add_reader(self._fd, self._on_readable)
@@ -206,6 +236,15 @@ class BashSession:
                 if self.running and not await self._recover(Scanner(4096, "0" * 16)):
                     restarted = True
                     notes.append("[the previous command was abandoned; bash was restarted]")
+            if self._proc is not None and (self._eof or not self._proc.isalive()):
+                # Killed since the last call (by the agent's own processes): say so. Asked
+                # directly: the pty's end of file may still wait in the event loop.
+                status = await self._reap()
+                notes.append(
+                    f"[bash {describe_exit(status)} after the previous command; a new bash "
+                    f"session ran this one: {RESET_NOTE}]"
+                )
+                restarted = True
             if not self.running:
                 await self._respawn()
             self._interrupt_requested = False
@@ -249,7 +288,9 @@ class BashSession:
         if outcome == "eof":
             status = await self._reap()
             exit_code = status if status is not None and status >= 0 else None
-            notes.append(f"[bash exited (status {status}); a new bash session was started]")
+            notes.append(
+                f"[bash {describe_exit(status)}; a new bash session was started: {RESET_NOTE}]"
+            )
             await self._respawn()
             restarted = True
         elif outcome != "found":
@@ -262,8 +303,7 @@ class BashSession:
                 notes.append("[command interrupted]")
             if not await self._recover(scanner):
                 notes.append(
-                    "[bash did not recover; a new bash session was started: working "
-                    "directory, variables and functions were reset]"
+                    f"[bash did not recover; a new bash session was started: {RESET_NOTE}]"
                 )
                 restarted = True
         text, truncated = scanner.finish()
@@ -388,6 +428,13 @@ class BashSession:
         with contextlib.suppress(Exception):
             proc.close(force=False)  # closing the master hangs up anything left on the pty
         self._fd = -1
+        self._children.disown(proc.pid)  # reaped; if not, the orphan reaper will
+
+    async def reset(self) -> None:
+        """Kill bash (after the call in flight, if any); the next call starts a fresh one."""
+        async with self._lock:
+            self._needs_recovery = False
+            await self._kill()
 
     async def close(self) -> None:
         self._closed = True

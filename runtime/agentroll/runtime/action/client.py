@@ -238,6 +238,13 @@ class ActionClient:
         except (KeyError, ValueError) as exc:
             raise ActionProtocolError(f"download: malformed reply: {exc}") from exc
 
+    async def stop_agent(self, *, timeout: float = 30.0) -> None:  # noqa: ASYNC109 (the server's)
+        """Kill every process the server's tools started; returns once all are gone.
+
+        The tools restart on their next call. Raises ``ActionError`` if any outlives ``timeout``.
+        """
+        await self._call("stop_agent", {"timeout": timeout}, timeout + self.call_margin)
+
     async def shutdown(self) -> None:
         """Ask the server to stop (it kills bash and the kernel, removes its socket)."""
         with contextlib.suppress(ActionServerUnavailable):

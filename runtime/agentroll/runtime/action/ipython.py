@@ -3,6 +3,11 @@
 The kernel starts on the first call (jupyter_client and zmq are imported only then, so the
 action server itself becomes ready fast). It talks over ZeroMQ ``ipc`` sockets whose files live
 in the server's private state directory -- no TCP port, nothing in a shared /tmp.
+
+The kernel is the agent's: when it dies (killed by the agent's own processes, out of memory),
+the call reports how it ended, a fresh kernel is started and the call returns normally. It is
+confined to the agent's limits only once it is ready: its own start (threads, imports) must
+not fail because the agent has used up its processes or memory.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import time
 from collections.abc import Mapping
 from typing import IO, Any
 
+from agentroll.runtime.action.children import Children, describe_exit
 from agentroll.runtime.action.truncate import HeadTailBuffer, truncate_text
 
 START_TIMEOUT_S = 60.0
@@ -64,10 +70,16 @@ class PythonSession:
     """One kernel per action server; executions serialize on a lock."""
 
     def __init__(
-        self, *, workdir: str, state_dir: str, env: Mapping[str, str] | None = None
+        self,
+        *,
+        workdir: str,
+        state_dir: str,
+        children: Children,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.workdir = workdir
         self._state_dir = state_dir
+        self._children = children
         self._env = dict(os.environ if env is None else env)
         self._env.setdefault("MPLBACKEND", "Agg")
         # IPython's profile and Jupyter's runtime files go to the private directory, not into
@@ -122,6 +134,8 @@ class PythonSession:
                 stderr=subprocess.STDOUT,
                 extra_arguments=["--HistoryManager.enabled=False"],
             )
+            provisioner: Any = km.provisioner  # a LocalProvisioner: the kernel is its process
+            self._children.own(provisioner.pid)
             try:
                 kc = km.client()
                 kc.start_channels()
@@ -129,6 +143,7 @@ class PythonSession:
             except BaseException:
                 await self._shutdown(km, None)
                 raise
+        self._children.confine(provisioner.pid)
         self._km, self._kc = km, kc
 
     async def run(self, code: str, *, time_limit: float, max_output_chars: int) -> dict[str, Any]:
@@ -158,9 +173,13 @@ class PythonSession:
                     restarted = True
                     notes.append("[the kernel did not stop; it was restarted and state was lost]")
             elif outcome == "dead":
+                status = await self._km.provisioner.poll()
                 await self._restart()
                 restarted = True
-                notes.append("[the Python kernel died; it was restarted and state was lost]")
+                notes.append(
+                    f"[the Python kernel died: it {describe_exit(status)}; it was restarted "
+                    "and state was lost]"
+                )
             text, truncated = collected.output.text()
             if notes:
                 text = text + ("" if not text or text.endswith("\n") else "\n") + "\n".join(notes)
@@ -219,18 +238,21 @@ class PythonSession:
         return True
 
     async def _restart(self) -> None:
+        await self._discard()
+        await self._start()
+
+    async def _discard(self) -> None:
         km, kc = self._km, self._kc
         self._km = self._kc = None
         await self._shutdown(km, kc)
-        await self._start()
 
-    @staticmethod
-    async def _shutdown(km: Any, kc: Any) -> None:
+    async def _shutdown(self, km: Any, kc: Any) -> None:
         if kc is not None:
             with contextlib.suppress(Exception):
                 kc.stop_channels()
         if km is None:
             return
+        pid = getattr(km.provisioner, "pid", None)  # the provisioner goes with the shutdown
         try:
             async with asyncio.timeout(SHUTDOWN_TIMEOUT_S):
                 await km.shutdown_kernel(now=True)
@@ -240,13 +262,18 @@ class PythonSession:
                 await km.signal_kernel(9)
         with contextlib.suppress(Exception):
             await km.cleanup_resources()
+        if pid is not None:
+            self._children.disown(pid)  # reaped; if not, the orphan reaper will
+
+    async def reset(self) -> None:
+        """Kill the kernel (after the call in flight, if any); the next call starts a fresh one."""
+        async with self._lock:
+            await self._discard()
 
     async def close(self) -> None:
         self._closed = True
         self._interrupt_requested = True
-        km, kc = self._km, self._kc
-        self._km = self._kc = None
-        await self._shutdown(km, kc)
+        await self._discard()
         if self._log is not None:
             self._log.close()
             self._log = None

@@ -38,6 +38,7 @@ OPS = (
     "python",
     "python_interrupt",
     "shutdown",
+    "stop_agent",
     "upload",
 )
 EDITOR_COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")

@@ -3,8 +3,18 @@
 Each connection reads frames in a loop and runs every request as its own task, so calls to
 different tools overlap on one connection; calls to the same bash or Python session serialize
 on that session's lock. At most ``MAX_IN_FLIGHT`` requests run per connection (reading pauses
-beyond that). On SIGTERM/SIGINT or a ``shutdown`` request the server stops accepting, kills
-bash and the kernel, and removes its socket and private state directory.
+beyond that). On a ``shutdown`` request (or SIGTERM/SIGINT, unless serving a sandbox) the
+server stops accepting, kills bash, the kernel and every other process below it, and removes
+its socket and private state directory.
+
+A sandbox's server (``single_client``) serves exactly one connection, the host's: once it is
+accepted the server stops listening and unlinks the socket, so no process inside the sandbox
+can ever connect (to send ``shutdown``, say) and deleting or replacing the path changes
+nothing; the host never reconnects (warm-pool hand-outs keep the connection made at start).
+When that connection ends the server stops: nobody could reach it any more.
+
+``stop_agent`` kills every process the agent started (children.py) and returns once they are
+gone; the sessions start afresh on their next call. Orphans are reaped on every SIGCHLD.
 """
 
 from __future__ import annotations
@@ -24,8 +34,10 @@ from typing import Any
 
 from agentroll.runtime.action import protocol
 from agentroll.runtime.action.bash import BashSession
+from agentroll.runtime.action.children import Children
 from agentroll.runtime.action.errors import ActionProtocolError, ActionRequestError
 from agentroll.runtime.action.files import FileTools
+from agentroll.runtime.action.guard import Confinement, is_namespace_init
 from agentroll.runtime.action.ipython import PythonSession
 
 MAX_IN_FLIGHT = 64
@@ -33,6 +45,7 @@ WRITE_TIMEOUT_S = 30.0
 SHUTDOWN_GRACE_S = 5.0
 MAX_SOCKET_PATH = 107
 MAX_OUTPUT_CHARS = 10_000_000  # keeps one reply well inside a frame
+REAP_INTERVAL_S = 0.05  # a fork bomb's SIGCHLD storm costs at most 20 /proc scans a second
 
 
 _MISSING: Any = object()
@@ -76,8 +89,16 @@ class ActionServer:
         roots: Sequence[str] = (),
         workdir: str | None = None,
         state_dir: str | None = None,
+        single_client: bool = False,
+        confinement: Confinement | None = None,
     ) -> None:
         self.socket_path = os.path.abspath(socket_path)
+        self.single_client = single_client
+        self.children = Children(confinement or Confinement())
+        self._socket_owned = False  # the path is ours to unlink
+        self._client_accepted = False
+        self._reap_scheduled = False
+        self._last_reap = 0.0
         self.workdir = os.path.abspath(workdir or os.getcwd())
         self.roots = [os.path.abspath(r) for r in roots] or [self.workdir]
         self._state_dir_arg = state_dir
@@ -99,6 +120,7 @@ class ActionServer:
             "editor": self._editor,
             "upload": self._upload,
             "download": self._download,
+            "stop_agent": self._stop_agent,
             "shutdown": self._shutdown,
         }
 
@@ -118,8 +140,12 @@ class ActionServer:
         else:
             # Next to the socket: the sandbox's private directory, not a shared /tmp.
             self.state_dir = tempfile.mkdtemp(prefix=".action-", dir=parent)
-        self.bash = BashSession(workdir=self.workdir, state_dir=self.state_dir)
-        self.python = PythonSession(workdir=self.workdir, state_dir=self.state_dir)
+        self.bash = BashSession(
+            workdir=self.workdir, state_dir=self.state_dir, children=self.children
+        )
+        self.python = PythonSession(
+            workdir=self.workdir, state_dir=self.state_dir, children=self.children
+        )
         old_umask = os.umask(0o177)  # the socket is born 0600; no window where others can connect
         try:
             self._server = await asyncio.start_unix_server(
@@ -127,6 +153,7 @@ class ActionServer:
             )
         finally:
             os.umask(old_umask)
+        self._socket_owned = True
         os.chmod(self.socket_path, 0o600)
         # Warm bash in the background: the socket is already answering `alive`.
         self._spawn_task(self._start_bash())
@@ -160,25 +187,49 @@ class ActionServer:
 
     async def serve_forever(self) -> None:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        # A sandbox's server ends only at the host's request (guard.py handles the signals).
+        stop_signals = [] if self.single_client or is_namespace_init() else [
+            signal.SIGTERM, signal.SIGINT
+        ]  # fmt: skip
+        for sig in stop_signals:
             loop.add_signal_handler(sig, self.request_stop)
+        loop.add_signal_handler(signal.SIGCHLD, self._schedule_reap)
         try:
             await self._stop.wait()
         finally:
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            for sig in (*stop_signals, signal.SIGCHLD):
                 loop.remove_signal_handler(sig)
             await self.close()
 
-    async def close(self) -> None:
+    def _schedule_reap(self) -> None:
+        if self._reap_scheduled:
+            return
+        self._reap_scheduled = True
+        loop = asyncio.get_running_loop()
+        loop.call_later(max(self._last_reap + REAP_INTERVAL_S - loop.time(), 0), self._reap)
+
+    def _reap(self) -> None:
+        self._reap_scheduled = False
+        self._last_reap = asyncio.get_running_loop().time()
+        self.children.reap_orphans()
+
+    def _stop_listening(self) -> None:
         if self._server is not None:
             self._server.close()
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.socket_path)
+        if self._socket_owned:
+            self._socket_owned = False
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.socket_path)
+
+    async def close(self) -> None:
+        self._stop_listening()
         # Killing the sessions first makes in-flight calls return quickly.
         sessions = [s.close() for s in (self.bash, self.python) if s is not None]
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(SHUTDOWN_GRACE_S * 2):
                 await asyncio.gather(*sessions, return_exceptions=True)
+        self.children.kill_all()  # whatever the agent left running or detached
+        self.children.reap_orphans()
         pending = [t for t in self._tasks if t is not asyncio.current_task()]
         if pending:
             _, still = await asyncio.wait(pending, timeout=SHUTDOWN_GRACE_S)
@@ -203,6 +254,12 @@ class ActionServer:
     async def _serve_connection(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        if self.single_client:
+            if self._client_accepted:
+                writer.close()  # queued behind the host's connection: never served
+                return
+            self._client_accepted = True
+            self._stop_listening()
         me = asyncio.current_task()
         assert me is not None
         self._connections.add(me)
@@ -223,6 +280,8 @@ class ActionServer:
         finally:
             self._connections.discard(me)
             writer.close()
+            if self.single_client:
+                self.request_stop()  # the host is gone; nobody can reach the server any more
 
     @staticmethod
     def _error(request_id: Any, kind: str, message: str) -> dict[str, Any]:
@@ -321,6 +380,26 @@ class ActionServer:
     async def _download(self, args: dict[str, Any]) -> dict[str, Any]:
         data = await asyncio.to_thread(self.files.download, _arg(args, "path", str))
         return {"data_b64": base64.b64encode(data).decode("ascii"), "size": len(data)}
+
+    async def _stop_agent(self, args: dict[str, Any]) -> dict[str, Any]:
+        assert self.bash is not None and self.python is not None
+        timeout = _timeout(args, "timeout", 30.0) or 30.0
+        self.children.kill_all()  # first, so in-flight tool calls come back at once
+        left: list[int] = []
+        try:
+            async with asyncio.timeout(timeout):
+                await asyncio.gather(self.bash.reset(), self.python.reset())
+                while True:
+                    self.children.kill_all()
+                    self.children.reap_orphans()
+                    left = self.children.agent_pids()
+                    if not left:
+                        return {"ok": True}
+                    await asyncio.sleep(0.02)
+        except TimeoutError:
+            raise RuntimeError(
+                f"the agent's processes {left[:20]} still run after {timeout:g} s"
+            ) from None
 
     async def _shutdown(self, args: dict[str, Any]) -> dict[str, Any]:
         # Reply first; the stop happens once this request's answer is on its way.

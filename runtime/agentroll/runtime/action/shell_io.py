@@ -13,7 +13,8 @@ import re
 
 from agentroll.runtime.action.truncate import HeadTailBuffer
 
-SENTINEL = re.compile(rb"__AR_([0-9a-f]{16})_(-?\d+)__\n")
+# "\r" before the newline: the agent may turn the terminal's CR insertion on (stty onlcr).
+SENTINEL = re.compile(rb"__AR_([0-9a-f]{16})_(-?\d+)__\r?\n")
 SENTINEL_MAX_LEN = 40
 _QUOTE_TABLE = {ord("\\"): "\\\\", ord("'"): "\\'"}
 _QUOTE_TABLE.update({c: f"\\x{c:02x}" for c in [*range(0x20), 0x7F]})
