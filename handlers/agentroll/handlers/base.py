@@ -49,6 +49,10 @@ class AgentHandler:
     name: ClassVar[str]
     eval_sandbox: ClassVar[Literal["reuse", "fresh"]] = "reuse"
     """Whether EVAL runs in the RUN sandbox (default) or needs a fresh one."""
+    stop_agent_before_eval: ClassVar[bool] = True
+    """With `reuse`: EVAL starts only once every process the agent started in its sandboxes is
+    gone, so nothing the policy left running can rewrite what is graded. Turn it off only for a
+    task whose grade is the state of a process the agent was asked to leave running."""
     instance_model: ClassVar[type[BaseModel] | None] = None
     """When set, task instances are validated against it at submission (a 400 if wrong)."""
 

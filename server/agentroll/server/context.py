@@ -123,6 +123,14 @@ class JobContext:
         reports = [p.report() for p in self.llm_proxies]
         return {"llm_proxy": reports[0] if len(reports) == 1 else reports}
 
+    async def stop_agent_processes(self, timeout_s: float) -> None:
+        """Kill every process the agent left in this rollout's sandboxes (its harness and the
+        LLM proxy's traffic included): what grades the rollout then runs with none of them."""
+        for proxy in [p for p in self.llm_proxies if p.listening]:
+            await proxy.close()
+        for sandbox in self.sandboxes:
+            await sandbox.stop_agent(timeout=timeout_s)
+
     def release_sandboxes(self) -> "asyncio.Task[None] | None":
         """Tear down every sandbox of this rollout in the background; returns the task."""
         for proxy in [p for p in self.llm_proxies if p.listening]:  # recordings stay

@@ -20,6 +20,7 @@ from agentroll.server.logs import stage_var
 from agentroll.server.schema import JobState, Outcome, PoolSizes
 
 T = TypeVar("T")
+STOP_AGENT_TIMEOUT_S = 30.0
 
 
 @dataclass(slots=True)
@@ -125,7 +126,12 @@ class Pipeline:
         await self._enter(job, "eval", self.eval)
         try:
             reward = await self._work(
-                job, "eval", handler.eval, handler.on_eval_error, ctx, limits.eval_timeout_s
+                job,
+                "eval",
+                self._grader(handler),
+                handler.on_eval_error,
+                ctx,
+                limits.eval_timeout_s,
             )
         finally:
             self.eval.release()
@@ -133,6 +139,19 @@ class Pipeline:
             d = run_failure.decision
             return Verdict(Outcome.agent_error, reward, d.cause, d.message, "run")
         return Verdict(Outcome.ok, reward)
+
+    @staticmethod
+    def _grader(handler: AgentHandler) -> Callable[[JobContext], Awaitable[Reward]]:
+        """EVAL: the handler's own, after the agent's processes are gone (tests arrive only
+        once nothing the policy started can still run)."""
+        if handler.eval_sandbox == "fresh" or not handler.stop_agent_before_eval:
+            return handler.eval
+
+        async def graded(ctx: JobContext) -> Reward:
+            await ctx.stop_agent_processes(STOP_AGENT_TIMEOUT_S)
+            return await handler.eval(ctx)
+
+        return graded
 
     async def _enter(self, job: LiveJob, stage: str, limiter: StageLimiter) -> None:
         """Wait for a worker of `limiter`, counting the wait as `stage` queue time."""

@@ -1,5 +1,6 @@
 """Handlers that use real sandboxes through `RolloutContext.open_sandbox`."""
 
+import asyncio
 from pathlib import Path
 from typing import ClassVar, Literal
 
@@ -59,6 +60,34 @@ class ForkBomb(Writer):
         return Reward(float("still-here" in ctx.state["after"]), {"bomb": ctx.state["observation"]})
 
 
+class Lingerer(Writer):
+    """RUN leaves a process that keeps rewriting the file EVAL reads; `stop_agent_before_eval`
+    is the instance's `stop` (default: the handler's default)."""
+
+    name: ClassVar[str] = "lingerer"
+
+    async def run(self, ctx: RolloutContext) -> None:
+        assert ctx.sandbox is not None
+        loop = "while true; do date +%s%N > out.txt; sleep 0.01; done"
+        await ctx.sandbox.tools.bash(
+            f"nohup sh -c '{loop}' >/dev/null 2>&1 & sleep 0.3; test -s out.txt"
+        )
+
+    async def eval(self, ctx: RolloutContext) -> Reward:
+        assert ctx.sandbox is not None
+        first = await ctx.sandbox.exec(["cat", "out.txt"], timeout=10)
+        await asyncio.sleep(0.3)
+        later = await ctx.sandbox.exec(["cat", "out.txt"], timeout=10)
+        alive = await ctx.sandbox.exec(["sh", "-c", "ls /proc | grep -c '^[0-9]'"], timeout=10)
+        info = {"processes": int(alive.stdout.strip() or 0), "read": [first.stdout, later.stdout]}
+        return Reward(float(first.stdout == later.stdout and first.stdout != ""), info)
+
+
+class LingererKept(Lingerer):
+    name: ClassVar[str] = "lingerer-kept"
+    stop_agent_before_eval: ClassVar[bool] = False
+
+
 class BadImage(Writer):
     name: ClassVar[str] = "bad-image"
 
@@ -68,6 +97,6 @@ class BadImage(Writer):
 
 def sandbox_registry() -> HandlerRegistry:
     registry = HandlerRegistry()
-    for cls in (Writer, FreshEval, Sleeper, ForkBomb, BadImage):
+    for cls in (Writer, FreshEval, Sleeper, ForkBomb, Lingerer, LingererKept, BadImage):
         registry.register(cls)
     return registry

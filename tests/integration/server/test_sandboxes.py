@@ -55,6 +55,23 @@ async def test_fresh_eval_never_sees_the_agents_sandbox(
     assert t.reward_info["eval_sandbox_id"] != t.reward_info["sandbox_id"]
 
 
+async def test_eval_in_the_agents_sandbox_starts_once_its_processes_are_gone(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    jobs = [
+        {"job_id": "stopped", "handler": "lingerer", "instance": {}},
+        {"job_id": "kept", "handler": "lingerer-kept", "instance": {}},
+    ]
+    async with agentroll_server(registry=sandbox_registry(), **settings(tmp_path)) as (_, client):
+        await client.submit(jobs)
+        done = await client.wait_for(["stopped", "kept"], 60)
+    assert (done["stopped"].outcome, done["stopped"].reward) == (Outcome.ok, 1.0), done[
+        "stopped"
+    ].reward_info
+    # Opted out: the agent's writer still runs while EVAL reads (the file changes under it).
+    assert (done["kept"].outcome, done["kept"].reward) == (Outcome.ok, 0.0)
+
+
 async def test_sandbox_that_cannot_start_is_infra_error(
     agentroll_server: ServerFactory, tmp_path: Path
 ) -> None:

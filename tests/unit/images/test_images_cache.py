@@ -80,6 +80,22 @@ async def test_agentroll_version_is_part_of_the_versioned_key(
     assert a.name != b.name and not b.reused
 
 
+async def test_a_changed_source_tree_is_part_of_the_versioned_key(tmp_path: Path) -> None:
+    """Code edited without a version bump must not reuse an image holding the old code."""
+    tree = tmp_path / "src"
+    (tree / "runtime" / "agentroll" / "runtime").mkdir(parents=True)
+    (tree / "pyproject.toml").write_text("[project]\nname = 'agentroll'\n")
+    module = tree / "runtime" / "agentroll" / "runtime" / "action.py"
+    module.write_text("OLD = 1\n")
+    fake, images = FakeRootfsBuilder(), tmp_path / "images"
+    a = await build(images, fake, source_root=tree)
+    same = await build(images, fake, source_root=tree)
+    module.write_text("NEW = 2\n")
+    b = await build(images, fake, source_root=tree)
+    assert same.reused and same.name == a.name
+    assert b.name != a.name and not b.reused
+
+
 async def test_scratch_always_rebuilds_in_place(tmp_path: Path) -> None:
     fake = FakeRootfsBuilder()
     first = await build(tmp_path, fake, cache="scratch")

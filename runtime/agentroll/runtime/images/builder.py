@@ -30,6 +30,7 @@ from agentroll.runtime.images.cache import (
 from agentroll.runtime.images.context import (
     agentroll_version,
     default_source_root,
+    source_digest,
     template_context,
 )
 from agentroll.runtime.images.errors import ImageError, TemplateError
@@ -84,7 +85,11 @@ def _sha(text: str) -> str:
 
 
 def _key(
-    backend: ImageBackend, fmt: str, recipe: str, lock_text: str | None
+    backend: ImageBackend,
+    fmt: str,
+    recipe: str,
+    lock_text: str | None,
+    source_root: Path | None,
 ) -> tuple[str, dict[str, str]]:
     """The cache key and a readable summary of its inputs (long texts as hashes)."""
     if lock_text is not None:
@@ -96,6 +101,9 @@ def _key(
             "base_image": backend.base_image(recipe),
             "agentroll_version": agentroll_version(),
         }
+        if source_root is not None:
+            # Built from a source tree: the code changes without the version doing so.
+            inputs["agentroll_source"] = source_digest(source_root)
         summary = inputs | {"recipe": _sha(recipe)}
     return cache_key(fmt, inputs), summary
 
@@ -117,13 +125,14 @@ def _plan(
     lock_file: Path | None,
     templates_dir: Path | None,
     backend: ImageBackend,
+    source_root: Path | None,
 ) -> _Plan:
     """Render, derive the key and the slot (small file reads: run off the event loop)."""
     tpl = templates.find_template(template, templates_dir)
     lock_text = lock_file.read_text() if lock_file is not None else None
     context = template_context(use_lock=lock_text is not None)
     recipe = templates.render(tpl, fmt, params, context)
-    key, inputs = _key(backend, fmt, recipe, lock_text)
+    key, inputs = _key(backend, fmt, recipe, lock_text, source_root)
     return _Plan(
         tpl, recipe, key, inputs, ImageSlot(images_dir.resolve(), image_name(tpl.name, key), fmt)
     )
@@ -174,8 +183,9 @@ async def build_image(
         )
     backend = backend or default_backend(fmt)
     params = dict(params or {})
+    source_root = source_root or default_source_root()
     plan = await asyncio.to_thread(
-        _plan, template, fmt, params, images_dir, lock_file, templates_dir, backend
+        _plan, template, fmt, params, images_dir, lock_file, templates_dir, backend, source_root
     )
     slot = plan.slot
     async with held(slot.lock, timeout_s=timeout_s, what=slot.name):
@@ -195,7 +205,7 @@ async def build_image(
                 log_path=slot.log,
                 timeout_s=timeout_s,
                 lock_file=lock_file,
-                source_root=source_root or default_source_root(),
+                source_root=source_root,
             )
             await asyncio.to_thread(_start, plan, job)
             started = time.time()
