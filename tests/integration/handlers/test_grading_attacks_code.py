@@ -51,7 +51,8 @@ ATTACKS: dict[str, list[str]] = {
         write("/tmp/rewriter.py", TEST_REWRITER),
         "setsid nohup python3 /tmp/rewriter.py >/dev/null 2>&1 < /dev/null & echo started",
     ],
-    # Kills every process it can see, the grading sandbox's own server with them.
+    # Kills every process it can see (not the grading sandbox's own server: it is the pid
+    # namespace's init, out of the solution's reach).
     "kill-all": [write("solution.py", f"import os\nos.kill(-1, 9)\n{WRONG}")],
     "no-solution": ["echo 'I will not write anything'"],
     "huge-solution": [
@@ -87,10 +88,9 @@ async def test_gamed_code_grading_earns_nothing(
         assert all("exited 0 before the test finished" in d for d in details), (job_id, details)
     for job_id in ("os-exit", "sys-exit", "system-exit", "kill-runner", "kill-all"):
         assert results[job_id].reward_info["passed"] == 0, job_id
-    assert results["kill-runner"].reward_info["reason"] == "grading_disrupted"
-    kill_all = results["kill-all"].reward_info
-    assert (kill_all["reason"], kill_all["grading_attempts"]) == ("grading_disrupted", 2)
-    assert results["kill-runner"].reward_info["grading_attempts"] == 1  # the sandbox survived
+    for job_id in ("kill-runner", "kill-all"):  # the grading sandbox survived: graded once
+        info = results[job_id].reward_info
+        assert (info["reason"], info["grading_attempts"]) == ("grading_disrupted", 1), job_id
     assert results["no-solution"].reward_info["reason"] == "no_solution"
     assert "solution.py" in results["no-solution"].reward_info["detail"]
     assert results["huge-solution"].reward_info["reason"] == "no_solution"
