@@ -97,6 +97,18 @@ async def test_shutdown_leaves_no_worker_process(pool: GradingPool) -> None:
         await answers_match("1", "1.0", pool=pool)
 
 
+async def test_idle_workers_exit_and_come_back_on_demand() -> None:
+    pool = GradingPool(size=1, idle_timeout_s=0.5)
+    try:
+        assert await answers_match("1", "1.0", pool=pool) == Grade(True, "equal")
+        [idle] = pool.worker_pids
+        assert await until_gone([idle]) == [] and pool.worker_pids == []
+        assert await answers_match("1", "1.0", pool=pool) == Grade(True, "equal")
+        assert len(pool.worker_pids) == 1
+    finally:
+        await pool.shutdown()
+
+
 async def test_a_grading_cut_off_by_shutdown_is_infra_error_not_zero(pool: GradingPool) -> None:
     assert await answers_match("1", "1.0", pool=pool) == Grade(True, "equal")  # a ready worker
     grading = asyncio.create_task(answers_match("5", "2^{2^{40}}", pool=pool))

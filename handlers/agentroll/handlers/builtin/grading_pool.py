@@ -13,8 +13,9 @@ runs in its own session (a Ctrl-C meant for the server does not kill a grading),
 ours from start to reaping.
 
 Bounds:
-- concurrency: at most `size` workers, started on demand and then kept (the import is
-  slow); further requests queue, so a flood of pathological answers waits, it never spawns;
+- concurrency: at most `size` workers, started on demand and kept while there is work
+  (the import is slow; one idle for `idle_timeout_s` exits); further requests queue, so a
+  flood of pathological answers waits, it never spawns;
 - time: every request has a hard deadline; a worker that overruns is killed (by its pid)
   and reaped before its slot is free again, and the next request starts a fresh one;
 - memory: each worker caps its address space (RLIMIT_AS), so a huge expression ends in a
@@ -48,6 +49,7 @@ log = logging.getLogger("agentroll.handlers.grading")
 WORKER_MODULE = "agentroll.handlers.builtin.grading_worker"
 DEFAULT_SIZE = max(1, min(4, os.cpu_count() or 1))
 DEFAULT_TIMEOUT_S = 10.0
+DEFAULT_IDLE_TIMEOUT_S = 20.0
 DEFAULT_MEMORY_LIMIT_BYTES = 1 << 30
 REAP_TIMEOUT_S = 10.0
 UNAVAILABLE = "grader_unavailable"
@@ -87,6 +89,7 @@ class _Interrupted(Exception):
 class _Worker:
     def __init__(self, process: asyncio.subprocess.Process) -> None:
         self.process = process
+        self.idle_since = 0.0
 
     async def send(self, message: dict[str, Any]) -> None:
         assert self.process.stdin is not None
@@ -122,6 +125,7 @@ class GradingPool:
         memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
         start_timeout_s: float = 60.0,
         queue_timeout_s: float = 300.0,
+        idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
     ) -> None:
         if size < 1:
             raise ValueError(f"a grading pool needs at least one worker, not {size}")
@@ -129,6 +133,7 @@ class GradingPool:
         self.memory_limit_bytes = memory_limit_bytes
         self.start_timeout_s = start_timeout_s
         self.queue_timeout_s = queue_timeout_s
+        self.idle_timeout_s = idle_timeout_s
         self._slots = asyncio.Semaphore(size)
         self._workers: set[_Worker] = set()
         self._idle: list[_Worker] = []
@@ -168,7 +173,7 @@ class GradingPool:
                 self._discard(worker)
                 raise
             if verdict is None:
-                self._idle.append(worker)
+                self._park(worker)
                 raise InfraError(
                     f"math-verify cannot parse the gold answer {gold[:200]!r}", cause=BAD_GOLD
                 )
@@ -176,7 +181,7 @@ class GradingPool:
             if retire:
                 await self._retire(worker)
             else:
-                self._idle.append(worker)
+                self._park(worker)
             return grade
         finally:
             self._slots.release()
@@ -250,6 +255,18 @@ class GradingPool:
         except _WorkerGone:
             raise _Interrupted("grading_crashed", gold_parsed) from None
         return Grade(bool(reply["equal"]), reply["reason"]), bool(reply["retire"])
+
+    def _park(self, worker: _Worker) -> None:
+        """Keep `worker` for the next request; it exits if none comes for `idle_timeout_s`."""
+        loop = asyncio.get_running_loop()
+        worker.idle_since = loop.time()
+        self._idle.append(worker)
+        loop.call_later(self.idle_timeout_s, self._exit_if_idle, worker, worker.idle_since)
+
+    def _exit_if_idle(self, worker: _Worker, idle_since: float) -> None:
+        if worker in self._idle and worker.idle_since == idle_since:  # not used since
+            self._idle.remove(worker)
+            self._discard(worker)
 
     def _discard(self, worker: _Worker) -> "asyncio.Task[int]":
         """Kill `worker` now; it is reaped in the background (shutdown waits for that)."""
