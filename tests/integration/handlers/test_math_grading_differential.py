@@ -1,4 +1,4 @@
-"""`answers_match` gives math-verify's own verdict on every pair of a 400-pair corpus.
+"""`answers_match` gives math-verify's own verdict on every pair of a 434-pair corpus.
 
 The corpus (`data/math_answer_pairs.jsonl`: gold, predicted, category) covers commas and
 thousands separators, percentages, sets, tuples and intervals, units, LaTeX forms,

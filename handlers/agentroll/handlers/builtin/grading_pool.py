@@ -163,10 +163,10 @@ class GradingPool:
             except _Interrupted as stop:
                 await self._retire(worker)
                 self._check_open()  # killed by shutdown, not by the answer
-                if not stop.gold_parsed:
+                if not stop.gold_parsed:  # a slow gold answer, or a worker killed from outside
                     raise InfraError(
                         f"{stop.reason} while math-verify parsed the gold answer {gold[:200]!r}",
-                        cause=BAD_GOLD,
+                        cause=BAD_GOLD if stop.reason == "grading_timeout" else UNAVAILABLE,
                     ) from stop
                 return Grade(False, stop.reason)
             except BaseException:  # cancelled mid-request: the worker's state is unknown
