@@ -1,6 +1,16 @@
+"""Answer extraction and what `answers_match` decides without math-verify (no process).
+
+A pool that is already shut down stands in for math-verify: any pair that reaches it raises
+`InfraError`, so these tests see exactly which pairs are decided before grading.
+"""
+
+from collections.abc import AsyncIterator
+
 import pytest
 
-from agentroll.handlers.builtin.answers import answers_match, as_rational, extract_boxed
+from agentroll.handlers import InfraError
+from agentroll.handlers.builtin.answers import MAX_ANSWER_CHARS, Grade, answers_match, extract_boxed
+from agentroll.handlers.builtin.grading_pool import GradingPool
 from agentroll.handlers.builtin.math import MathHandler, load_math_tasks
 
 
@@ -18,28 +28,48 @@ def test_extract_boxed(text: str, expected: str | None) -> None:
     assert extract_boxed(text) == expected
 
 
+@pytest.fixture
+async def no_grader() -> AsyncIterator[GradingPool]:
+    pool = GradingPool()
+    await pool.shutdown()
+    yield pool
+
+
 @pytest.mark.parametrize(
-    ("gold", "predicted", "same"),
+    ("gold", "predicted"),
+    [("42", "42"), ("-3.50", " -3.50 "), ("0", "0"), ("1234567890" * 3, "1234567890" * 3)],
+)
+async def test_the_same_plain_number_is_equal_without_grading(
+    gold: str, predicted: str, no_grader: GradingPool
+) -> None:
+    assert await answers_match(gold, predicted, pool=no_grader) == Grade(True, "equal")
+
+
+@pytest.mark.parametrize(
+    ("gold", "predicted"),
     [
-        ("\\frac{1}{2}", "0.5", True),
-        ("\\frac{1}{2}", "1/2", True),
-        ("42", "42.0", True),
-        ("1,000", "1000", True),
-        ("-\\frac{3}{4}", "-0.75", True),
-        ("42", "41", False),
-        ("2\\sqrt{2}", "\\sqrt{8}", True),  # symbolic path (math-verify)
-        ("2\\sqrt{2}", "\\sqrt{7}", False),
-        ("x^2+1", "1+x^2", True),
+        ("42", "41"),  # even a plain "not equal" is math-verify's to say
+        ("12", "1, 2"),  # a set, not twelve: the old fast path said equal
+        ("1,2", "2,1"),  # the same set: the old fast path said not equal
+        ("1000", "1,000"),
+        ("0.5", "50\\%"),
+        ("42", "42.0"),
+        ("\\frac{1}{2}", "\\frac{1}{2}"),  # identical, but not a plain number
+        ("1" * 31, "1" * 31),  # a plain number longer than the fast path trusts
     ],
 )
-async def test_answers_match(gold: str, predicted: str, same: bool) -> None:
-    assert await answers_match(gold, predicted) is same
+async def test_everything_else_goes_to_math_verify(
+    gold: str, predicted: str, no_grader: GradingPool
+) -> None:
+    with pytest.raises(InfraError, match="shut down"):
+        await answers_match(gold, predicted, pool=no_grader)
 
 
-def test_rational_parsing() -> None:
-    assert as_rational("\\dfrac{6}{4}") == as_rational("1.5")
-    assert as_rational("\\frac{1}{0}") is None
-    assert as_rational("x") is None
+async def test_an_overlong_answer_is_zero_without_parsing(no_grader: GradingPool) -> None:
+    assert len("1" * 1_000_000) > MAX_ANSWER_CHARS
+    grade = await answers_match("1", "1" * 1_000_000, pool=no_grader)
+    assert grade == Grade(False, "answer_too_long")
+    assert await answers_match("7", " " * (MAX_ANSWER_CHARS + 1) + "7", pool=no_grader) == grade
 
 
 def test_bundled_tasks_validate_and_are_self_consistent() -> None:

@@ -1,18 +1,29 @@
-"""Final-answer extraction and mathematical equivalence.
+"""Final-answer extraction and grading: math-verify decides, in a bounded worker process.
 
-Cheap checks first (exact text after normalisation, exact rational arithmetic); only
-answers those cannot decide go to math-verify's symbolic comparison, in a worker thread
-(its own signal-based timeout works only on the main thread, so the caller bounds it).
+`answers_match(gold, predicted)` returns a `Grade` (`equal`, `reason`):
+- an answer longer than `MAX_ANSWER_CHARS` is not equal (`answer_too_long`), decided
+  without parsing it;
+- the same plain number on both sides (`42` and `42`, `-3.5` and `-3.5`) is equal at once:
+  math-verify confirms every such pair, and most right answers are of this kind. Nothing
+  else is decided here, in either direction: `1, 2` against `12` is a set against a
+  number, `1,000` may be a thousand or a tuple, `50\\%` may be 0.5;
+- everything else is math-verify's verdict from a `GradingPool` worker process (see
+  `grading_pool`: a timeout or a crash there is reward 0, a gold answer it cannot parse is
+  `InfraError`).
 """
 
-import asyncio
-import logging
 import re
-from fractions import Fraction
+
+from agentroll.handlers.builtin.grading_pool import Grade, GradingPool, default_pool
+
+__all__ = ["MAX_ANSWER_CHARS", "Grade", "answers_match", "extract_boxed"]
+
+MAX_ANSWER_CHARS = 2_000
+"""Longer answers score 0 unparsed; a real one (even a matrix or a long set) is far shorter."""
 
 _BOXED = "\\boxed{"
-_FRAC = re.compile(r"^(-?)\\[dt]?frac\{(-?\d+)\}\{(-?\d+)\}$")
-_SIMPLE_FRAC = re.compile(r"^(-?\d+)/(\d+)$")
+_PLAIN_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+_MAX_PLAIN_NUMBER_CHARS = 30  # what the differential test checked math-verify on
 
 
 def extract_boxed(text: str) -> str | None:
@@ -31,45 +42,22 @@ def extract_boxed(text: str) -> str | None:
     return None
 
 
-def normalize(answer: str) -> str:
-    text = answer.strip().strip("$").strip()
-    for token in ("\\left", "\\right", "\\!", "\\,", "\\;", " ", "^\\circ", "^{\\circ}", "\\%"):
-        text = text.replace(token, "")
-    return text.rstrip(".")
+def _same_plain_number(gold: str, predicted: str) -> bool:
+    text = gold.strip()
+    return (
+        text == predicted.strip()
+        and len(text) <= _MAX_PLAIN_NUMBER_CHARS
+        and _PLAIN_NUMBER.fullmatch(text) is not None
+    )
 
 
-def as_rational(answer: str) -> Fraction | None:
-    text = normalize(answer).replace(",", "")
-    if m := _FRAC.match(text):
-        sign, num, den = m.groups()
-        value = Fraction(int(num), int(den)) if int(den) else None
-        return None if value is None else (-value if sign else value)
-    if (m := _SIMPLE_FRAC.match(text)) and int(m.group(2)):
-        return Fraction(int(m.group(1)), int(m.group(2)))
-    try:
-        return Fraction(text)
-    except (ValueError, ZeroDivisionError):
-        return None
+async def answers_match(gold: str, predicted: str, *, pool: GradingPool | None = None) -> Grade:
+    """Whether `predicted` is the same answer as `gold`, by math-verify (see the module doc).
 
-
-def _symbolic_equal(gold: str, predicted: str) -> bool:
-    from math_verify import parse, verify  # heavy (sympy): imported on first use only
-
-    # It warns on every call that we disabled its signal-based timeouts; the caller bounds time.
-    logging.getLogger("math_verify").setLevel(logging.ERROR)
-
-    gold_parsed = parse(f"${gold}$", parsing_timeout=None)
-    pred_parsed = parse(f"${predicted}$", parsing_timeout=None)
-    if not gold_parsed or not pred_parsed:
-        return False
-    return bool(verify(gold_parsed, pred_parsed, timeout_seconds=None))
-
-
-async def answers_match(gold: str, predicted: str, *, timeout_s: float = 10.0) -> bool:
-    """True when `predicted` is mathematically the same answer as `gold`."""
-    if normalize(gold) == normalize(predicted):
-        return True
-    gold_value, pred_value = as_rational(gold), as_rational(predicted)
-    if gold_value is not None and pred_value is not None:
-        return gold_value == pred_value
-    return await asyncio.wait_for(asyncio.to_thread(_symbolic_equal, gold, predicted), timeout_s)
+    `pool` defaults to the running loop's shared pool.
+    """
+    if len(predicted) > MAX_ANSWER_CHARS:
+        return Grade(False, "answer_too_long")
+    if _same_plain_number(gold, predicted):
+        return Grade(True, "equal")
+    return await (pool or default_pool()).grade(gold, predicted)

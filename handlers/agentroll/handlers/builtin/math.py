@@ -9,8 +9,13 @@ such as `id` are kept but unused), optionally `"agent": {...}` (see below).
   sandbox with a persistent `python` tool; the model computes and calls
   `submit(answer="...")` (a `\\boxed{}` answer in its last reply counts too).
 
-Reward: answer equivalence (exact/rational fast path, then math-verify);
-`reward_info = {"predicted", "gold"}`.
+Reward: 1 if math-verify judges the answer equal to the reference (see `answers`: it runs
+in a worker process with a hard timeout and a memory limit; the same plain number on both
+sides is accepted without it); `reward_info = {"predicted", "gold", "reason"}`, `reason`
+one of `equal`, `not_equal`, `unparsable_answer`, `answer_too_long` (over
+`MAX_ANSWER_CHARS`, not parsed; `predicted` is then cut to that length), `grading_timeout`
+and `grading_crashed` (the answer overran the grader: reward 0). A gold answer math-verify
+cannot parse, or a grader that cannot run, is `infra_error`.
 """
 
 import json
@@ -22,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentroll.handlers.builtin.answer_task import AnswerTaskHandler
-from agentroll.handlers.builtin.answers import answers_match, extract_boxed
+from agentroll.handlers.builtin.answers import MAX_ANSWER_CHARS, answers_match, extract_boxed
 from agentroll.handlers.context import Reward, RolloutContext
 
 SYSTEM_PROMPT = (
@@ -88,5 +93,6 @@ class MathHandler(AnswerTaskHandler):
 
     async def score(self, ctx: RolloutContext, predicted: str) -> Reward:
         gold = str(ctx.instance["answer"])
-        correct = await answers_match(gold, predicted)
-        return Reward(1.0 if correct else 0.0, {"predicted": predicted, "gold": gold})
+        grade = await answers_match(gold, predicted)
+        info = {"predicted": predicted[:MAX_ANSWER_CHARS], "gold": gold, "reason": grade.reason}
+        return Reward(1.0 if grade.equal else 0.0, info)

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from agentroll.handlers import HandlerRegistry
+from agentroll.handlers.builtin.grading_pool import shutdown_default_pool
 from agentroll.runtime import Runtime, RuntimeUnavailable
 from agentroll.server import recovery
 from agentroll.server.api import (
@@ -80,6 +81,7 @@ def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -
         finally:
             health.cancel()
             await service.shutdown(settings.shutdown_grace_s)
+            await shutdown_default_pool()  # the math grader's worker processes
             if runtime is not None:
                 await runtime.close()
             await http.close()
