@@ -1,4 +1,5 @@
-"""DESIGN §2: trainer_clients -> server.schema; server -> handlers -> runtime; server -> runtime."""
+"""docs/design.md (layout): trainer_clients -> server.schema; server -> handlers -> runtime;
+server -> runtime."""
 
 import ast
 import subprocess

@@ -1,5 +1,6 @@
-"""A 30-turn SWE rollout (explore, edit, test, submit) satisfies every DESIGN §5 invariant,
-checked against what the scripted backend really returned for each turn."""
+"""A 30-turn SWE rollout (explore, edit, test, submit) satisfies every trajectory invariant
+(docs/design.md, invariants 1-4), checked against what the scripted backend really returned
+for each turn."""
 
 import shutil
 from pathlib import Path

@@ -1,4 +1,5 @@
-"""DESIGN §5 invariants, checked against what the scripted vLLM backend really returned."""
+"""The trajectory invariants (docs/design.md, invariants 1-4), checked against what the
+scripted vLLM backend really returned."""
 
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar

@@ -1,4 +1,4 @@
-"""`POST /v1/completions` against the protocol reference (§2, §8, §11)."""
+"""`POST /v1/completions` against docs/protocol.md §2, §8 and §10."""
 
 import json
 from collections.abc import Callable

@@ -1,4 +1,4 @@
-"""Pause/resume/abort semantics per vLLM version (reference §7), with simulated latency."""
+"""Pause/resume/abort semantics per vLLM version (docs/protocol.md §7), with simulated latency."""
 
 import asyncio
 import json

@@ -1,5 +1,5 @@
 """The scripted backend in SGLang mode: wire shapes of `/generate`, errors, info and tokenizer
-routes per release, pause semantics, and the strict config (reference §9)."""
+routes per release, pause semantics, and the strict config (docs/protocol.md §9)."""
 
 import asyncio
 from collections.abc import Callable

@@ -14,7 +14,7 @@ def _trajectory(**fields: object) -> Trajectory:
     return Trajectory.model_validate({**base, **fields})
 
 
-def test_token_fields_must_align() -> None:  # DESIGN §5 invariant 2
+def test_token_fields_must_align() -> None:  # docs/design.md, invariant 2
     ok = _trajectory(response_ids=[1, 2], response_mask=[1, 0], response_logprobs=[-0.1, 0.0])
     assert ok.schema_version == "agentroll.trajectory.v1"
     with pytest.raises(ValidationError, match="equal lengths"):

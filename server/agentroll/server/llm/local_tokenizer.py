@@ -1,7 +1,7 @@
 """A chat template + tokenizer run inside agentroll, for servers that cannot render templates.
 
-SGLang 0.5.2 has no `/tokenize` and 0.5.23's has no `continue_final_message` (reference §9.2),
-so an SGLang backend's template deltas are rendered here from the model's own files: a
+SGLang 0.5.2 has no `/tokenize` and 0.5.23's has no `continue_final_message` (docs/protocol.md
+§9.3), so an SGLang backend's template deltas are rendered here from the model's own files: a
 Hugging Face `tokenizer.json` plus the `chat_template` of `tokenizer_config.json` (or a
 `chat_template.jinja` beside it) -- the directory SGLang reports as `tokenizer_path`.
 

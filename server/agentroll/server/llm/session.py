@@ -284,10 +284,10 @@ class TokenSession:
     async def template_divergence(self) -> int:
         """Turns at which a canonical re-render of the conversation would rewrite history.
 
-        The recorded stream never re-renders earlier turns, so it stays exact (invariant 3);
-        a template that is not prefix-stable (e.g. Qwen3 dropping past `<think>` blocks)
-        makes a trainer's own re-render differ from it exactly this many times. Compared on
-        server-side tokenizations only.
+        The recorded stream never re-renders earlier turns, so it stays exact (docs/design.md,
+        invariant 3); a template that is not prefix-stable (e.g. Qwen3 dropping past `<think>`
+        blocks) makes a trainer's own re-render differ from it exactly this many times.
+        Compared on server-side tokenizations only.
         """
         ends = [i for i, m in enumerate(self._messages) if m.get("role") == "assistant"]
         if len(ends) < 2:

@@ -1,4 +1,4 @@
-"""SGLang's native protocol, token path only (reference §9).
+"""SGLang's native protocol, token path only (docs/protocol.md §9).
 
 Generation: `POST /generate` with `input_ids` and `return_logprob`; ids come from
 `output_ids`, logprobs from `meta_info.output_token_logprobs` (`[logprob, id, text]`), and

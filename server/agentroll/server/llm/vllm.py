@@ -1,10 +1,10 @@
-"""The vLLM wire protocol, token path only (see shared reference `vllm-protocol.md`).
+"""The vLLM wire protocol, token path only (docs/protocol.md).
 
 Generation always goes through `/v1/completions` with a token-id prompt, so the model
 continues from exactly the ids it produced; chat-template rendering of *new* messages
 goes through `/tokenize` with the messages form. Both exist unchanged from 0.11 to 0.33.
 
-What differs per release, and is handled here (reference §1, §7, §8):
+What differs per release, and is handled here (docs/protocol.md §1, §7, §8):
 - `/pause`: none in 0.11; `?wait_for_inflight_requests=` in 0.12-0.19; `?mode=` from 0.20
   (dev mode only, `VLLM_SERVER_DEV_MODE=1`). `detect()` reads `/version` to choose.
 - requests arriving while paused: held (0.12-0.26) or refused with 503 (0.33) -> `BackendPaused`.

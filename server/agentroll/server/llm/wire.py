@@ -12,8 +12,8 @@ from agentroll.handlers import ContextLengthExceeded
 from agentroll.server.llm.base import BackendError, BackendPaused
 from agentroll.server.llm.http import HTTPClient, HTTPResponse, HTTPTimeout, HTTPTransportError
 
-# Every vLLM version's "prompt too long" wording, 0.33's max_tokens checks (reference §8) and
-# SGLang's two context checks (reference §9.1).
+# Every vLLM version's "prompt too long" wording, 0.33's max_tokens checks and SGLang's two
+# context checks (docs/protocol.md §8.2).
 CONTEXT_ERROR = re.compile(
     r"maximum context length|cannot be greater than max_model_len|max_tokens must be at least 1"
     r"|cannot be greater than the model's maximum context length"

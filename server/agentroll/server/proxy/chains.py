@@ -9,7 +9,7 @@ the prompt actually sent to the backend is the chain's own tokens (its first pro
 sampled ids verbatim, the observations so far) + the turn-closing tokens the model did not
 sample itself + `T[len(expectation):]` (the new messages and the next generation prompt,
 mask 0). So the model always continues from exactly the tokens it produced, and every chain
-satisfies DESIGN §5 invariant 3 on its own.
+satisfies docs/design.md, invariant 3 on its own.
 
 A call that extends no chain starts a new one from its canonical prompt (history rewritten,
 truncated, summarised, a reply edited, or calls in parallel). The chain the previous call

@@ -2,7 +2,8 @@
 
 `trajectory_view` maps the main chain onto the fields `build_trajectory` reads from an LLM
 session (prompt/response ids, mask, logprobs, segments, messages, tools, timing counters),
-so the token fields keep every DESIGN §5 invariant exactly as for a handler-driven rollout.
+so the token fields keep every trajectory invariant (docs/design.md, invariants 1-4) exactly
+as for a handler-driven rollout.
 `report` is `metadata["llm_proxy"]`: the counts, the reason each chain broke, and every
 chain (the main one first; the others with their full token fields, since the trajectory's
 own fields hold only the main chain).

@@ -1,8 +1,9 @@
 """The trajectory contract `agentroll.trajectory.v1`: what a trainer consumes.
 
-Versioned: fields are added, never repurposed. The token fields obey DESIGN §5's invariants;
-the length invariant (2) and "infrastructure failure is never reward 0" are checked here, so a
-malformed trajectory cannot even be constructed on either side of the wire.
+Versioned: fields are added, never repurposed. The token fields obey the invariants of
+docs/design.md (invariants 1-4); the length invariant (2) and "infrastructure failure is never
+reward 0" are checked here, so a malformed trajectory cannot even be constructed on either side
+of the wire.
 """
 
 from enum import StrEnum

@@ -1,7 +1,7 @@
 """Scripted LLM backend: a GPU-free, protocol-faithful stand-in for a vLLM or SGLang server.
 
 A named fake, used by tests, benchmarks and the demo wherever no GPU is available. It speaks
-vLLM's HTTP protocol (versions 0.11, 0.2x and 0.33; see `reference/vllm-protocol.md`) or, with
+vLLM's HTTP protocol (versions 0.11, 0.2x and 0.33; see docs/protocol.md §10) or, with
 `flavor="sglang"`, SGLang's native API (0.5.2 and 0.5.23: `/generate`, ...) with a
 real byte-level BPE tokenizer trained at start-up, a ChatML chat template, and scripted
 policies (`math`, `echo`, `default`) whose sampled ids are deliberately non-canonical:

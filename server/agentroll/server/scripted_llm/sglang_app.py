@@ -1,6 +1,6 @@
 """The HTTP face of the scripted backend in SGLang mode (`ScriptedLLMConfig(flavor="sglang")`).
 
-Routes per reference §9 for 0.5.23 and 0.5.2: `/generate`, `/pause_generation`,
+Routes per docs/protocol.md §9 for 0.5.23 and 0.5.2: `/generate`, `/pause_generation`,
 `/continue_generation`, `/health`, `/health_generate`, `/get_model_info` (+ `/model_info`,
 `/tokenize`, `/detokenize` in 0.5.23), `/flush_cache`, `/abort_request`,
 `/update_weight_version`, `/v1/models`, and the shared `/scripted/*` extensions.

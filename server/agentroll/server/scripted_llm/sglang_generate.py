@@ -1,4 +1,4 @@
-"""SGLang's `POST /generate` on the shared engine, sampler and policy (reference §9.1).
+"""SGLang's `POST /generate` on the shared engine, sampler and policy (docs/protocol.md §9.1).
 
 Same samples as the vLLM flavor for the same prompt and seed; only the wire differs:
 `output_ids`, `meta_info.output_token_logprobs` as `[logprob, id, text|null]`, and
@@ -35,8 +35,8 @@ from agentroll.server.scripted_llm.sglang_protocol import (
 
 
 def check_context(prompt_len: int, max_new_tokens: int | None, limit: int) -> int:
-    """SGLang's two checks; both leave one position free (`>=`, not `>`) [U: from source
-    reading, not observed]. None means "up to the context length"."""
+    """SGLang's two checks; both leave one position free (`>=`, not `>`; read in the
+    source, not observed: docs/protocol.md §8.2). None means "up to the context length"."""
     if prompt_len >= limit:
         raise ProtocolError(
             f"The input ({prompt_len} tokens) is longer than the model's context length "

@@ -1,4 +1,4 @@
-"""Request models of the SGLang endpoints the double serves (reference §9).
+"""Request models of the SGLang endpoints the double serves (docs/protocol.md §9).
 
 `/generate` ignores unknown top-level fields, but 0.5.23 checks `sampling_params` against a
 contract and refuses unknown keys (400, bare-string `error`); 0.5.2 accepts them. Field names
