@@ -83,7 +83,7 @@ class Staged(AgentHandler):
 class Victim(AgentHandler):
     """A sandboxed rollout that a test breaks mid-flight, as `instance["strike"]` says:
     - `tool`: RUN's tool call runs until the test kills the sandbox from outside;
-    - `action_server`: the agent's command kills the action server (its shell's parent);
+    - `action_server`: the agent's command tries to kill the action server (its shell's parent);
     - `eval_raise`: the reward code itself crashes."""
 
     name: ClassVar[str] = "victim"

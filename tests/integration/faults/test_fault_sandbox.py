@@ -1,7 +1,8 @@
 """Sandbox faults mid-rollout: the sandbox killed mid-tool-call (from outside, by the process
-group its lease records), the action server killed (from inside, by the agent's command),
-the reward stage crashing. Each ends `infra_error` with a cause and no reward, and leaves no
-process behind. A grading sandbox lost mid-EVAL is replaced, never scored 0."""
+group its lease records) and the reward stage crashing each end `infra_error` with a cause and
+no reward, and leave no process behind. The agent's own command killing the action server is
+not a fault: the server survives it and the rollout goes on. A grading sandbox lost mid-EVAL
+is replaced, never scored 0."""
 
 import asyncio
 import os
@@ -16,7 +17,7 @@ from tests.integration.faults.support import lease_ids, leases, sandbox_pids
 from tests.integration.handlers.harness import rollout_service, scripted_backend
 
 from agentroll.handlers.builtin.code import load_code_tasks
-from agentroll.runtime import BwrapConfig
+from agentroll.runtime import BwrapConfig, procs
 from agentroll.server.schema import Outcome, Trajectory
 from agentroll.trainer_clients import AsyncRolloutClient
 
@@ -27,7 +28,11 @@ pytestmark = [
 
 
 async def strike(
-    agentroll_server: ServerFactory, tmp_path: Path, how: str, kill_from_outside: bool
+    agentroll_server: ServerFactory,
+    tmp_path: Path,
+    how: str,
+    kill_from_outside: bool,
+    expect: tuple[Outcome, float | None, str] = (Outcome.infra_error, None, "failed"),
 ) -> Trajectory:
     state_dir = tmp_path / "sandboxes"
     settings = {"sandbox": BwrapConfig(state_dir=state_dir)}
@@ -45,8 +50,13 @@ async def strike(
         async with asyncio.timeout(30):
             while sandbox_pids(ours) or leases(state_dir):  # the broken one is torn down too
                 await asyncio.sleep(0.05)
-    assert (t.outcome, t.reward, t.status) == (Outcome.infra_error, None, "failed"), t.error
+    assert (t.outcome, t.reward, t.status) == expect, t.error
     return t
+
+
+def running(cmdline: bytes) -> bool:
+    """Whether a process with exactly this command line runs on the machine."""
+    return any(p.cmdline == cmdline for p in procs.scan())
 
 
 async def collect_ids(state_dir: Path, into: set[str]) -> None:
@@ -73,11 +83,13 @@ async def test_sandbox_killed_mid_tool_call(
     assert t.error is not None and (t.error.type, t.error.stage) == ("sandbox_failure", "run")
 
 
-async def test_action_server_killed_from_inside(
+async def test_the_agent_cannot_kill_the_action_server(
     agentroll_server: ServerFactory, tmp_path: Path
 ) -> None:
-    t = await strike(agentroll_server, tmp_path, "action_server", kill_from_outside=False)
-    assert t.error is not None and (t.error.type, t.error.stage) == ("sandbox_failure", "run")
+    """`kill -9 $PPID` from the agent's shell: the policy's doing, never an infra_error."""
+    expect = (Outcome.ok, 1.0, "completed")
+    t = await strike(agentroll_server, tmp_path, "action_server", False, expect)
+    assert t.error is None
 
 
 async def test_code_grader_loses_its_sandbox_mid_eval(
@@ -87,7 +99,8 @@ async def test_code_grader_loses_its_sandbox_mid_eval(
     the hidden tests run, it is replaced and the solution graded again: its real score."""
     task = load_code_tasks()[0]
     instance = task.instance()
-    instance["tests"] = [*instance["tests"], "import time; time.sleep(5)"]
+    slow = "import subprocess; subprocess.run(['sleep', '5.123'])"  # findable by its argv
+    instance["tests"] = [*instance["tests"], slow]
     state_dir = tmp_path / "sandboxes"
     async with (
         scripted_backend(wrong_rate=0.0) as backend,
@@ -99,7 +112,8 @@ async def test_code_grader_loses_its_sandbox_mid_eval(
                 await asyncio.sleep(0.05)
             while not (grader := [x for x in leases(state_dir) if x["sandbox_id"] not in agent]):
                 await asyncio.sleep(0.05)
-        await asyncio.sleep(1.5)  # the runner is inside the sleeping test
+            while not running(b"sleep\x005.123\x00"):
+                await asyncio.sleep(0.05)  # until the runner is inside the sleeping test
         os.killpg(grader[0]["pgid"], signal.SIGKILL)
         t = (await client.wait_for(["graded"], 120))["graded"]
         async with asyncio.timeout(30):
