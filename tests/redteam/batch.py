@@ -59,6 +59,77 @@ def code_attack(name: str) -> dict[str, Any]:
     return task
 
 
+# A harness driven by the policy can send anything to its rollout's LLM proxy. Each script
+# attacks first, then holds an honest conversation whose last reply carries the right answer.
+_PROXY_CLIENT = """
+import json, os, socket, sys, time, urllib.error, urllib.request
+BASE, KEY = os.environ["OPENAI_BASE_URL"], os.environ["OPENAI_API_KEY"]
+HOST, PORT = BASE.split("//")[1].split("/")[0].split(":")
+def raw(data, read=True):
+    s = socket.create_connection((HOST, int(PORT)), timeout=30)
+    try:
+        s.sendall(data)
+        return s.recv(200) if read else s
+    except OSError as exc:
+        return repr(exc).encode()
+def head(extra, key=KEY):
+    return (f"POST /v1/chat/completions HTTP/1.1\\r\\nHost: x\\r\\n"
+            f"Authorization: Bearer {key}\\r\\n{extra}\\r\\n").encode()
+def chat(messages):
+    body = {"model": os.environ["OPENAI_MODEL"], "messages": messages}
+    while True:
+        req = urllib.request.Request(BASE + "/chat/completions", json.dumps(body).encode(),
+            {"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return json.load(resp)["choices"][0]["message"]
+        except urllib.error.HTTPError as exc:
+            if exc.code != 429:
+                raise
+            time.sleep(float(exc.headers.get("Retry-After") or 1))
+def honest():
+    h = [{"role": "user", "content": "Repeat after me: the answer is \\\\boxed{210}"}]
+    print(chat(h)["content"])
+"""
+PROXY_SCRIPTS = {
+    "proxy_oversized": _PROXY_CLIENT
+    + """
+print(raw(head("Transfer-Encoding: chunked\\r\\n") + b"7fffffff\\r\\n" + b"x" * 65536))
+print(raw(head("Content-Length: 999999999999\\r\\n")))
+print(raw(head("Content-Length: 30000000\\r\\n", key="not-the-key") + b"x" * 65536))
+many = b"".join(b"%x\\r\\n%s\\r\\n" % (1 << 20, b"y" * (1 << 20)) for _ in range(20))
+print(raw(head("Transfer-Encoding: chunked\\r\\n") + many))
+honest()
+""",
+    "proxy_flood": _PROXY_CLIENT
+    + """
+refused = 0
+for _ in range(300):
+    req = urllib.request.Request(BASE + "/models", headers={"Authorization": "Bearer " + KEY})
+    try:
+        urllib.request.urlopen(req, timeout=60).read()
+    except urllib.error.HTTPError as exc:
+        refused += exc.code == 429
+print("refused", refused)
+honest()
+""",
+    "proxy_slow": _PROXY_CLIENT
+    + """
+held = [raw(b"POST /v1/chat/completions HTTP/1.1\\r\\nHost: x\\r\\n", read=False)
+        for _ in range(20)]
+honest()
+""",
+}
+
+
+def proxy_attack(name: str) -> dict[str, Any]:
+    return {
+        "harness": {"type": "shell", "command": ["python3", "-c", PROXY_SCRIPTS[name]]},
+        "evaluator": "math",
+        "task": {"question": "What is the sum of the first 20 positive integers?", "answer": "210"},
+    }
+
+
 TOOL_ATTACKS = (
     "kill_all_bash",
     "kill_all_python",
@@ -80,6 +151,7 @@ ATTACKS: dict[str, tuple[str, dict[str, Any]]] = {
     "test_infra_edit": ("swe", swe_attack("conftest_hook")),
     "exit_early": ("code", code_attack("exit_early")),
     "eval_hijack": ("code", code_attack("eval_hijack")),
+    **{name: ("harness", proxy_attack(name)) for name in PROXY_SCRIPTS},
 }
 
 

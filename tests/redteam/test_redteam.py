@@ -10,7 +10,7 @@ import asyncio
 import shutil
 
 import pytest
-from tests.redteam.batch import ATTACKS, TOOL_ATTACKS, BatchResult, run_batch
+from tests.redteam.batch import ATTACKS, PROXY_SCRIPTS, TOOL_ATTACKS, BatchResult, run_batch
 
 from agentroll.server.schema import Outcome, Trajectory
 
@@ -88,6 +88,18 @@ def test_a_solution_that_games_the_hidden_tests_earns_nothing(
 ) -> None:
     t = batch.attacks[name]
     assert (t.outcome, t.reward) == (Outcome.ok, 0.0), _explain(t)
+
+
+@pytest.mark.parametrize("name", sorted(PROXY_SCRIPTS))
+def test_an_attack_on_the_llm_proxy_is_refused_and_the_rollout_goes_on(
+    batch: BatchResult, name: str
+) -> None:
+    """Oversized and malformed bodies, a wrong key, a flood, half-sent requests: refused or
+    rate-limited at the rollout's own proxy, scored on what the harness then does."""
+    t = batch.attacks[name]
+    assert (t.outcome, t.reward) == (Outcome.ok, 1.0), _explain(t)
+    if name == "proxy_flood":
+        assert t.metadata["llm_proxy"]["refused"].get("rate_limited", 0) > 0
 
 
 def test_honest_rollouts_beside_the_attacks_keep_their_rewards(batch: BatchResult) -> None:
