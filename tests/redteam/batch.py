@@ -1,13 +1,15 @@
 """One red-team batch: every attack beside honest rollouts, through the real server.
 
-A real agentroll server with bubblewrap sandboxes and a scripted backend whose `redteam` rule
-plays the attack named in each marked task; honest tasks of every family run in the same
-batch. While it runs, `/healthz` is polled and its worst latency kept, and sandboxes are
+A real `agentroll serve` process with bubblewrap sandboxes and a scripted backend whose
+`redteam` rule plays the attack named in each marked task; honest tasks of every family run in
+the same batch. While it runs, `/healthz` is polled and its worst latency kept, and sandboxes are
 counted, so the suite can assert that no attack stalled the server, harmed a neighbour or
 leaked a process.
 """
 
 import asyncio
+import json
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,16 +21,13 @@ from tests.integration.faults.support import lease_ids, sandbox_pids
 from agentroll.handlers.builtin.code import load_code_tasks
 from agentroll.handlers.builtin.math import load_math_tasks
 from agentroll.handlers.builtin.swe import load_swe_tasks
-from agentroll.runtime import BwrapConfig
-from agentroll.server.api import create_app
-from agentroll.server.schema import PoolSizes, Trajectory
-from agentroll.server.scripted_llm import ScriptedLLMConfig
-from agentroll.server.scripted_llm import create_app as create_scripted_app
-from agentroll.server.serving import start_in_loop
-from agentroll.server.settings import Settings
+from agentroll.server.launch import agentroll_process
+from agentroll.server.schema import Trajectory
 from agentroll.trainer_clients import AsyncRolloutClient
 
 POLICY = "redteam,echo,swe,code,stem,math"
+REMOTE_NICE = 10
+"""The scripted backend stands in for GPU servers on other nodes: it yields the CPU."""
 TOOL_ATTACK_AGENT = {"tools": ["bash", "python", "submit"], "tool_timeout_s": 15, "max_turns": 6}
 
 
@@ -153,6 +152,19 @@ ATTACKS: dict[str, tuple[str, dict[str, Any]]] = {
     "eval_hijack": ("code", code_attack("eval_hijack")),
     **{name: ("harness", proxy_attack(name)) for name in PROXY_SCRIPTS},
 }
+GAMING = (
+    "pathological_power",
+    "pathological_factorial",
+    "ambiguous_commas",
+    "forged_test_output",
+    "test_infra_edit",
+    "exit_early",
+    "eval_hijack",
+)
+HONEST_REWARD = {name: 0.0 if name in GAMING else 1.0 for name in ATTACKS}
+"""What an honest grader gives each attack: nothing for gaming the grader; for attacks on
+the service, what the answer the attacker gave afterwards deserves (right: 1.0). Outcome `ok`
+for all: every attack is the policy's own doing."""
 
 
 def honest_jobs(count: int) -> list[dict[str, Any]]:
@@ -194,52 +206,75 @@ async def _watch_healthz(url: str, stop: asyncio.Event, worst: list[float]) -> i
     return polls
 
 
+def _server_env(workdir: Path) -> dict[str, str]:
+    sandbox = {"type": "bwrap", "state_dir": str(workdir / "sandboxes")}
+    return {
+        "AGENTROLL_SANDBOX": json.dumps(sandbox),
+        "AGENTROLL_POOLS__INIT": "16",
+        "AGENTROLL_POOLS__RUN": "64",
+        "AGENTROLL_POOLS__EVAL": "16",
+        "AGENTROLL_POOLS__READY_BUFFER": "32",
+        "AGENTROLL_SHUTDOWN_GRACE_S": "5",
+    }
+
+
+async def _collect(
+    client: AsyncRolloutClient, jobs: list[dict[str, Any]], state_dir: Path, seen: set[str]
+) -> dict[str, Trajectory]:
+    done: dict[str, Trajectory] = {}
+    cursor = 0
+    async with asyncio.timeout(600):
+        while len(done) < len(jobs):
+            seen.update(lease_ids(state_dir))
+            page = await client.results(after=cursor, limit=1000, wait=0.5)
+            done.update({t.job_id: t for t in page.results})
+            cursor = page.next_cursor
+    return done
+
+
+async def _leftovers(seen: set[str], timeout_s: float = 30) -> set[int]:
+    """Sandbox processes still alive once every rollout ended (teardown runs in background)."""
+    deadline = time.monotonic() + timeout_s
+    while (left := sandbox_pids(seen)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    return left
+
+
 async def run_batch(
     workdir: Path, attacks: dict[str, tuple[str, dict[str, Any]]], honest: int
 ) -> BatchResult:
+    """Every attack and `honest` honest rollouts through a real `agentroll serve` process
+    (and a `scripted-llm` one), so `/healthz` measures the server's own event loop."""
+    await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     state_dir = workdir / "sandboxes"
-    backend = await start_in_loop(
-        create_scripted_app(ScriptedLLMConfig(policy=POLICY, wrong_rate=0.0))
-    )
-    settings = Settings(
-        db_path=workdir / "agentroll.db",
-        pools=PoolSizes(init=16, run=64, eval=16, ready_buffer=32),
-        sandbox=BwrapConfig(state_dir=state_dir),
-        shutdown_grace_s=5,
-    )
-    server = await start_in_loop(create_app(settings))
-    client = AsyncRolloutClient(server.url, timeout_s=120)
+    jobs = [
+        {"job_id": f"attack-{name}", "handler": handler, "instance": instance}
+        for name, (handler, instance) in attacks.items()
+    ] + honest_jobs(honest)
     seen: set[str] = set()
     stop, worst = asyncio.Event(), [0.0]
-    try:
-        await client.add_backend({"id": "scripted", "base_url": backend.url})
-        watcher = asyncio.create_task(_watch_healthz(server.url, stop, worst))
-        jobs = [
-            {"job_id": f"attack-{name}", "handler": handler, "instance": instance}
-            for name, (handler, instance) in attacks.items()
-        ]
-        jobs += honest_jobs(honest)
-        await client.submit(jobs)
-        done: dict[str, Trajectory] = {}
-        cursor = 0
-        async with asyncio.timeout(600):
-            while len(done) < len(jobs):
-                seen.update(lease_ids(state_dir))
-                page = await client.results(after=cursor, limit=1000, wait=0.5)
-                done.update({t.job_id: t for t in page.results})
-                cursor = page.next_cursor
-        stop.set()
-        polls = await watcher
-    finally:
-        stop.set()
-        await client.close()
-        await server.stop()
-        await backend.stop()
+    llm_args = ["scripted-llm", "--port", "0", "--policy", POLICY, "--wrong-rate", "0"]
+    serve_args = ["serve", "--port", "0", "--db", str(workdir / "agentroll.db")]
+    with (
+        agentroll_process(llm_args, workdir, "llm", nice=REMOTE_NICE) as llm,
+        agentroll_process(serve_args, workdir, "server", **_server_env(workdir)) as server,
+    ):
+        async with AsyncRolloutClient(server.url, timeout_s=120) as client:
+            await client.add_backend({"id": "scripted", "base_url": llm.url})
+            watcher = asyncio.create_task(_watch_healthz(server.url, stop, worst))
+            try:
+                await client.submit(jobs)
+                done = await _collect(client, jobs, state_dir, seen)
+                leaked = await _leftovers(seen)
+            finally:
+                stop.set()
+                polls = await watcher
+        server.kill(signal.SIGTERM)  # a graceful stop: it tears down whatever is left
     return BatchResult(
         attacks={name: done[f"attack-{name}"] for name in attacks},
         honest={k: v for k, v in done.items() if k.startswith("honest-")},
         healthz_worst_s=worst[0],
         healthz_polls=polls,
-        leaked_pids=sandbox_pids(seen),
+        leaked_pids=leaked | sandbox_pids(seen),
         sandboxes_seen=len(seen),
     )

@@ -10,7 +10,14 @@ import asyncio
 import shutil
 
 import pytest
-from tests.redteam.batch import ATTACKS, PROXY_SCRIPTS, TOOL_ATTACKS, BatchResult, run_batch
+from tests.redteam.batch import (
+    ATTACKS,
+    HONEST_REWARD,
+    PROXY_SCRIPTS,
+    TOOL_ATTACKS,
+    BatchResult,
+    run_batch,
+)
 
 from agentroll.server.schema import Outcome, Trajectory
 
@@ -35,6 +42,13 @@ def _explain(t: Trajectory) -> str:
 
 def _observations(t: Trajectory) -> str:
     return "\n".join(str(m.get("content")) for m in t.messages if m.get("role") == "tool")
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_every_attack_is_scored_as_an_honest_grader_would(batch: BatchResult, name: str) -> None:
+    """The policy's doing: `ok` with what it earned, never `infra_error`, never a forged reward."""
+    t = batch.attacks[name]
+    assert (t.outcome, t.reward) == (Outcome.ok, HONEST_REWARD[name]), _explain(t)
 
 
 @pytest.mark.parametrize("name", TOOL_ATTACKS)

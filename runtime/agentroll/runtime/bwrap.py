@@ -192,11 +192,7 @@ class BwrapRuntime(BaseRuntime):
     name = "bwrap"
 
     def __init__(self, config: BwrapConfig, *, instance_id: str | None = None) -> None:
-        super().__init__(
-            state_dir=config.state_dir,
-            instance_id=instance_id,
-            loopback_range=config.loopback_range,
-        )
+        super().__init__(config, instance_id=instance_id)
         self.config = config
         self.bwrap = _which(config.bwrap_path or "bwrap")
         self.nsenter = _which("nsenter")

@@ -22,7 +22,9 @@ if TYPE_CHECKING:
     from agentroll.runtime.singularity import SingularityRuntime
 
 
-class _Common(BaseModel):
+class CommonConfig(BaseModel):
+    """What every runtime's configuration holds."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     #: Leases, socket directories and workspaces; default $XDG_RUNTIME_DIR/agentroll or
@@ -33,9 +35,14 @@ class _Common(BaseModel):
     #: Interpreter that runs the action server inside the sandbox; None picks the host venv's
     #: for host-root sandboxes and ``python3`` inside images.
     python: str | None = None
+    #: CPU niceness of every sandbox process (the action server and everything the agent
+    #: starts, execs included). When sandboxes saturate the node, the server's event loop
+    #: (the API, health checks, every rollout's LLM traffic) still gets the CPU first;
+    #: 0 runs sandboxes at the server's own priority.
+    nice: int = Field(10, ge=0, le=19)
 
 
-class BwrapConfig(_Common):
+class BwrapConfig(CommonConfig):
     type: Literal["bwrap"] = "bwrap"
     bwrap_path: str | None = None
     #: uid/gid of the sandbox user inside its user namespace.
@@ -50,7 +57,7 @@ class BwrapConfig(_Common):
         return BwrapRuntime(self, instance_id=instance_id)
 
 
-class SingularityConfig(_Common):
+class SingularityConfig(CommonConfig):
     type: Literal["singularity"] = "singularity"
     #: ``apptainer`` or ``singularity`` executable; None auto-detects (apptainer first).
     binary: str | None = None
@@ -78,7 +85,7 @@ class SingularityConfig(_Common):
         return SingularityRuntime(self, instance_id=instance_id)
 
 
-class LocalConfig(_Common):
+class LocalConfig(CommonConfig):
     """No isolation at all: trusted development only. Refuses to build unless ``enabled``."""
 
     type: Literal["local"] = "local"

@@ -16,8 +16,9 @@ from pathlib import Path
 from agentroll.runtime import lease as leases
 from agentroll.runtime import procs
 from agentroll.runtime.base import SandboxSpec
+from agentroll.runtime.config import CommonConfig
 from agentroll.runtime.errors import SandboxClosed, SandboxError, SandboxTimeout
-from agentroll.runtime.netaddr import DEFAULT_RANGE, LoopbackAllocator
+from agentroll.runtime.netaddr import LoopbackAllocator
 from agentroll.runtime.sandbox import ProcessSandbox
 from agentroll.runtime.state import StateDir, new_sandbox_id
 
@@ -29,17 +30,12 @@ class BaseRuntime:
 
     name = "base"
 
-    def __init__(
-        self,
-        *,
-        state_dir: Path | None = None,
-        instance_id: str | None = None,
-        loopback_range: str = DEFAULT_RANGE,
-    ) -> None:
-        self.state = StateDir(state_dir)
+    def __init__(self, config: CommonConfig, *, instance_id: str | None = None) -> None:
+        self.state = StateDir(config.state_dir)
         self.leases = leases.LeaseStore(self.state)
         self.scanner = procs.ProcScanner()
-        self.addresses = LoopbackAllocator(self.state.addresses, loopback_range)
+        self.addresses = LoopbackAllocator(self.state.addresses, config.loopback_range)
+        self._nice = config.nice
         self.instance_id = instance_id or secrets.token_hex(4)
         self._owner_pid, self._owner_start = leases.current_owner()
         self._live: dict[str, ProcessSandbox] = {}
@@ -93,6 +89,7 @@ class BaseRuntime:
         self.leases.write(lease)
         sandbox = self._create(sid, spec, base, lease, address)
         sandbox.on_released = self._released
+        sandbox.nice = self._nice
         self._live[sid] = sandbox
         loop = asyncio.get_running_loop()
         try:

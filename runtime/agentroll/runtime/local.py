@@ -55,10 +55,7 @@ class LocalRuntime(BaseRuntime):
                 "the local runtime has no isolation and is disabled; enable it explicitly "
                 "(LocalConfig(enabled=True)) for trusted development only"
             )
-        super().__init__(
-            state_dir=config.state_dir, instance_id=instance_id,
-            loopback_range=config.loopback_range,
-        )  # fmt: skip
+        super().__init__(config, instance_id=instance_id)
         self.config = config
 
     def _needs_address(self, spec: SandboxSpec) -> bool:

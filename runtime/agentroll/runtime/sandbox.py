@@ -143,6 +143,12 @@ class ProcessSandbox:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc else None
 
+    #: CPU niceness of the launcher and of every exec (set by the runtime from its config).
+    nice: int = 0
+
+    def _niced(self, argv: Sequence[str]) -> list[str]:
+        return ["nice", "-n", str(self.nice), *argv] if self.nice else list(argv)
+
     async def launch(
         self, argv: Sequence[str], env: Mapping[str, str], *, pass_fds: Sequence[int] = ()
     ) -> None:
@@ -150,7 +156,7 @@ class ProcessSandbox:
         with _open_log(self.base_dir / "log") as logf:
             try:
                 self._proc = await spawn(
-                    *argv,
+                    *self._niced(argv),
                     stdin=asyncio.subprocess.DEVNULL,
                     stdout=logf,
                     stderr=logf,
@@ -231,7 +237,7 @@ class ProcessSandbox:
         """Run the exec helper; its output and exit status (None: timed out and killed)."""
         try:
             proc = await spawn(
-                *command,
+                *self._niced(command),
                 stdin=asyncio.subprocess.PIPE if input is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE,

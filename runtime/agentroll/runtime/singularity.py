@@ -205,10 +205,7 @@ class SingularityRuntime(BaseRuntime):
     name = "singularity"
 
     def __init__(self, config: SingularityConfig, *, instance_id: str | None = None) -> None:
-        super().__init__(
-            state_dir=config.state_dir, instance_id=instance_id,
-            loopback_range=config.loopback_range,
-        )  # fmt: skip
+        super().__init__(config, instance_id=instance_id)
         self.config = config
         self.binary = detect_binary(config.binary)
         self._node_gate = asyncio.Semaphore(config.max_starts_per_node)

@@ -39,18 +39,35 @@ class Proc:
 
 @contextmanager
 def agentroll_process(
-    args: list[str], workdir: Path, name: str, *, start_timeout_s: float = 60.0, **env: str
+    args: list[str],
+    workdir: Path,
+    name: str,
+    *,
+    start_timeout_s: float = 60.0,
+    nice: int = 0,
+    **env: str,
 ) -> Iterator[Proc]:
     """Run `agentroll ARGS --url-file ...` in its own session; yields once it listens.
 
     Output goes to `workdir/NAME.log`; on exit the process group gets SIGKILL if still alive.
+    `nice` lowers its CPU priority (e.g. a scripted backend standing in for GPU servers on
+    other nodes, which would not compete with the server under test for its cores).
     """
     url_file = workdir / f"{name}.url"
     url_file.unlink(missing_ok=True)
     log = workdir / f"{name}.log"
     with log.open("ab") as sink:
+        niced = ["nice", "-n", str(nice)] if nice else []
         popen = subprocess.Popen(
-            [sys.executable, "-m", "agentroll.server.cli", *args, "--url-file", str(url_file)],
+            [
+                *niced,
+                sys.executable,
+                "-m",
+                "agentroll.server.cli",
+                *args,
+                "--url-file",
+                str(url_file),
+            ],
             stdout=sink,
             stderr=subprocess.STDOUT,
             env={**os.environ, **env},

@@ -1,8 +1,8 @@
 """Math grading through real worker processes: verdicts, whose fault a failure is, lifecycle.
 
 Every worker is owned: shut down (by the pool or by the server) leaves no process behind,
-workers inherit none of the server's sockets, carry an address-space limit, and die with
-the server even when it is SIGKILLed.
+workers inherit none of the server's sockets, carry an address-space limit, run niced below
+the server, and die with the server even when it is SIGKILLed.
 """
 
 import asyncio
@@ -137,6 +137,8 @@ async def test_workers_inherit_no_sockets_and_carry_a_memory_limit(pool: Grading
     assert not [target for target in fds.values() if target.startswith("socket:")]
     limit = str(grading_pool.DEFAULT_MEMORY_LIMIT_BYTES)
     assert address_space_limit(pid) == (limit, limit)
+    # Grading the policy's answers yields the CPU to the server's event loop.
+    assert os.getpriority(os.PRIO_PROCESS, pid) == os.getpriority(os.PRIO_PROCESS, 0) + 10
 
 
 async def test_workers_die_with_a_killed_server() -> None:

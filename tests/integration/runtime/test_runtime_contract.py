@@ -32,6 +32,20 @@ async def test_tools_exec_and_files_work(runtime: BaseRuntime, kind: str) -> Non
     await sb.stop()
 
 
+async def test_sandbox_processes_yield_the_cpu_to_the_server(runtime: BaseRuntime) -> None:
+    """Every sandbox process runs at the configured niceness (10 by default): the action
+    server, the agent's commands and execs alike."""
+    sb = await runtime.start(SandboxSpec(), timeout=30)
+    mine = os.getpriority(os.PRIO_PROCESS, 0)
+    tool = await sb.tools.bash("cut -d' ' -f19 /proc/self/stat; cut -d' ' -f19 /proc/$PPID/stat")
+    execd = await sb.exec(["sh", "-c", "cut -d' ' -f19 /proc/self/stat"], timeout=10)
+    assert sb.pid is not None and sb.nice == 10
+    launcher = os.getpriority(os.PRIO_PROCESS, sb.pid)
+    assert [int(x) for x in tool.output.split()] == [mine + 10, mine + 10]
+    assert int(execd.stdout) == launcher == mine + 10
+    await sb.stop()
+
+
 async def test_exec_feeds_stdin_and_times_out(runtime: BaseRuntime) -> None:
     sb = await runtime.start(SandboxSpec(), timeout=30)
     echoed = await sb.exec(["cat"], timeout=10, input=b"through stdin")
