@@ -31,13 +31,13 @@ REMOTE_NICE = 10
 TOOL_ATTACK_AGENT = {"tools": ["bash", "python", "submit"], "tool_timeout_s": 15, "max_turns": 6}
 
 
-def math_attack(name: str) -> dict[str, Any]:
+def math_attack(name: str, **agent: Any) -> dict[str, Any]:
     """A bundled math task whose policy plays `name` with its tools, then answers right."""
     task = load_math_tasks()[1]
     return {
         "question": f"[redteam:{name}] {task.question}",
         "answer": task.answer,
-        "agent": TOOL_ATTACK_AGENT,
+        "agent": {**TOOL_ATTACK_AGENT, **agent},
     }
 
 
@@ -140,9 +140,12 @@ TOOL_ATTACKS = (
     "memory_hog_python",
     "memory_hog_bash",
     "disk_fill",
+    "disk_fill_workspace",
 )
 ATTACKS: dict[str, tuple[str, dict[str, Any]]] = {
     **{name: ("math", math_attack(name)) for name in TOOL_ATTACKS},
+    # Writing a gigabyte beside fork bombs can take longer than the other calls' 15 s.
+    "disk_fill_workspace": ("math", math_attack("disk_fill_workspace", tool_timeout_s=180)),
     "pathological_power": ("math", answer_attack("pathological_power", "3")),
     "pathological_factorial": ("math", answer_attack("pathological_factorial", "3")),
     "ambiguous_commas": ("math", answer_attack("ambiguous_commas", "12")),

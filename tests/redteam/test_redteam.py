@@ -67,6 +67,12 @@ def test_the_tools_still_work_after_the_agent_killed_what_it_could(
     assert "next-call" in _observations(batch.attacks[name])
 
 
+def test_the_workspace_fills_up_before_the_node_does(batch: BatchResult) -> None:
+    """3 GB written into the workspace: it is a size-limited tmpfs, never the node's disk."""
+    t = batch.attacks["disk_fill_workspace"]
+    assert "No space left on device" in _observations(t), _observations(t)[-500:]
+
+
 def test_the_action_socket_cannot_be_used_by_the_agent(batch: BatchResult) -> None:
     t = batch.attacks["socket_shutdown"]
     assert (t.outcome, t.reward) == (Outcome.ok, 1.0), _explain(t)

@@ -28,12 +28,17 @@ from agentroll.handlers.toolcalls import get_parser
 from agentroll.runtime import Limits, SandboxSpec
 
 MiB = 1 << 20
-# Modest by default: an agent's shell needs little, and many sandboxes share a node.
+# Modest by default: an agent's shell needs little, and many sandboxes share a node. The
+# workspace is a size-limited tmpfs where the runtime can make one (bwrap): a policy that
+# writes until the disk is full fills its own workspace, never the node's disk. Its pages
+# and /tmp's count against the sandbox's total memory.
 DEFAULT_LIMITS = Limits(
     max_processes=128,
     max_memory_bytes=2048 * MiB,
+    max_total_memory_bytes=3072 * MiB,
     max_file_size_bytes=64 * MiB,
     tmp_bytes=128 * MiB,
+    workspace_bytes=1024 * MiB,
 )
 
 

@@ -103,6 +103,15 @@ ATTACKS: dict[str, Attack] = {
         )
     ),
     "disk_fill": Attack((_bash("dd if=/dev/zero of=/tmp/fill bs=1M count=100000; df -h /tmp"),)),
+    "disk_fill_workspace": Attack(
+        (
+            _bash(
+                "for i in $(seq 48); do head -c 64000000 /dev/zero > fill$i.bin || break; done;"
+                " du -sh ."
+            ),
+            _bash("rm -f fill*.bin; echo cleaned"),
+        )
+    ),
     # Answers that are hard to grade, or that a lazy grader would mark right.
     "pathological_power": Attack((), finish="boxed:2^{2^{40}}"),
     "pathological_factorial": Attack((), finish="boxed:10^{10^{10}}!"),
