@@ -2,6 +2,7 @@
 own reports (whatever the tests print), the session's exit status, collection errors."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -70,21 +71,50 @@ def test_param(x):
 """
 
 
+CHANNEL_PROBE = """import ctypes, os, subprocess, sys
+
+PR_GET_DUMPABLE = 3
+
+
+def test_channel_out_of_reach():
+    assert "AGENTROLL_REPORT_FD" not in os.environ
+    child = "import os; os.write(3, b'forged')"
+    assert subprocess.run([sys.executable, "-c", child]).returncode != 0  # no fd 3 inherited
+    # Not dumpable: no process of the same user (without capabilities) can open its fds.
+    assert ctypes.CDLL(None).prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) == 0
+"""
+
+
 def run_pytest(repo: Path, *args: str) -> tuple[int, dict[str, Any]]:
+    """pytest with the plugin, its report read from the pipe the plugin is given (fd 3)."""
     plugin = repo.parent / "plugin"
     plugin.mkdir(exist_ok=True)
     (plugin / f"{PLUGIN}.py").write_bytes(plugin_source())
-    done = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", PLUGIN, *args],
-        cwd=repo,
-        env={"PYTHONPATH": str(plugin), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    report = json.loads((plugin / "report.json").read_text())
-    return done.returncode, report
+    read_end, write_end = os.pipe()
+    with open(read_end, "rb") as report_pipe:
+        pytest = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", PLUGIN]
+        proc = subprocess.Popen(
+            ["bash", "-c", f'exec "$@" 3>&{write_end}', "bash", *pytest, *args],
+            cwd=repo,
+            env={"PYTHONPATH": str(plugin), "PATH": "/usr/bin:/bin", "AGENTROLL_REPORT_FD": "3"},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            pass_fds=(write_end,),
+        )
+        os.close(write_end)
+        output, _ = proc.communicate(timeout=120)
+        report = json.loads(report_pipe.read() or b"null")
+    assert report is not None, output.decode()[-2000:]
+    return proc.returncode, report
+
+
+def test_the_report_channel_is_private_to_pytest(tmp_path: Path) -> None:
+    """A process the tests start inherits no report channel and cannot reach pytest's."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "test_c.py").write_text(CHANNEL_PROBE)
+    exit_code, report = run_pytest(repo, "test_c.py")
+    assert (exit_code, report["tests"]) == (0, {"test_c.py::test_channel_out_of_reach": "passed"})
 
 
 def test_each_test_gets_the_status_pytest_gave_it(tmp_path: Path) -> None:

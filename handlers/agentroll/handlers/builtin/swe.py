@@ -73,7 +73,7 @@ from pydantic import (
 from agentroll.handlers.agent import DEFAULT_LIMITS, ToolAgentHandler
 from agentroll.handlers.builtin import swe_infra, swe_pytest, swe_repo
 from agentroll.handlers.builtin.sandbox_files import UnreadableFile
-from agentroll.handlers.builtin.swe_repo import PrivateIndex
+from agentroll.handlers.builtin.swe_repo import Git, PrivateIndex
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import Sandbox, SandboxSpec
@@ -204,8 +204,9 @@ class SweHandler(ToolAgentHandler):
         task = self.task(ctx)
         if ctx.sandbox is None:
             raise InfraError("the RUN sandbox is gone; cannot read the diff", cause="no_sandbox")
+        agent_git = await Git.isolated(ctx.sandbox)  # nothing of the agent's repository runs
         try:
-            patch = await swe_repo.agent_diff(ctx.sandbox, task.base_commit)
+            patch = await swe_repo.agent_diff(agent_git, task.base_commit)
         except UnreadableFile as exc:
             return _unresolved({}, "patch_too_large", str(exc))
         if patch is None:
@@ -216,22 +217,21 @@ class SweHandler(ToolAgentHandler):
             sandbox = await ctx.open_sandbox(self.sandbox_spec(ctx))
             await self._checkout(sandbox, task)
             await swe_pytest.probe(sandbox, task.test_cmd)
+            git = Git.trusted(sandbox)
         else:
-            sandbox = ctx.sandbox
-        index = await PrivateIndex.create(sandbox, task.base_commit)
+            sandbox, git = ctx.sandbox, agent_git
+        index = await PrivateIndex.create(git, task.base_commit)
         if task.test_patch and (await index.apply("tests", task.test_patch)).exit_code != 0:
             raise InfraError(
                 f"the test patch does not apply to {task.base_commit}", cause="test_patch_failed"
             )
         if patch.strip():
-            refusal = await self._apply_agent_patch(sandbox, index, task, patch, info)
+            refusal = await self._apply_agent_patch(git, index, task, patch, info)
             if refusal is not None:
                 return refusal
         if task.test_patch:
-            await swe_repo.restore(
-                sandbox, task.base_commit, swe_repo.patched_files(task.test_patch)
-            )
-            applied = await swe_repo.apply(sandbox, task.test_patch)
+            await swe_repo.restore(git, task.base_commit, swe_repo.patched_files(task.test_patch))
+            applied = await swe_repo.apply(git, task.test_patch)
             if applied.exit_code != 0:  # it applies to base_commit: the agent's changes block it
                 detail = applied.stderr.strip()[-300:]
                 return _unresolved(info, "test_patch_does_not_apply", detail)
@@ -247,7 +247,7 @@ class SweHandler(ToolAgentHandler):
 
     @staticmethod
     async def _apply_agent_patch(
-        sandbox: Sandbox, index: PrivateIndex, task: SweInstance, patch: str, info: dict[str, Any]
+        git: Git, index: PrivateIndex, task: SweInstance, patch: str, info: dict[str, Any]
     ) -> Reward | None:
         """Inspect the agent's patch on the private index, then (fresh mode) apply it to the
         worktree; the reward 0 if it does not apply or touches the test setup, else None."""
@@ -263,7 +263,7 @@ class SweHandler(ToolAgentHandler):
             detail = f"the diff changes the test setup: {', '.join(refused[:20])}"
             return _unresolved(info, "test_infrastructure_modified", detail)
         if task.eval_mode == "fresh":  # in "same" mode the worktree has it already
-            applied = await swe_repo.apply(sandbox, patch)
+            applied = await swe_repo.apply(git, patch)
             if applied.exit_code != 0:
                 return _unresolved(info, "patch_does_not_apply", applied.stderr.strip()[-300:])
         return None

@@ -4,7 +4,8 @@ A diff that adds, changes or deletes any of these is refused (reward 0, reason
 `test_infrastructure_modified`, the paths in `reward_info`), before anything of it runs:
 
 - `conftest.py` anywhere (hooks that rewrite outcomes, fixtures, `pytest_plugins`);
-- `pytest.ini` and `.pytest.ini` anywhere (pytest reads one from the tests' folders upwards);
+- `pytest.ini`, `.pytest.ini`, `pytest.toml` and `.pytest.toml` anywhere (pytest reads one
+  from the tests' folders upwards);
 - `tox.ini` and `setup.cfg` anywhere whose old or new text has a `[pytest]` /
   `[tool:pytest]` section header. The whole file, not just the section: pytest's own INI
   reader decides where a section ends, and a line-by-line comparison could be fooled;
@@ -15,6 +16,10 @@ A diff that adds, changes or deletes any of these is refused (reward 0, reason
   `pytest_plugins` (test modules register plugins with it), a path through a module or
   package named `pytest_*`, `pytest` or `_pytest`;
 - interpreter start-up hooks: `sitecustomize.py`, `usercustomize.py`, `*.pth`;
+- installed-package records (`*.dist-info/`, `*.egg-info/`, `*.egg-link`): with the
+  repository on `sys.path`, pytest loads the `pytest11` entry points they declare;
+- git's own behaviour: `.gitattributes`, `.gitconfig`, `.gitmodules` (filters and drivers
+  that run commands while the grader checks files out);
 - a symbolic link in place of any of the configuration files above (what it points to is
   not what we would read).
 
@@ -23,7 +28,8 @@ shell-style patterns (`*` also crosses "/") for the paths it allows, e.g. a repo
 fixes live in `src/_pytest/*`.
 
 The paths are git's own reading of the patch (applied to a private index of the base
-commit), and the contents come from that index, never from the agent's working tree.
+commit), and the contents come from that index's objects, never from the agent's working
+tree and never unpacked into files.
 """
 
 import re
@@ -31,17 +37,24 @@ import tomllib
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
 
-from agentroll.handlers.builtin.sandbox_files import (
-    MissingFile,
-    UnreadableFile,
-    files_containing,
-    read_text,
-)
+from agentroll.handlers.builtin.sandbox_files import UnreadableFile
 from agentroll.handlers.builtin.swe_repo import Change, PrivateIndex
 
 REFUSED_NAMES = frozenset(
-    {"conftest.py", "pytest.ini", ".pytest.ini", "sitecustomize.py", "usercustomize.py"}
+    {
+        "conftest.py",
+        "pytest.ini",
+        ".pytest.ini",
+        "pytest.toml",
+        ".pytest.toml",
+        "sitecustomize.py",
+        "usercustomize.py",
+        ".gitattributes",
+        ".gitconfig",
+        ".gitmodules",
+    }
 )
+PACKAGE_RECORDS = (".dist-info", ".egg-info")
 PYTEST_MODULES = frozenset({"pytest", "pytest.py", "_pytest", "_pytest.py"})
 INI_FILES = frozenset({"tox.ini", "setup.cfg"})
 PYPROJECT = "pyproject.toml"
@@ -57,8 +70,9 @@ def refused_by_name(path: str) -> bool:
     parts = path.split("/")
     return (
         parts[-1] in REFUSED_NAMES
-        or parts[-1].endswith(".pth")
+        or parts[-1].endswith((".pth", ".egg-link"))
         or any(p in PYTEST_MODULES or p.startswith("pytest_") for p in parts)
+        or any(p.endswith(PACKAGE_RECORDS) for p in parts[:-1])
     )
 
 
@@ -103,29 +117,18 @@ async def refused_changes(
     refused.update(c.path for c in configs if c.symlink)
     configs = [c for c in configs if not c.symlink]
     python = [c.path for c in candidates if c.path.endswith(".py") and c.path not in refused]
-    if configs or python:
-        paths = [*(c.path for c in configs), *python]
-        old_root = await index.export("base", paths)
-        new_root = await index.export(name, paths)
-        for change in configs:
-            if await _config_changed(index, change.path, old_root, new_root):
-                refused.add(change.path)
-        for root in (old_root, new_root):
-            refused |= await files_containing(index.sandbox, root, python, PLUGIN_DECLARATION)
+    for change in configs:
+        if await _config_changed(index, name, change.path):
+            refused.add(change.path)
+    for index_name in ("base", name):
+        refused |= await index.grep(index_name, python, PLUGIN_DECLARATION)
     return sorted(refused)
 
 
-async def _config_changed(index: PrivateIndex, path: str, old_root: str, new_root: str) -> bool:
+async def _config_changed(index: PrivateIndex, name: str, path: str) -> bool:
     try:
-        old = await _text(index, f"{old_root}{path}")
-        new = await _text(index, f"{new_root}{path}")
+        old = await index.read("base", path, max_bytes=MAX_CONFIG_BYTES)
+        new = await index.read(name, path, max_bytes=MAX_CONFIG_BYTES)
     except UnreadableFile:  # too large to judge: refuse rather than guess
         return True
     return config_changed(path.rsplit("/", 1)[-1], old, new)
-
-
-async def _text(index: PrivateIndex, path: str) -> str | None:
-    try:
-        return await read_text(index.sandbox, path, max_bytes=MAX_CONFIG_BYTES)
-    except MissingFile:
-        return None

@@ -3,8 +3,9 @@ cannot write.
 
 The tests run under the instance's `test_cmd` (which must run pytest) with our report plugin
 (`swe_pytest_report.py`) loaded by `-p` from a folder outside the repository, under a fresh
-random module name. Statuses come only from the JSON report it writes, never from the
-printed output; the runner's exit status must agree with it.
+random module name. Statuses come only from the JSON report it writes to our exec's own
+stdout (pytest's output goes to a file), never from printed output or from a file a
+process of the sandbox could rewrite; the runner's exit status must agree with it.
 
 Who broke what: `probe` runs the same command with the plugin on the repository before the
 agent's change is in it (a collection of a path that does not exist: pytest starts, loads
@@ -29,7 +30,6 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from agentroll.handlers.builtin.sandbox_files import UnreadableFile, read_text
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import Sandbox
 
@@ -97,23 +97,32 @@ async def run_pytest(
     folder, module = f"/tmp/agentroll-grade-{token}", f"agentroll_report_{token}"
     await sandbox.upload(f"{folder}/{module}.py", plugin_source())
     log = f"{folder}/output.log"
+    # fd 3 is our stdout (the report's channel), pytest's own output goes to the log; $HOME
+    # is the grader's folder, not the repository (whose dotfiles the agent wrote).
     script = (
-        f'export PYTHONPATH={folder}"${{PYTHONPATH:+:$PYTHONPATH}}"\n'
-        f"( {test_cmd} -p {module} {' '.join(shlex.quote(a) for a in args)} ) > {log} 2>&1\n"
-        f"status=$?; tail -c {OUTPUT_TAIL_BYTES} {log}; exit $status"
+        f'export HOME={folder} PYTHONPATH={folder}"${{PYTHONPATH:+:$PYTHONPATH}}" '
+        "AGENTROLL_REPORT_FD=3\n"
+        f"( {test_cmd} -p {module} {' '.join(shlex.quote(a) for a in args)} ) 3>&1 > {log} 2>&1"
     )
     done = await sandbox.exec(["sh", "-c", script], timeout=timeout_s)
     report, problem = None, ""
-    try:
-        report = parse_report(
-            await read_text(sandbox, f"{folder}/report.json", max_bytes=MAX_REPORT_BYTES)
-        )
-    except UnreadableFile as exc:
-        problem = str(exc)
-    except (ValueError, KeyError, TypeError, RecursionError) as exc:
-        problem = f"the report is malformed: {exc!r}"
-    tail = f"{done.stdout}\n{done.stderr}".strip()[-2000:]
+    if not done.stdout.strip():
+        problem = "pytest ended without writing its report"
+    elif len(done.stdout) > MAX_REPORT_BYTES:
+        problem = f"the report is over {MAX_REPORT_BYTES} bytes"
+    else:
+        try:
+            report = parse_report(done.stdout)
+        except (ValueError, KeyError, TypeError, RecursionError) as exc:
+            problem = f"the report is malformed: {exc!r}"
+    tail = await _tail(sandbox, log)
     return PytestRun(done.exit_code, done.timed_out, report, problem, tail)
+
+
+async def _tail(sandbox: Sandbox, log: str) -> str:
+    """The end of pytest's output (diagnostics only: nothing is judged from it)."""
+    done = await sandbox.exec(["tail", "-c", str(OUTPUT_TAIL_BYTES), log], timeout=30)
+    return f"{done.stdout}\n{done.stderr}".strip()[-2000:]
 
 
 async def probe(sandbox: Sandbox, test_cmd: str) -> None:

@@ -1,10 +1,17 @@
-"""The `swe` grader's pytest plugin: every test's outcome, as JSON, where the agent's tree is not.
+"""The `swe` grader's pytest plugin: every test's outcome, as JSON, on a channel no file holds.
 
 Uploaded at EVAL under a fresh random module name into a folder outside the repository and
-loaded with `-p`; when the session finishes it writes `report.json` beside itself:
+loaded with `-p`; when the session finishes it writes the report to the descriptor named by
+`AGENTROLL_REPORT_FD` (the grader's own pipe):
 
     {"exitstatus": 1, "tests": {"tests/test_x.py::test_y": "passed", ...},
      "collection_errors": ["tests/test_z.py"]}
+
+When it is loaded, before any test module is imported, it takes that descriptor for itself
+(a private, close-on-exec copy; the inherited one is closed, so no process the tests start
+inherits it) and makes pytest's process non-dumpable, so no other process of the sandbox's
+user can reach the copy through `/proc`. A process the tests leave behind cannot write the
+report; only code inside pytest's own process could.
 
 A test's status comes from pytest's own reports of its phases, the worst phase winning:
 "error" (setup or teardown failed), "failed" (the test failed), "skipped", "xfailed",
@@ -20,7 +27,27 @@ from typing import Any  # noqa: F401 (used in the type comments)
 
 import pytest
 
-_REPORT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "report.json")
+PR_SET_DUMPABLE = 4
+
+
+def _take_report_channel():
+    # type: () -> int
+    try:  # a pytest-xdist worker inherits the variable, not the descriptor: it never reports
+        inherited = int(os.environ.pop("AGENTROLL_REPORT_FD"))
+        private = os.dup(inherited)  # not inheritable (Python >= 3.4)
+    except (KeyError, ValueError, OSError):
+        return -1
+    os.close(inherited)
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # no prctl: the descriptor is still private to this process tree
+    return private
+
+
+_CHANNEL = _take_report_channel()
 _RANK = {"passed": 0, "xpassed": 0, "skipped": 1, "xfailed": 1, "failed": 2, "error": 2}
 _tests = {}  # type: dict[str, str]
 _collection_errors = []  # type: list[str]
@@ -65,7 +92,9 @@ def pytest_sessionfinish(session):
         "tests": _tests,
         "collection_errors": _collection_errors,
     }
-    partial = _REPORT + ".partial"
-    with open(partial, "w") as fh:
-        json.dump(report, fh)
-    os.replace(partial, _REPORT)
+    if _CHANNEL < 0:
+        return
+    data = json.dumps(report).encode()
+    while data:
+        data = data[os.write(_CHANNEL, data) :]
+    os.close(_CHANNEL)

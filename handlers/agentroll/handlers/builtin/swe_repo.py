@@ -7,7 +7,15 @@
 - `agent_diff`: everything the agent changed against `base_commit` (new files included).
 - `PrivateIndex`: a patch applied to an index of `base_commit` of our own, to see exactly
   which paths it changes (git's own reading of the patch) and their contents before and
-  after, without touching the worktree.
+  after, without touching the worktree or unpacking a file anywhere.
+
+Git itself runs code a repository asks for: filters named in `.gitattributes`, hooks,
+`core.fsmonitor`, drivers in `.git/config` or in `$HOME/.gitconfig` (`$HOME` is the workdir
+in a sandbox). Every git command of the grader therefore runs as a `Git`: with no global or
+system configuration, no hooks, no fsmonitor and a `$HOME` of its own (`GRADER_GIT_ENV`); and
+in a sandbox where the agent worked, with a git directory of its own (`Git.isolated`: the
+agent's objects, none of its configuration), so nothing the agent planted in its repository
+runs while it is graded.
 
 Failures of the machinery raise `InfraError`; what the agent caused comes back as data.
 """
@@ -22,7 +30,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from agentroll.handlers.builtin.sandbox_files import read_text
+from agentroll.handlers.builtin.sandbox_files import UnreadableFile, read_text
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import ExecResult, Sandbox
 
@@ -34,7 +42,21 @@ GIT_ENV = {
     "GIT_COMMITTER_EMAIL": "agentroll@localhost",
     "GIT_AUTHOR_DATE": "2024-01-01T00:00:00+00:00",
     "GIT_COMMITTER_DATE": "2024-01-01T00:00:00+00:00",
+}
+# No configuration but the repository's own, no hooks, no fsmonitor, no replace refs; a $HOME
+# that is not the workdir (git reads $HOME/.gitconfig where GIT_CONFIG_GLOBAL is too new).
+GRADER_GIT_ENV = {
+    "HOME": "/nonexistent/agentroll-grader",
+    "GIT_CONFIG_GLOBAL": "/dev/null",
     "GIT_CONFIG_NOSYSTEM": "1",
+    "GIT_ATTR_NOSYSTEM": "1",
+    "GIT_NO_REPLACE_OBJECTS": "1",
+    "GIT_TERMINAL_PROMPT": "0",
+    "GIT_CONFIG_COUNT": "2",
+    "GIT_CONFIG_KEY_0": "core.hooksPath",
+    "GIT_CONFIG_VALUE_0": "/dev/null",
+    "GIT_CONFIG_KEY_1": "core.fsmonitor",
+    "GIT_CONFIG_VALUE_1": "false",
 }
 COMMIT_SCRIPT = (
     "git init -q -b main && git add -A && "
@@ -72,9 +94,45 @@ async def sh(
     timeout: float = GIT_TIMEOUT_S,  # noqa: ASYNC109 (passed on to Sandbox.exec)
     env: Mapping[str, str] | None = None,
     input: bytes | None = None,
+    args: Sequence[str] = (),
 ) -> ExecResult:
     prefix = ["env", *(f"{k}={v}" for k, v in (env or {}).items())] if env else []
-    return await sandbox.exec([*prefix, "sh", "-c", script], timeout=timeout, input=input)
+    argv = [*prefix, "sh", "-c", script, *(("sh", *args) if args else ())]
+    return await sandbox.exec(argv, timeout=timeout, input=input)
+
+
+@dataclass(frozen=True, slots=True)
+class Git:
+    """Where and how the grader runs git: a sandbox, and the environment of every command."""
+
+    sandbox: Sandbox
+    env: Mapping[str, str]
+
+    @classmethod
+    def trusted(cls, sandbox: Sandbox) -> "Git":
+        """A sandbox whose repository the grader made and the agent never touched."""
+        return cls(sandbox, GRADER_GIT_ENV)
+
+    @classmethod
+    async def isolated(cls, sandbox: Sandbox) -> "Git":
+        """A sandbox the agent worked in: a git directory of our own over the agent's
+        objects and worktree, so no configuration, hook or filter of its repository runs."""
+        git_dir = f"/tmp/agentroll-git-{secrets.token_hex(6)}"
+        workdir = sandbox.spec.workdir
+        script = (
+            f"git init -q --bare {git_dir} && "
+            f"echo {shlex.quote(workdir)}/.git/objects > {git_dir}/objects/info/alternates"
+        )
+        done = await sh(sandbox, script, env=GRADER_GIT_ENV)
+        if done.exit_code != 0:
+            raise _failed("preparing the grader's git directory", done)
+        return cls(sandbox, {**GRADER_GIT_ENV, "GIT_DIR": git_dir, "GIT_WORK_TREE": workdir})
+
+    async def run(
+        self, script: str, *, input: bytes | None = None, args: Sequence[str] = (), **env: str
+    ) -> ExecResult:
+        """`sh -c script sh ARGS...` with this environment (and `env` on top)."""
+        return await sh(self.sandbox, script, env={**self.env, **env}, input=input, args=args)
 
 
 def _failed(what: str, result: ExecResult) -> InfraError:
@@ -98,7 +156,7 @@ async def checkout(
         workdir = sandbox.spec.workdir
         for path, text in sorted(bundled.files.items()):
             await sandbox.upload(f"{workdir}/{path}", text.encode())
-        done = await sh(sandbox, COMMIT_SCRIPT, env=GIT_ENV)
+        done = await sh(sandbox, COMMIT_SCRIPT, env={**GRADER_GIT_ENV, **GIT_ENV})
         if done.exit_code != 0:
             raise _failed("committing the bundled repository", done)
         head = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
@@ -112,7 +170,7 @@ async def checkout(
             f"git clone -q --no-hardlinks {shlex.quote(repo_source)} . && "
             f"git checkout -q {shlex.quote(base_commit)}"
         )
-        done = await sh(sandbox, script)
+        done = await sh(sandbox, script, env=GRADER_GIT_ENV)
         if done.exit_code != 0:
             raise _failed(f"cloning {repo_source} at {base_commit}", done)
     else:
@@ -123,7 +181,7 @@ async def checkout(
             raise _failed("the instance's setup_cmd", done)
 
 
-async def agent_diff(sandbox: Sandbox, base_commit: str) -> str | None:
+async def agent_diff(git: Git, base_commit: str) -> str | None:
     """The agent's changes as a git diff against `base_commit` (new files included); None if
     git cannot tell (the agent removed or broke the repository). `UnreadableFile` if the
     diff is over `MAX_PATCH_BYTES`: it is written to a file and read back bounded."""
@@ -132,21 +190,21 @@ async def agent_diff(sandbox: Sandbox, base_commit: str) -> str | None:
         "git add -A && git diff --cached --binary --no-color --no-ext-diff --no-textconv "
         f"{shlex.quote(base_commit)} > {diff_file}"
     )
-    done = await sh(sandbox, script)
+    done = await git.run(script)
     if done.exit_code != 0:
         return None
     try:
-        return await read_text(sandbox, diff_file, max_bytes=MAX_PATCH_BYTES)
+        return await read_text(git.sandbox, diff_file, max_bytes=MAX_PATCH_BYTES)
     finally:
-        await sh(sandbox, f"rm -f {diff_file}")
+        await sh(git.sandbox, f"rm -f {diff_file}")
 
 
 def patched_files(patch: str) -> list[str]:
     return sorted({m.group(2) for m in _PATCHED_FILE.finditer(patch)})
 
 
-async def apply(sandbox: Sandbox, patch: str) -> ExecResult:
-    return await sh(sandbox, "git apply --whitespace=nowarn -", input=patch.encode())
+async def apply(git: Git, patch: str) -> ExecResult:
+    return await git.run("git apply --whitespace=nowarn -", input=patch.encode())
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,22 +234,31 @@ def parse_raw_diff(text: str) -> list[Change]:
 class PrivateIndex:
     """Git indexes of `base_commit` in a folder of their own, to apply patches to and compare
     without touching the worktree or the repository's index: `base` is the commit itself,
-    `apply(name, patch)` adds an index `name` = base + patch."""
+    `apply(name, patch)` adds an index `name` = base + patch. Contents are read from git's
+    objects (`read`, `grep`), never unpacked into files: a patch of huge files costs nothing
+    here (git stores them compressed)."""
 
-    def __init__(self, sandbox: Sandbox, base_commit: str, folder: str) -> None:
-        self.sandbox, self.base_commit, self.folder = sandbox, base_commit, folder
+    def __init__(self, git: Git, base_commit: str, folder: str) -> None:
+        self.git, self.base_commit, self.folder = git, base_commit, folder
 
     @classmethod
-    async def create(cls, sandbox: Sandbox, base_commit: str) -> "PrivateIndex":
-        index = cls(sandbox, base_commit, f"/tmp/agentroll-index-{secrets.token_hex(6)}")
+    async def create(cls, git: Git, base_commit: str) -> "PrivateIndex":
+        index = cls(git, base_commit, f"/tmp/agentroll-index-{secrets.token_hex(6)}")
         done = await index._git("base", f"git read-tree {shlex.quote(base_commit)}")
         if done.exit_code != 0:
             raise _failed(f"reading {base_commit} into an index", done)
         return index
 
-    async def _git(self, name: str, script: str, input: bytes | None = None) -> ExecResult:
-        env = {"GIT_INDEX_FILE": f"{self.folder}/{name}.idx"}
-        return await sh(self.sandbox, f"mkdir -p {self.folder} && {script}", env=env, input=input)
+    async def _git(
+        self, name: str, script: str, input: bytes | None = None, args: Sequence[str] = ()
+    ) -> ExecResult:
+        return await self.git.run(
+            f"mkdir -p {self.folder} && {script}",
+            input=input,
+            args=args,
+            GIT_INDEX_FILE=f"{self.folder}/{name}.idx",
+            GIT_LITERAL_PATHSPECS="1",
+        )
 
     async def apply(self, name: str, patch: str) -> ExecResult:
         base = f"{self.folder}/base.idx"
@@ -206,25 +273,46 @@ class PrivateIndex:
             raise _failed("listing the patch's changes", done)
         return parse_raw_diff(done.stdout)
 
-    async def export(self, name: str, paths: Sequence[str]) -> str:
-        """A folder holding `paths` as index `name` has them (those it has)."""
-        folder = f"{self.folder}/{name}-files/"
-        # Paths the index does not have are reported and skipped: the exit status is not ours.
-        script = (
-            f"mkdir -p {folder} && {{ git checkout-index -z --stdin --prefix={folder}; true; }}"
-        )
-        await self._git(name, script, input=b"\0".join(p.encode() for p in paths))
-        return folder
+    async def read(self, name: str, path: str, *, max_bytes: int) -> str | None:
+        """The text of `path` in index `name` (None: not there); `UnreadableFile` if larger
+        than `max_bytes`."""
+        done = await self._git(name, _READ_BLOB, args=[path, str(max_bytes)])
+        if done.exit_code == _ABSENT:
+            return None
+        if done.exit_code == _TOO_LARGE:
+            raise UnreadableFile(f"{path} has {done.stdout.strip()} bytes, over {max_bytes}")
+        if done.exit_code != 0:
+            raise _failed(f"reading {path} from the index", done)
+        return done.stdout
+
+    async def grep(self, name: str, paths: Sequence[str], needle: str) -> set[str]:
+        """Which of `paths` in index `name` contain `needle` (a fixed string)."""
+        if not paths:
+            return set()
+        done = await self._git(name, _GREP, args=[needle, *paths])
+        if done.exit_code not in (0, 1):  # 1: no match
+            raise _failed("searching the patched files", done)
+        return {p for p in done.stdout.split("\0") if p}
 
 
-async def restore(sandbox: Sandbox, base_commit: str, paths: Sequence[str]) -> None:
+_ABSENT, _TOO_LARGE = 3, 4
+_READ_BLOB = (
+    'git cat-file -e ":$1" 2>/dev/null || exit 3\n'
+    'size=$(git cat-file -s ":$1") || exit 1\n'
+    '[ "$size" -le "$2" ] || { echo "$size"; exit 4; }\n'
+    'git cat-file blob ":$1"'
+)
+_GREP = 'needle=$1; shift; git grep --cached -l -z -F -I -e "$needle" -- "$@"'
+
+
+async def restore(git: Git, base_commit: str, paths: Sequence[str]) -> None:
     """Put `paths` back as they were at `base_commit` (removing those that did not exist)."""
     quoted = " ".join(shlex.quote(p) for p in paths)
     script = (
         f'for f in {quoted}; do git checkout -q {shlex.quote(base_commit)} -- "$f" '
         '2>/dev/null || rm -f -- "$f"; done'
     )
-    done = await sh(sandbox, script)
+    done = await git.run(script)
     if done.exit_code != 0:
         raise _failed("restoring the test files", done)
 
