@@ -20,13 +20,14 @@ from pydantic_settings import (
 )
 
 from agentroll.runtime.config import BwrapConfig, RuntimeConfig
+from agentroll.server.errors import ServerError
 from agentroll.server.proxy import ProxyCaps
 from agentroll.server.schema import PoolSizes
 
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("agentroll_config_file", default=None)
 
 
-class UnsafeSettingsError(ValueError):
+class UnsafeSettingsError(ServerError, ValueError):
     """A combination of settings that would expose the server; refused at start-up."""
 
 

@@ -5,12 +5,15 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agentroll.server.api.errors import envelope
+from agentroll.server.http_body import BodyTooLarge
+
 OPEN_PATHS = frozenset({"/healthz"})
 ADMIN_PREFIXES = ("/v1/generation/", "/v1/admin/")
 
 
 async def _send_error(send: Send, status: int, type_: str, message: str) -> None:
-    body = json.dumps({"error": {"type": type_, "message": message, "detail": None}}).encode()
+    body = json.dumps(envelope(type_, message)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
@@ -18,10 +21,6 @@ async def _send_error(send: Send, status: int, type_: str, message: str) -> None
         headers.append((b"retry-after", b"1"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
-
-
-class BodyTooLarge(Exception):
-    """Raised while a route reads a body (without Content-Length) that grows too large."""
 
 
 def _bearer(token: str | None) -> bytes | None:
@@ -91,7 +90,7 @@ class GuardMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
+                if received > self.max_body_bytes:  # a body sent without Content-Length
                     raise BodyTooLarge(self._too_large())
             return message
 

@@ -18,8 +18,8 @@ from agentroll.handlers import Message
 from agentroll.server.llm.base import (
     BackendError,
     BackendPaused,
+    ChatTokenizer,
     Completion,
-    PauseMode,
     PauseUnsupported,
     TokenizeResult,
 )
@@ -31,6 +31,7 @@ from agentroll.server.llm.wire import (
     raise_for_status,
     sampled_logprob,
 )
+from agentroll.server.schema import PauseMode
 
 __all__ = [
     "BackendError",
