@@ -35,7 +35,7 @@ from agentroll.server.llm.gate import GenerationGate
 from agentroll.server.logs import job_id_var
 from agentroll.server.metrics import ServerMetrics
 from agentroll.server.pipeline import Pipeline, Refused, Verdict
-from agentroll.server.results import STATUS_BY_OUTCOME, build_trajectory
+from agentroll.server.results import SCORED_OUTCOMES, STATUS_BY_OUTCOME, build_trajectory
 from agentroll.server.schema import (
     JobRequest,
     JobState,
@@ -271,9 +271,9 @@ class JobService:
             extra = handler.final_result(ctx)
         except Exception as exc:
             log.exception("final_result of %s failed for job %s", job.request.handler, job.job_id)
-            if verdict.outcome in (Outcome.ok, Outcome.agent_error):
+            if verdict.outcome in SCORED_OUTCOMES:
                 verdict = Verdict(Outcome.infra_error, None, "final_result_failed", repr(exc))
-        if verdict.outcome in (Outcome.ok, Outcome.agent_error):
+        if verdict.outcome in SCORED_OUTCOMES:
             divergence = await self._template_divergence(ctx)
             if divergence is not None:
                 extra.setdefault("metadata", {})["template_divergence"] = divergence
