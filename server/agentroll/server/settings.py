@@ -21,6 +21,7 @@ from pydantic_settings import (
 
 from agentroll.runtime.config import BwrapConfig, RuntimeConfig
 from agentroll.server.errors import ServerError
+from agentroll.server.logs import LogFormat
 from agentroll.server.proxy import ProxyCaps
 from agentroll.server.schema import PoolSizes
 
@@ -100,7 +101,7 @@ class Settings(BaseSettings):
         "connections).",
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_format: Literal["text", "json"] = Field(
+    log_format: LogFormat = Field(
         "text", description="Log lines as text or JSON; both carry job id, stage and backend."
     )
     sandbox: RuntimeConfig = Field(

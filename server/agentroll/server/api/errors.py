@@ -32,7 +32,7 @@ from agentroll.server.http_body import BodyTooLarge
 
 log = logging.getLogger("agentroll.server.api")
 
-_TYPE_BY_STATUS = {
+TYPE_BY_STATUS = {
     400: "invalid_request",
     401: "unauthorized",
     403: "forbidden",
@@ -129,7 +129,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        type_ = _TYPE_BY_STATUS.get(exc.status_code, "error")
+        type_ = TYPE_BY_STATUS.get(exc.status_code, "error")
         return error_response(exc.status_code, type_, str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(Exception)
