@@ -43,7 +43,7 @@ class PersistedBackends:
         try:
             backend, created = self.pool.add(spec)
         except BackendConflict:
-            raise
+            raise  # a ValueError too, but the spec is fine: the id is taken
         except (OSError, ValueError) as exc:  # e.g. a tokenizer_path with no tokenizer in it
             raise InvalidBackend(f"cannot use this backend: {exc}") from exc
         if created:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentroll.handlers import InfraError, ProxyLimits
-from agentroll.handlers.toolcalls import get_parser
+from agentroll.handlers.toolcalls import DEFAULT_PARSER, get_parser
 from agentroll.runtime import Runtime, Sandbox, SandboxError, SandboxSpec
 from agentroll.server.llm import TokenSession
 from agentroll.server.metrics import ServerMetrics
@@ -86,7 +86,7 @@ class JobContext:
         sandbox: Sandbox | None = None,
         *,
         limits: ProxyLimits | None = None,
-        parser: str = "hermes",
+        parser: str = DEFAULT_PARSER,
     ) -> RolloutProxy:
         target = sandbox or self.sandbox
         if target is None:

@@ -1,7 +1,9 @@
 """One JSON error envelope for every non-2xx response, with real status codes.
 
 4xx for the caller's fault, 5xx for ours; `type` is stable and machine-readable; no
-exception class paths ever go over the wire.
+exception class paths ever go over the wire. The server's own errors (`agentroll.server.errors`)
+get their status, `type` and Retry-After from one table, `WIRE_ERRORS`: the layers below the
+API raise typed errors and never choose a status code.
 """
 
 import logging
