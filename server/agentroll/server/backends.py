@@ -1,17 +1,20 @@
-"""The persisted backend registry: what the trainer registered survives a server restart."""
+"""Backend registrations, persisted: what the trainer registered survives a server restart."""
 
 import asyncio
 import contextlib
 import logging
 
+from agentroll.server.errors import BackendConflict, InvalidBackend, StoreError
 from agentroll.server.llm import Backend, BackendPool
 from agentroll.server.schema import BackendSpec
-from agentroll.server.store import JobStore, StoreError
+from agentroll.server.store import JobStore
 
 log = logging.getLogger("agentroll.server.backends")
 
 
-class BackendRegistry:
+class PersistedBackends:
+    """The pool's backends, each registration also written to the store."""
+
     def __init__(
         self,
         pool: BackendPool,
@@ -37,7 +40,12 @@ class BackendRegistry:
 
     async def add(self, spec: BackendSpec) -> tuple[Backend, bool]:
         """Register (and persist) a backend; idempotent for an identical spec."""
-        backend, created = self.pool.add(spec)
+        try:
+            backend, created = self.pool.add(spec)
+        except BackendConflict:
+            raise  # a ValueError too, but the spec is fine: the id is taken
+        except (OSError, ValueError) as exc:  # e.g. a tokenizer_path with no tokenizer in it
+            raise InvalidBackend(f"cannot use this backend: {exc}") from exc
         if created:
             try:
                 await self._store.save_backend(backend.id, backend.spec.model_dump_json())

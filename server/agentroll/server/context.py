@@ -9,11 +9,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentroll.handlers import InfraError, ProxyLimits
-from agentroll.handlers.toolcalls import get_parser
+from agentroll.handlers.toolcalls import DEFAULT_PARSER, get_parser
 from agentroll.runtime import Runtime, Sandbox, SandboxError, SandboxSpec
 from agentroll.server.llm import TokenSession
 from agentroll.server.metrics import ServerMetrics
-from agentroll.server.proxy import ProxyCaps, ProxyTrajectory, RolloutProxy, open_proxy
+from agentroll.server.proxy import ProxyCaps, RolloutProxy, open_proxy
+from agentroll.server.recorded import RecordedTokens
 from agentroll.server.schema import AgentLimits
 
 log = logging.getLogger("agentroll.server.sandboxes")
@@ -85,7 +86,7 @@ class JobContext:
         sandbox: Sandbox | None = None,
         *,
         limits: ProxyLimits | None = None,
-        parser: str = "hermes",
+        parser: str = DEFAULT_PARSER,
     ) -> RolloutProxy:
         target = sandbox or self.sandbox
         if target is None:
@@ -107,7 +108,7 @@ class JobContext:
         self.llm_proxies.append(proxy)
         return proxy
 
-    def recorded_llm(self) -> TokenSession | ProxyTrajectory:
+    def recorded_llm(self) -> RecordedTokens:
         """Where the trajectory's token fields come from: a harness's main chain when an LLM
         proxy recorded calls, else the handler's own session."""
         for proxy in self.llm_proxies:

@@ -13,6 +13,8 @@ import asyncio
 import re
 from collections.abc import Mapping
 
+from agentroll.server.errors import ServerError
+
 MAX_CHUNK_LINE_BYTES = 1024
 """A chunk-size line: the size, optional extensions, CRLF."""
 MAX_TRAILER_BYTES = 16 * 1024
@@ -23,7 +25,7 @@ _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _MAX_LENGTH_DIGITS = 18  # any longer Content-Length is past every limit (and int() is cheap)
 
 
-class BodyError(ValueError):
+class BodyError(ServerError, ValueError):
     """The body cannot be read; `status` is what a server answers (it then closes)."""
 
     status = 400

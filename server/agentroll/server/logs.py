@@ -16,6 +16,7 @@ job_id_var: ContextVar[str] = ContextVar("agentroll_job_id", default="-")
 stage_var: ContextVar[str] = ContextVar("agentroll_stage", default="-")
 backend_var: ContextVar[str] = ContextVar("agentroll_backend", default="-")
 
+LogFormat = Literal["text", "json"]
 _CONTROL = {c: f"\\x{c:02x}" for c in [*range(32), 127]}
 
 
@@ -64,7 +65,7 @@ class JSONFormatter(logging.Formatter):
         return json.dumps(entry, ensure_ascii=False)
 
 
-def configure_logging(level: str, fmt: Literal["text", "json"] = "text") -> None:
+def configure_logging(level: str, fmt: LogFormat = "text") -> None:
     """Install one stderr handler on the root logger (replacing earlier ones)."""
     handler = logging.StreamHandler()
     handler.addFilter(ContextFilter())

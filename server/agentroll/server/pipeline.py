@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from agentroll.handlers import AgentError, AgentHandler, ErrorDecision, Reward
 from agentroll.server.context import JobContext
+from agentroll.server.errors import ServerError
 from agentroll.server.jobs import LiveJob
 from agentroll.server.limiter import StageLimiter
 from agentroll.server.logs import stage_var
@@ -34,7 +35,7 @@ class Verdict:
     error_stage: str | None = None
 
 
-class Refused(Exception):
+class Refused(ServerError):
     """The job may not start (e.g. its policy is too stale); it ends cancelled with `cause`."""
 
     def __init__(self, cause: str, message: str) -> None:
@@ -42,7 +43,7 @@ class Refused(Exception):
         self.cause = cause
 
 
-class StageTimeout(Exception):
+class StageTimeout(ServerError, TimeoutError):
     def __init__(self, stage: str, seconds: float) -> None:
         super().__init__(f"{stage} exceeded its {seconds:g} s timeout")
         self.stage = stage

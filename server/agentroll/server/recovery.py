@@ -22,7 +22,7 @@ log = logging.getLogger("agentroll.server")
 async def recover(service: JobService) -> None:
     """Restore control state and backends; requeue (or fail) unfinished jobs."""
     await restore_control(service)
-    await service.backend_registry.restore()
+    await service.persisted_backends.restore()
     rows = await service.store.unfinished()
     if not rows:
         return

@@ -15,6 +15,8 @@ STATUS_BY_OUTCOME = {
     Outcome.cancelled: JobState.cancelled,
     Outcome.timed_out: JobState.timed_out,
 }
+SCORED_OUTCOMES = frozenset({Outcome.ok, Outcome.agent_error})
+"""Outcomes whose reward means something (it may be 0); the others carry none."""
 
 
 def build_trajectory(
@@ -57,8 +59,7 @@ def build_trajectory(
             message=verdict.error_message or "",
             stage=verdict.error_stage,
         )
-    keep_reward = verdict.outcome in (Outcome.ok, Outcome.agent_error)
-    reward = verdict.reward if keep_reward else None
+    reward = verdict.reward if verdict.outcome in SCORED_OUTCOMES else None
     return Trajectory(
         job_id=job.job_id,
         group_id=request.group_id,

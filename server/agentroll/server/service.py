@@ -18,15 +18,24 @@ from typing import Any
 
 from agentroll.handlers import AgentHandler, HandlerRegistry
 from agentroll.runtime import Runtime
-from agentroll.server.backends import BackendRegistry
+from agentroll.server.backends import PersistedBackends
 from agentroll.server.context import JobContext
+from agentroll.server.errors import (
+    InvalidInstances,
+    JobConflict,
+    ResultRejected,
+    ShuttingDown,
+    StoreError,
+    TooManyJobs,
+    UnknownJob,
+)
 from agentroll.server.jobs import LiveJob
 from agentroll.server.llm import BackendPool, TokenSession
 from agentroll.server.llm.gate import GenerationGate
 from agentroll.server.logs import job_id_var
 from agentroll.server.metrics import ServerMetrics
 from agentroll.server.pipeline import Pipeline, Refused, Verdict
-from agentroll.server.results import STATUS_BY_OUTCOME, build_trajectory
+from agentroll.server.results import SCORED_OUTCOMES, STATUS_BY_OUTCOME, build_trajectory
 from agentroll.server.schema import (
     JobRequest,
     JobState,
@@ -40,22 +49,12 @@ from agentroll.server.schema import (
     Trajectory,
 )
 from agentroll.server.settings import Settings
-from agentroll.server.store import JobRow, JobStore, NewJob, ResultRejected, StoreError
+from agentroll.server.store import JobRow, JobStore, NewJob
 
 log = logging.getLogger("agentroll.server")
 TEMPLATE_CHECK_TIMEOUT_S = 10.0
 PERSIST_RETRY_MIN_S = 0.2
 PERSIST_RETRY_MAX_S = 5.0
-
-
-class SubmissionError(ValueError):
-    """A submission refused as a whole; nothing of it was admitted."""
-
-    def __init__(self, status: int, type_: str, message: str, detail: object = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.type = type_
-        self.detail = detail
 
 
 def request_fingerprint(request: JobRequest) -> str:
@@ -84,7 +83,7 @@ class JobService:
         self.runtime = runtime
         self.metrics = metrics or ServerMetrics()
         self.teardowns: set[asyncio.Task[None]] = set()
-        self.backend_registry = BackendRegistry(
+        self.persisted_backends = PersistedBackends(
             backends,
             store,
             drain_timeout_s=settings.llm_request_timeout_s,
@@ -126,13 +125,13 @@ class JobService:
     # -- submission -----------------------------------------------------------------------
     async def submit(self, requests: list[JobRequest]) -> list[SubmittedJob]:
         if not self.accepting:
-            raise SubmissionError(503, "shutting_down", "the server is shutting down")
+            raise ShuttingDown
         self._validate(requests)
         async with self._submit_lock:
             return await self._admit(requests)
 
     def _validate(self, requests: list[JobRequest]) -> None:
-        problems = []
+        problems: list[dict[str, object]] = []
         for index, request in enumerate(requests):
             handler = self.registry.get(request.handler)  # UnknownHandlerError -> 400
             try:
@@ -140,7 +139,7 @@ class JobService:
             except ValueError as exc:
                 problems.append({"index": index, "job_id": request.job_id, "error": str(exc)})
         if problems:
-            raise SubmissionError(400, "invalid_instance", "invalid task instance(s)", problems)
+            raise InvalidInstances(problems)
 
     async def _admit(self, requests: list[JobRequest]) -> list[SubmittedJob]:
         fingerprints = [request_fingerprint(r) for r in requests]
@@ -153,17 +152,10 @@ class JobService:
         existing = await self.store.existing(first_seen)
         conflicts += [i for i, row in existing.items() if row.request_hash != first_seen[i]]
         if conflicts:
-            raise SubmissionError(
-                409,
-                "conflict",
-                "job id(s) already used for a different request",
-                sorted(set(conflicts)),
-            )
+            raise JobConflict(conflicts)
         fresh = [i for i in first_seen if i not in existing]
         if len(self.live) + len(fresh) > self.settings.max_live_jobs:
-            raise SubmissionError(
-                429, "too_many_jobs", f"at most {self.settings.max_live_jobs} unfinished jobs"
-            )
+            raise TooManyJobs(self.settings.max_live_jobs)
         now = time.time()
         version = self.gate.policy_version
         # Stamped before the insert: the version a job was submitted under survives a restart.
@@ -279,9 +271,9 @@ class JobService:
             extra = handler.final_result(ctx)
         except Exception as exc:
             log.exception("final_result of %s failed for job %s", job.request.handler, job.job_id)
-            if verdict.outcome in (Outcome.ok, Outcome.agent_error):
+            if verdict.outcome in SCORED_OUTCOMES:
                 verdict = Verdict(Outcome.infra_error, None, "final_result_failed", repr(exc))
-        if verdict.outcome in (Outcome.ok, Outcome.agent_error):
+        if verdict.outcome in SCORED_OUTCOMES:
             divergence = await self._template_divergence(ctx)
             if divergence is not None:
                 extra.setdefault("metadata", {})["template_divergence"] = divergence
@@ -435,13 +427,13 @@ class JobService:
         )
 
     async def wait_result(self, job_id: str, wait_s: float) -> str | None:
-        """The result JSON, waiting up to `wait_s` for a live job. KeyError if unknown."""
+        """The result JSON, waiting up to `wait_s` for a live job. `UnknownJob` if unknown."""
         job = self.live.get(job_id)
         if job is not None and wait_s > 0:
             await self._wait_any(job.done, wait_s)
         raw = await self.store.result(job_id)
         if raw is None and job is None and await self.store.get_job(job_id) is None:
-            raise KeyError(job_id)
+            raise UnknownJob(job_id)
         return raw
 
     async def results_after(self, cursor: int, limit: int, wait_s: float) -> list[tuple[int, str]]:

@@ -20,13 +20,15 @@ from pydantic_settings import (
 )
 
 from agentroll.runtime.config import BwrapConfig, RuntimeConfig
+from agentroll.server.errors import ServerError
+from agentroll.server.logs import LogFormat
 from agentroll.server.proxy import ProxyCaps
 from agentroll.server.schema import PoolSizes
 
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("agentroll_config_file", default=None)
 
 
-class UnsafeSettingsError(ValueError):
+class UnsafeSettingsError(ServerError, ValueError):
     """A combination of settings that would expose the server; refused at start-up."""
 
 
@@ -99,7 +101,7 @@ class Settings(BaseSettings):
         "connections).",
     )
     log_level: Literal["debug", "info", "warning", "error"] = "info"
-    log_format: Literal["text", "json"] = Field(
+    log_format: LogFormat = Field(
         "text", description="Log lines as text or JSON; both carry job id, stage and backend."
     )
     sandbox: RuntimeConfig = Field(

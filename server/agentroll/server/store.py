@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agentroll.server.errors import ResultRejected, StoreError
+
 T = TypeVar("T")
 _PendingResult = tuple[str, str, dict[str, Any], "asyncio.Future[int]"]
 
@@ -64,14 +66,6 @@ UPDATE jobs SET
     finished_at = COALESCE(finished_at, ?)
 WHERE finished_at IS NULL AND job_id IN (SELECT job_id FROM results)
 """
-
-
-class StoreError(RuntimeError):
-    """The store cannot take writes (disk full, I/O error); nothing committed is lost."""
-
-
-class ResultRejected(StoreError):
-    """The database refused this one result (a constraint); retrying it will not help."""
 
 
 @contextlib.contextmanager

@@ -16,24 +16,12 @@ import logging
 import time
 
 from agentroll.server import recovery
-from agentroll.server.llm.gate import PauseMode
-from agentroll.server.schema import PauseResponse
+from agentroll.server.errors import PauseTimeout, VersionConflict
+from agentroll.server.schema import PauseMode, PauseResponse
 from agentroll.server.service import JobService
 
 log = logging.getLogger("agentroll.server.weight_sync")
 BACKEND_CONTROL_TIMEOUT_S = 30.0
-
-
-class PauseTimeout(TimeoutError):
-    def __init__(self, response: PauseResponse) -> None:
-        super().__init__(
-            f"{response.in_flight} generation(s) still in flight after {response.waited_s:.1f} s"
-        )
-        self.response = response
-
-
-class VersionConflict(ValueError):
-    pass
 
 
 async def _forward(service: JobService, action: str, *args: str) -> dict[str, str]:

@@ -250,3 +250,86 @@ async def test_abandoned_long_polls_are_released_at_once(agentroll_server: Serve
         async with asyncio.timeout(5):  # far sooner than the 60 s the polls asked for
             while len(asyncio.all_tasks()) > baseline:
                 await asyncio.sleep(0.05)
+
+
+async def test_refusals_keep_their_exact_envelopes(agentroll_server: ServerFactory) -> None:
+    """Status, `type`, message, detail and Retry-After of each refusal the service raises."""
+    gates = Gates()
+    async with agentroll_server(registry=make_registry(gates), max_live_jobs=1) as (server, _):
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            assert (await http.post("/v1/jobs", json=job("a", block=["run"]))).status_code == 200
+
+            r = await http.post("/v1/jobs", json=job("a", other=1))
+            assert (r.status_code, _envelope(r)) == (
+                409,
+                {
+                    "type": "conflict",
+                    "message": "job id(s) already used for a different request",
+                    "detail": ["a"],
+                },
+            )
+            assert "retry-after" not in r.headers
+
+            r = await http.post("/v1/jobs", json=job("b"))
+            assert (r.status_code, _envelope(r)) == (
+                429,
+                {"type": "too_many_jobs", "message": "at most 1 unfinished jobs", "detail": None},
+            )
+            assert r.headers["retry-after"] == "5"
+
+            r = await http.post(
+                "/v1/jobs", json={"handler": "math", "instance": {"question": "1+1"}, "job_id": "m"}
+            )
+            err = _envelope(r)
+            assert (r.status_code, err["type"], err["message"]) == (
+                400,
+                "invalid_instance",
+                "invalid task instance(s)",
+            )
+            assert [(p["index"], p["job_id"]) for p in err["detail"]] == [(0, "m")]  # type: ignore[attr-defined]
+            assert "answer" in err["detail"][0]["error"]  # type: ignore[index]
+
+            r = await http.get("/v1/jobs/missing/result")
+            assert (r.status_code, _envelope(r)) == (
+                404,
+                {"type": "not_found", "message": "no job 'missing'", "detail": None},
+            )
+
+            spec = {"id": "b1", "base_url": "http://127.0.0.1:9"}
+            assert (await http.post("/v1/backends", json=spec)).status_code == 201
+            r = await http.post("/v1/backends", json={**spec, "model": "other"})
+            assert (r.status_code, _envelope(r)) == (
+                409,
+                {
+                    "type": "conflict",
+                    "message": "backend 'b1' exists with a different spec",
+                    "detail": None,
+                },
+            )
+            r = await http.delete("/v1/backends/nope")
+            assert (r.status_code, _envelope(r)) == (
+                404,
+                {"type": "not_found", "message": "no backend 'nope'", "detail": None},
+            )
+
+            assert (await http.post("/v1/generation/pause", json={})).status_code == 200
+            assert (
+                await http.post("/v1/generation/resume", json={"policy_version": 2})
+            ).status_code == 200
+            r = await http.post("/v1/generation/resume", json={"policy_version": 1})
+            assert (r.status_code, _envelope(r)) == (
+                409,
+                {
+                    "type": "conflict",
+                    "message": "policy_version 1 is older than the current 2",
+                    "detail": None,
+                },
+            )
+
+            server.server.config.app.state.service.accepting = False
+            r = await http.post("/v1/jobs", json=job("late"))
+            assert (r.status_code, _envelope(r)) == (
+                503,
+                {"type": "shutting_down", "message": "the server is shutting down", "detail": None},
+            )
+        gates.open["run"].set()

@@ -195,3 +195,28 @@ async def test_keep_mode_stamps_the_new_version_whichever_backend_resumes_first(
     assert any(before.backend_id == "fast" for before, _ in parked)
     for before, after in parked:  # split where the weights changed: old version, then new
         assert (before.policy_version, after.policy_version) == (0, 1)
+
+
+async def test_a_pause_that_times_out_answers_504_with_the_pause_state(
+    agentroll_server: ServerFactory,
+) -> None:
+    hung = await start_in_loop(create_scripted_app(ScriptedLLMConfig(latency_s=120.0, seed=5)))
+    try:
+        async with agentroll_server(registry=registry()) as (server, client):
+            await client.add_backend({"id": "b", "base_url": hung.url})
+            await client.submit(
+                [{"job_id": "j", "handler": "parrot", "instance": {"words": ["a"]}}]
+            )
+            async with asyncio.timeout(30):
+                while await running(hung.url) < 1:
+                    await asyncio.sleep(0.05)
+            async with httpx.AsyncClient(base_url=server.url) as http:
+                r = await http.post("/v1/generation/pause", json={"timeout_s": 0.05})
+            error = r.json()["error"]
+            assert (r.status_code, error["type"]) == (504, "pause_timeout")
+            assert error["message"].startswith("1 generation(s) still in flight after ")
+            detail = error["detail"]
+            assert (detail["paused"], detail["mode"], detail["in_flight"]) == (True, "wait", 1)
+            assert detail["backend_errors"] == {} and detail["waited_s"] >= 0.05
+    finally:
+        await hung.stop()

@@ -11,9 +11,10 @@ from typing import Any
 import pytest
 
 from agentroll.handlers import ContextLengthExceeded
+from agentroll.server.llm import registry
 from agentroll.server.llm.base import BackendClient, BackendError, BackendPaused, PauseUnsupported
 from agentroll.server.llm.http import HTTPClient
-from agentroll.server.llm.registry import make_client
+from agentroll.server.llm.registry import DuplicateBackendKind, UnknownBackendKind, make_client
 from agentroll.server.llm.sglang import SGLangClient, sglang_sampling
 from agentroll.server.llm.vllm import VLLMClient
 from agentroll.server.scripted_llm import ScriptedLLMConfig, create_app, get_chat_template
@@ -394,3 +395,19 @@ def test_make_client_by_kind():
     assert make_client("sglang", "http://h:1/", None, http).base_url == "http://h:1"
     with pytest.raises(ValueError, match="known: sglang, vllm"):
         make_client("tgi", "http://h:1", None, http)
+
+
+def test_client_kinds_are_registered_once_and_unknown_ones_name_the_known(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(registry, "_registered", {})  # the process-wide table stays untouched
+    http = HTTPClient()
+    with pytest.raises(UnknownBackendKind) as unknown:
+        make_client("tgi", "http://h:1", None, http)
+    assert unknown.value.known == ["sglang", "vllm"]
+    registry.register_client_kind("tgi", VLLMClient)
+    assert isinstance(make_client("tgi", "http://h:1", None, http), VLLMClient)
+    assert registry.client_kinds() == ["sglang", "tgi", "vllm"]
+    for taken in ("tgi", "vllm"):
+        with pytest.raises(DuplicateBackendKind, match=f"{taken!r} is already registered"):
+            registry.register_client_kind(taken, VLLMClient)

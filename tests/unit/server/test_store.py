@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from agentroll.server.store import JobStore, NewJob, StoreError
+from agentroll.server.errors import StoreError
+from agentroll.server.store import JobStore, NewJob
 
 
 def _job(i: int) -> NewJob:

@@ -7,7 +7,7 @@ models the server itself uses. Only pydantic and httpx are needed.
 import asyncio
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import httpx
 
@@ -17,6 +17,7 @@ from agentroll.server.schema import (
     CancelFilter,
     JobRequest,
     JobView,
+    PauseMode,
     PauseResponse,
     PoolSizes,
     PoolsPatch,
@@ -31,7 +32,6 @@ from agentroll.trainer_clients.errors import ServerUnavailable, error_from_respo
 
 T = TypeVar("T")
 JobLike = JobRequest | Mapping[str, Any]
-PauseMode = Literal["wait", "abort", "keep"]
 SUBMIT_BATCH = 1000
 
 

@@ -26,11 +26,12 @@ from agentroll.server.schema import (
     BackendSpec,
     BackendView,
     JobRequest,
+    PauseMode,
     PauseResponse,
     StatusResponse,
     Trajectory,
 )
-from agentroll.trainer_clients.client import AsyncRolloutClient, JobLike, PauseMode, as_requests
+from agentroll.trainer_clients.client import AsyncRolloutClient, JobLike, as_requests
 from agentroll.trainer_clients.errors import (
     ApiError,
     FanOutError,

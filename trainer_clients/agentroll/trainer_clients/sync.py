@@ -12,11 +12,12 @@ from agentroll.server.schema import (
     BackendSpec,
     BackendView,
     JobRequest,
+    PauseMode,
     PauseResponse,
     StatusResponse,
     Trajectory,
 )
-from agentroll.trainer_clients.client import JobLike, PauseMode
+from agentroll.trainer_clients.client import JobLike
 from agentroll.trainer_clients.collector import AsyncGroupCollector
 from agentroll.trainer_clients.groups import CollectorStats, Group, GroupSpec
 from agentroll.trainer_clients.loop_thread import LoopThread

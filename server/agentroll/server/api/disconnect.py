@@ -7,10 +7,12 @@ from typing import TypeVar
 
 from starlette.requests import Request
 
+from agentroll.server.errors import ServerError
+
 T = TypeVar("T")
 
 
-class ClientGone(Exception):
+class ClientGone(ServerError):
     """The client disconnected before the answer was ready."""
 
 

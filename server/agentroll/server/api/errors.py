@@ -1,11 +1,14 @@
 """One JSON error envelope for every non-2xx response, with real status codes.
 
 4xx for the caller's fault, 5xx for ours; `type` is stable and machine-readable; no
-exception class paths ever go over the wire.
+exception class paths ever go over the wire. The server's own errors (`agentroll.server.errors`)
+get their status, `type` and Retry-After from one table, `WIRE_ERRORS`: the layers below the
+API raise typed errors and never choose a status code.
 """
 
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -14,13 +17,24 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentroll.handlers import RegistryError, UnknownHandlerError
-from agentroll.server.api.middleware import BodyTooLarge
-from agentroll.server.service import SubmissionError
-from agentroll.server.store import StoreError
+from agentroll.server.errors import (
+    BackendConflict,
+    InvalidBackend,
+    InvalidInstances,
+    JobConflict,
+    NotFound,
+    PauseTimeout,
+    ServerError,
+    ShuttingDown,
+    StoreError,
+    TooManyJobs,
+    VersionConflict,
+)
+from agentroll.server.http_body import BodyTooLarge
 
 log = logging.getLogger("agentroll.server.api")
 
-_TYPE_BY_STATUS = {
+TYPE_BY_STATUS = {
     400: "invalid_request",
     401: "unauthorized",
     403: "forbidden",
@@ -33,12 +47,42 @@ _TYPE_BY_STATUS = {
 }
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, type_: str, message: str, detail: Any = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.type = type_
-        self.detail = detail
+@dataclass(frozen=True, slots=True)
+class WireError:
+    """How one kind of server error is answered."""
+
+    status: int
+    type: str
+    retry_after: str | None = None
+    """Seconds for the `Retry-After` header: the same request may succeed then."""
+    logged: bool = False
+    """Worth an error in the server's log (the server's own trouble, not the caller's)."""
+
+
+WIRE_ERRORS: dict[type[ServerError], WireError] = {
+    InvalidInstances: WireError(400, "invalid_instance"),
+    InvalidBackend: WireError(400, "invalid_backend"),
+    NotFound: WireError(404, "not_found"),
+    JobConflict: WireError(409, "conflict"),
+    BackendConflict: WireError(409, "conflict"),
+    VersionConflict: WireError(409, "conflict"),
+    BodyTooLarge: WireError(413, "payload_too_large"),
+    TooManyJobs: WireError(429, "too_many_jobs", retry_after="5"),
+    ShuttingDown: WireError(503, "shutting_down", retry_after="5"),
+    StoreError: WireError(503, "store_unavailable", retry_after="10", logged=True),
+    PauseTimeout: WireError(504, "pause_timeout"),
+}
+"""Server errors the API answers, by type (a subclass is answered as its nearest entry).
+Anything else is a bug: 500 `internal_error`."""
+
+
+def _wire_error(exc: ServerError) -> WireError:
+    return next(WIRE_ERRORS[t] for t in type(exc).__mro__ if t in WIRE_ERRORS)
+
+
+def envelope(type_: str, message: str, detail: Any = None) -> dict[str, Any]:
+    """The body of every non-2xx response."""
+    return {"error": {"type": type_, "message": message, "detail": detail}}
 
 
 def error_response(
@@ -48,7 +92,7 @@ def error_response(
     detail: Any = None,
     headers: Mapping[str, str] | None = None,
 ) -> JSONResponse:
-    body = {"error": {"type": type_, "message": message, "detail": detail}}
+    body = envelope(type_, message, detail)
     return JSONResponse(body, status_code=status, headers=dict(headers) if headers else None)
 
 
@@ -60,14 +104,16 @@ def _validation_detail(exc: RequestValidationError) -> list[dict[str, Any]]:
 
 
 def install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(ApiError)
-    async def _api(_: Request, exc: ApiError) -> JSONResponse:
-        return error_response(exc.status, exc.type, str(exc), exc.detail)
+    async def _server_error(request: Request, exc: Exception) -> JSONResponse:
+        assert isinstance(exc, ServerError)
+        wire = _wire_error(exc)
+        if wire.logged:
+            log.error("%s on %s %s: %s", wire.type, request.method, request.url.path, exc)
+        headers = {"Retry-After": wire.retry_after} if wire.retry_after else None
+        return error_response(wire.status, wire.type, str(exc), exc.detail, headers)
 
-    @app.exception_handler(SubmissionError)
-    async def _submission(_: Request, exc: SubmissionError) -> JSONResponse:
-        headers = {"Retry-After": "5"} if exc.status in (429, 503) else None
-        return error_response(exc.status, exc.type, str(exc), exc.detail, headers)
+    for error_type in WIRE_ERRORS:
+        app.add_exception_handler(error_type, _server_error)
 
     @app.exception_handler(UnknownHandlerError)
     async def _unknown_handler(_: Request, exc: UnknownHandlerError) -> JSONResponse:
@@ -77,15 +123,6 @@ def install_error_handlers(app: FastAPI) -> None:
     async def _registry(_: Request, exc: RegistryError) -> JSONResponse:
         return error_response(400, "handler_unavailable", str(exc))
 
-    @app.exception_handler(StoreError)
-    async def _store(_: Request, exc: StoreError) -> JSONResponse:
-        log.error("store unavailable: %s", exc)
-        return error_response(503, "store_unavailable", str(exc), headers={"Retry-After": "10"})
-
-    @app.exception_handler(BodyTooLarge)
-    async def _too_large(_: Request, exc: BodyTooLarge) -> JSONResponse:
-        return error_response(413, "payload_too_large", str(exc))
-
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         return error_response(
@@ -94,7 +131,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        type_ = _TYPE_BY_STATUS.get(exc.status_code, "error")
+        type_ = TYPE_BY_STATUS.get(exc.status_code, "error")
         return error_response(exc.status_code, type_, str(exc.detail), headers=exc.headers)
 
     @app.exception_handler(Exception)

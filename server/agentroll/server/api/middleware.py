@@ -5,12 +5,15 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agentroll.server.api.errors import TYPE_BY_STATUS, envelope
+from agentroll.server.http_body import BodyTooLarge
+
 OPEN_PATHS = frozenset({"/healthz"})
 ADMIN_PREFIXES = ("/v1/generation/", "/v1/admin/")
 
 
-async def _send_error(send: Send, status: int, type_: str, message: str) -> None:
-    body = json.dumps({"error": {"type": type_, "message": message, "detail": None}}).encode()
+async def _send_error(send: Send, status: int, message: str) -> None:
+    body = json.dumps(envelope(TYPE_BY_STATUS[status], message)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if status == 401:
         headers.append((b"www-authenticate", b"Bearer"))
@@ -18,10 +21,6 @@ async def _send_error(send: Send, status: int, type_: str, message: str) -> None
         headers.append((b"retry-after", b"1"))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
-
-
-class BodyTooLarge(Exception):
-    """Raised while a route reads a body (without Content-Length) that grows too large."""
 
 
 def _bearer(token: str | None) -> bytes | None:
@@ -61,11 +60,11 @@ class GuardMiddleware:
         if required is not None and path not in OPEN_PATHS:
             given = headers.get(b"authorization", b"")
             if not hmac.compare_digest(given, required):  # constant time
-                await _send_error(send, 401, "unauthorized", "missing or invalid bearer token")
+                await _send_error(send, 401, "missing or invalid bearer token")
                 return
         client = (scope.get("client") or ("unknown", 0))[0]
         if self._active.get(client, 0) >= self._per_client:
-            await _send_error(send, 429, "too_many_requests", "too many concurrent requests")
+            await _send_error(send, 429, "too many concurrent requests")
             return
         self._active[client] = self._active.get(client, 0) + 1
         try:
@@ -82,7 +81,7 @@ class GuardMiddleware:
     ) -> None:
         length = headers.get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-            await _send_error(send, 413, "payload_too_large", self._too_large())
+            await _send_error(send, 413, self._too_large())
             return
         received = 0
 
@@ -91,7 +90,7 @@ class GuardMiddleware:
             message = await receive()
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
-                if received > self.max_body_bytes:
+                if received > self.max_body_bytes:  # a body sent without Content-Length
                     raise BodyTooLarge(self._too_large())
             return message
 

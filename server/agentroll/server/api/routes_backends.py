@@ -1,10 +1,9 @@
-"""The LLM backend registry."""
+"""LLM backends: register, drain, remove."""
 
 from fastapi import APIRouter, Response
 
 from agentroll.server.api.deps import Backends, Service
-from agentroll.server.api.errors import ApiError
-from agentroll.server.llm.pool import BackendConflict
+from agentroll.server.errors import UnknownBackend
 from agentroll.server.schema import BackendSpec, BackendView
 
 router = APIRouter(prefix="/v1", tags=["backends"])
@@ -20,12 +19,7 @@ async def add_backend(spec: BackendSpec, service: Service, response: Response) -
     """Register a vLLM-protocol server; idempotent for an identical spec with the same id.
 
     Registrations are persisted: a restarted server knows its backends again."""
-    try:
-        backend, created = await service.backend_registry.add(spec)
-    except BackendConflict as exc:
-        raise ApiError(409, "conflict", str(exc)) from exc
-    except (OSError, ValueError) as exc:  # e.g. a tokenizer_path with no tokenizer or template
-        raise ApiError(400, "invalid_backend", f"cannot use this backend: {exc}") from exc
+    backend, created = await service.persisted_backends.add(spec)
     if not created:
         response.status_code = 200
     return backend.view()
@@ -34,14 +28,14 @@ async def add_backend(spec: BackendSpec, service: Service, response: Response) -
 @router.post("/backends/{backend_id}/drain", response_model=BackendView, status_code=202)
 async def drain_backend(backend_id: str, service: Service) -> BackendView:
     """Stop routing new requests to it; it is removed once its in-flight calls finish."""
-    backend = service.backend_registry.drain(backend_id)
+    backend = service.persisted_backends.drain(backend_id)
     if backend is None:
-        raise ApiError(404, "not_found", f"no backend {backend_id!r}")
+        raise UnknownBackend(backend_id)
     return backend.view()
 
 
 @router.delete("/backends/{backend_id}", status_code=204)
 async def remove_backend(backend_id: str, service: Service) -> Response:
-    if not await service.backend_registry.remove(backend_id):
-        raise ApiError(404, "not_found", f"no backend {backend_id!r}")
+    if not await service.persisted_backends.remove(backend_id):
+        raise UnknownBackend(backend_id)
     return Response(status_code=204)

@@ -4,7 +4,7 @@ from fastapi import APIRouter, Query, Request, Response
 
 from agentroll.server.api.deps import Service
 from agentroll.server.api.disconnect import ClientGone, unless_disconnected
-from agentroll.server.api.errors import ApiError
+from agentroll.server.errors import UnknownJob
 from agentroll.server.schema import (
     CancelFilter,
     CancelResponse,
@@ -41,7 +41,7 @@ async def cancel_jobs(body: CancelFilter, service: Service) -> CancelResponse:
 async def get_job(job_id: str, service: Service) -> JobView:
     view = await service.view(job_id)
     if view is None:
-        raise ApiError(404, "not_found", f"no job {job_id!r}")
+        raise UnknownJob(job_id)
     return view
 
 
@@ -55,8 +55,6 @@ async def get_result(
 ) -> Response:
     try:
         raw = await unless_disconnected(request, service.wait_result(job_id, wait))
-    except KeyError:
-        raise ApiError(404, "not_found", f"no job {job_id!r}") from None
     except ClientGone:
         return Response(status_code=499)
     if raw is None:
@@ -69,5 +67,5 @@ async def get_result(
 @router.post("/jobs/{job_id}/cancel", response_model=CancelResponse)
 async def cancel_job(job_id: str, service: Service) -> CancelResponse:
     if await service.view(job_id) is None:
-        raise ApiError(404, "not_found", f"no job {job_id!r}")
+        raise UnknownJob(job_id)
     return CancelResponse(cancelled=await service.cancel([job_id]))

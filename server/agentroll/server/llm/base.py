@@ -4,27 +4,27 @@
 `registry.make_client(kind, ...)` builds the right one. Results use vLLM's vocabulary
 (finish reasons `stop` / `length` / `abort`), so callers never branch on the backend kind.
 
-Errors raised by clients (plus `ContextLengthExceeded` from the handlers package):
+Errors raised by clients (plus `ContextLengthExceeded` from the handlers package), a branch
+of the server's tree (`agentroll.server.errors`):
 
-    BackendError(RuntimeError)                     a call failed; `.retryable`, `.status`
-     ├── BackendPaused(BackendError)                refused because generation is paused
-     │                                              (vLLM 0.33 answers 503); always retryable
-     └── PauseUnsupported(BackendError, NotImplementedError)
+    ServerError
+     └── BackendError(ServerError, RuntimeError)    a call failed; `.retryable`, `.status`
+          ├── BackendPaused(BackendError)           refused because generation is paused
+          │                                         (vLLM 0.33 answers 503); always retryable
+          └── PauseUnsupported(BackendError, NotImplementedError)
                                                     the server has no pause/resume control
 """
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from agentroll.handlers import Message
-
-PauseMode = Literal["abort", "wait", "keep"]
-"""Portable pause modes: abort in-flight requests (partial tokens come back with
-finish_reason `abort`), wait for them to finish, or keep them frozen until resume."""
+from agentroll.server.errors import ServerError
+from agentroll.server.schema import PauseMode
 
 
-class BackendError(RuntimeError):
+class BackendError(ServerError, RuntimeError):
     """A backend call failed. `retryable` means no token was committed and another try may work.
 
     `status` is the HTTP status, None when no answer came; `timed_out` marks a backend that

@@ -16,13 +16,15 @@ import contextlib
 import time
 from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
-from typing import Literal, TypeVar
+from typing import TypeVar
+
+from agentroll.server.errors import ServerError
+from agentroll.server.schema import PauseMode
 
 T = TypeVar("T")
-PauseMode = Literal["wait", "abort", "keep"]
 
 
-class GenerationAborted(Exception):
+class GenerationAborted(ServerError):
     """A generation call was aborted by a pause before the backend answered."""
 
 

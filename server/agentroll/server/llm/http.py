@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
+from agentroll.server.errors import ServerError
 from agentroll.server.http_body import (
     check_length,
     content_length,
@@ -29,7 +30,7 @@ MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 256 * 1024 * 1024
 
 
-class HTTPTransportError(OSError):
+class HTTPTransportError(ServerError, OSError):
     """The exchange failed below HTTP: refused, reset, closed early, malformed, timed out."""
 
 

@@ -15,15 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from agentroll.handlers import LLMUnavailable
+from agentroll.server.errors import BackendConflict
 from agentroll.server.llm.base import BackendClient
 from agentroll.server.llm.http import HTTPClient, HTTPTransportError
 from agentroll.server.llm.local_tokenizer import LocalChatTokenizer
 from agentroll.server.llm.registry import make_client
 from agentroll.server.schema import BackendSpec, BackendView
-
-
-class BackendConflict(ValueError):
-    """A backend id is already registered with a different specification."""
 
 
 @dataclass(eq=False)

@@ -24,13 +24,13 @@ from agentroll.server.llm.base import (
     BackendError,
     ChatTokenizer,
     Completion,
-    PauseMode,
     PauseUnsupported,
     TokenizeResult,
 )
 from agentroll.server.llm.http import HTTPClient
 from agentroll.server.llm.local_tokenizer import LocalChatTokenizer, TemplateRenderError
 from agentroll.server.llm.wire import check_logprobs, exchange, raise_for_status, sampled_logprob
+from agentroll.server.schema import PauseMode
 
 SGLangFamily = Literal["0.5.2", "0.5.23"]
 """0.5.2: `/get_model_info` only, no `/tokenize`, pause always aborts. 0.5.23: `/model_info`,

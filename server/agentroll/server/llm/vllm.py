@@ -18,8 +18,8 @@ from agentroll.handlers import Message
 from agentroll.server.llm.base import (
     BackendError,
     BackendPaused,
+    ChatTokenizer,
     Completion,
-    PauseMode,
     PauseUnsupported,
     TokenizeResult,
 )
@@ -31,6 +31,7 @@ from agentroll.server.llm.wire import (
     raise_for_status,
     sampled_logprob,
 )
+from agentroll.server.schema import PauseMode
 
 __all__ = [
     "BackendError",
@@ -88,7 +89,16 @@ def _weight_versions(raw: Any) -> list[tuple[str, int, int]] | None:
 
 
 class VLLMClient:
-    def __init__(self, base_url: str, model: str | None, http: HTTPClient) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None,
+        http: HTTPClient,
+        *,
+        tokenizer: ChatTokenizer | None = None,
+    ) -> None:
+        """`tokenizer` goes unused: vLLM renders chat templates itself (`/tokenize`); it is
+        accepted so that every client kind is built alike (`registry.ClientFactory`)."""
         self.base_url = base_url.rstrip("/")
         self.model = model
         self._http = http

@@ -7,9 +7,10 @@ trajectory gets, `caps.py` for what a harness may send (rate, body size, connect
 `http11.py` for the wire.
 
 Errors: the proxy answers harnesses with OpenAI error envelopes and reports its own failures
-as `agentroll.handlers.InfraError` (cause `llm_proxy_failed`); `http11.BadRequest(ValueError)`
-is a malformed request, answered 400; a body that is malformed or too large
-(`agentroll.server.http_body.BodyError`) is answered with its `status` (400, 413, 429).
+as `agentroll.handlers.InfraError` (cause `llm_proxy_failed`); `http11.BadRequest` (a
+`ValueError` in the server's tree, `agentroll.server.errors`) is a malformed request, answered
+400; a body that is malformed or too large (`agentroll.server.http_body.BodyError`) is answered
+with its `status` (400, 413, 429).
 """
 
 from agentroll.server.proxy.caps import ProxyCaps

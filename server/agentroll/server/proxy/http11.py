@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentroll.server.errors import ServerError
 from agentroll.server.http_body import (
     BodyBudget,
     BodyError,
@@ -58,7 +59,7 @@ REASONS = {
 }
 
 
-class BadRequest(ValueError):
+class BadRequest(ServerError, ValueError):
     """The bytes on the wire are not an HTTP/1.1 request we can serve."""
 
     def __init__(self, message: str, status: int = 400) -> None:

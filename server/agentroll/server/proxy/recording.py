@@ -9,20 +9,38 @@ chain (the main one first; the others with their full token fields, since the tr
 own fields hold only the main chain).
 """
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from agentroll.handlers import Message
-from agentroll.server.llm import TokenSession
+from agentroll.handlers import Message, ProxyStop
+from agentroll.server.proxy.chains import ChainBook
+from agentroll.server.recorded import RecordedTokens
 from agentroll.server.schema import Segment
 
-if TYPE_CHECKING:
-    from agentroll.server.proxy.rollout import RolloutProxy
+
+class ProxyRecord(Protocol):
+    """What a rollout's proxy recorded (`RolloutProxy` is one)."""
+
+    @property
+    def book(self) -> ChainBook: ...
+    @property
+    def calls(self) -> list[dict[str, Any]]: ...
+    @property
+    def sampled_tokens(self) -> int: ...
+    @property
+    def context_overflows(self) -> int: ...
+    @property
+    def mixed_version_segments(self) -> int: ...
+    @property
+    def refused(self) -> Mapping[str, int]: ...
+    @property
+    def stopped(self) -> ProxyStop | None: ...
 
 
 @dataclass(frozen=True)
 class ProxyTrajectory:
-    """The main chain, shaped like the `TokenSession` attributes a trajectory is built from."""
+    """The main chain as `RecordedTokens`, with the session's timing counters."""
 
     prompt_ids: list[int]
     response_ids: list[int]
@@ -34,10 +52,12 @@ class ProxyTrajectory:
     num_turns: int
     llm_s: float
     llm_calls: int
-    retries: list[dict[str, str]] = field(default_factory=list)
+    retries: list[Mapping[str, str]] = field(default_factory=list)
 
 
-def trajectory_view(proxy: "RolloutProxy", session: TokenSession) -> ProxyTrajectory | None:
+def trajectory_view(proxy: ProxyRecord, session: RecordedTokens) -> ProxyTrajectory | None:
+    """The main chain (None before any call); timing counters and retries come from the
+    session all of the proxy's calls went through."""
     main = proxy.book.main()
     if main is None:
         return None
@@ -56,7 +76,7 @@ def trajectory_view(proxy: "RolloutProxy", session: TokenSession) -> ProxyTrajec
     )
 
 
-def report(proxy: "RolloutProxy") -> dict[str, Any]:
+def report(proxy: ProxyRecord) -> dict[str, Any]:
     book = proxy.book
     main = book.main()
     position = {id(c): i for i, c in enumerate(book.chains)}

@@ -48,7 +48,7 @@ from agentroll.server.proxy.http11 import (
     error_body,
     error_response,
 )
-from agentroll.server.proxy.recording import report, trajectory_view
+from agentroll.server.proxy.recording import ProxyTrajectory, report, trajectory_view
 
 log = logging.getLogger("agentroll.server.proxy")
 
@@ -148,7 +148,7 @@ class RolloutProxy:
         await self._server.close()
         self.book.close()
 
-    def trajectory(self) -> Any:
+    def trajectory(self) -> ProxyTrajectory | None:
         """The main chain as the trajectory's token fields (None before any call)."""
         return trajectory_view(self, self._session)
 

@@ -19,6 +19,7 @@ from agentroll.server.schema.jobs import (
     SubmittedJob,
 )
 from agentroll.server.schema.status import (
+    PauseMode,
     PauseRequest,
     PauseResponse,
     PoolSizes,
@@ -53,6 +54,7 @@ __all__ = [
     "JobState",
     "JobView",
     "Outcome",
+    "PauseMode",
     "PauseRequest",
     "PauseResponse",
     "PoolSizes",

@@ -34,10 +34,15 @@ class PoolsPatch(BaseModel):
     ready_buffer: int | None = Field(None, ge=1, le=100_000)
 
 
+PauseMode = Literal["wait", "abort", "keep"]
+"""How a pause treats generations in flight: `wait` lets them finish, `abort` stops them (their
+partial tokens come back with finish_reason `abort`), `keep` parks them until resume."""
+
+
 class PauseRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    mode: Literal["wait", "abort", "keep"] = Field(
+    mode: PauseMode = Field(
         "wait",
         description="wait: let in-flight generations finish; abort: stop them (partial tokens are "
         "kept, the turn continues after resume); keep: park them in the backends (vLLM keep).",
