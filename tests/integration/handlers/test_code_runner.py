@@ -64,6 +64,26 @@ def test_exiting_before_the_test_body_ends_fails(tmp_path: Path, exit_early: str
     assert results[0]["detail"].startswith("exited 0 before the test finished")
 
 
+NONCE_FROM_STDIN = """import os, re
+try:
+    _program = os.pread(0, 1 << 20, 0).decode()
+except OSError:
+    _program = ""
+_m = re.search(r"_agentroll_os\\.write\\((\\d+), b'([0-9a-f]+)'\\)", _program)
+if _m:
+    os.write(int(_m.group(1)), _m.group(2).encode())
+    os._exit(0)
+"""
+
+
+def test_the_test_program_cannot_be_read_back_from_stdin(tmp_path: Path) -> None:
+    """The program (and its nonce) reaches the interpreter through a pipe: a solution that
+    reads its stdin back to forge the end-of-test mark finds nothing."""
+    wrong = "def double(x):\n    return x\n"
+    results = run_runner(tmp_path, NONCE_FROM_STDIN + wrong, [CHECKS[0]])
+    assert results[0]["passed"] is False
+
+
 def test_a_test_exiting_early_in_its_own_body_fails(tmp_path: Path) -> None:
     results = run_runner(tmp_path, HONEST, ["import os\nos._exit(0)\nassert double(2) == 5"])
     assert results[0]["passed"] is False

@@ -10,7 +10,8 @@ process under its own time limit:
 
 - An assert-style test (a string) is the program `from <solution module> import *`, the
   test, then a write of a fresh random nonce to a file descriptor of its own. The program
-  reaches the interpreter on stdin (not in its command line or environment), and the test
+  reaches the interpreter through a pipe on stdin (not in its command line, environment or a
+  file: once read, it cannot be read back), and the test
   passes only if the process exits 0 *and* wrote the nonce: a solution that exits early
   (`os._exit(0)`, `sys.exit(0)`, `raise SystemExit(0)`, an atexit hook that exits 0) never
   gets there. Code written to search its own interpreter (the calling frame holds the nonce)
@@ -134,7 +135,6 @@ def _program(module: str, test: str, fd: int, nonce: str) -> str:
 def run_test(test: Any, solution_file: str, timeout_s: float) -> dict[str, Any]:
     nonce = secrets.token_hex(16)
     with (
-        tempfile.TemporaryFile() as stdin,
         tempfile.TemporaryFile() as out,
         tempfile.TemporaryFile() as err,
         tempfile.TemporaryFile() as finished,
@@ -142,22 +142,24 @@ def run_test(test: Any, solution_file: str, timeout_s: float) -> dict[str, Any]:
         if isinstance(test, str):
             module = os.path.splitext(os.path.basename(solution_file))[0]
             argv = [sys.executable, "-"]  # the program comes on stdin
-            stdin.write(_program(module, test, finished.fileno(), nonce).encode())
+            data = _program(module, test, finished.fileno(), nonce).encode()
         else:
             argv = [sys.executable, solution_file]
-            stdin.write(str(test.get("stdin", "")).encode())
-        stdin.seek(0)
+            data = str(test.get("stdin", "")).encode()
         # An OSError up to here is the runner's own (main decides whose fault it is).
+        # stdin is a pipe, not a file: once Python has read the program, nothing of it (the
+        # nonce) can be read back from it.
         proc = subprocess.Popen(
             argv,
-            stdin=stdin,
+            stdin=subprocess.PIPE,
             stdout=out,
             stderr=err,
             pass_fds=(finished.fileno(),),
             start_new_session=True,
         )
         try:
-            code = proc.wait(timeout=timeout_s)
+            proc.communicate(data, timeout=timeout_s)
+            code = proc.returncode
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
