@@ -105,6 +105,20 @@ async def test_a_flood_of_attacks_queues_on_the_pool() -> None:
     assert beat.worst_gap_s < MAX_HEARTBEAT_GAP_S
 
 
+async def test_honest_answers_behind_a_flood_are_graded_late_never_failed() -> None:
+    """One worker, a deadline of 1 s: eight pathological answers hold it for several seconds,
+    and the honest answers queued behind them still get their right verdicts."""
+    pool = GradingPool(size=1, timeout_s=1.0)
+    try:
+        attacks = [answers_match("5", f"{n}^{{{n}^{{40}}}}", pool=pool) for n in range(2, 10)]
+        honest = [answers_match("\\frac{1}{2}", "0.5", pool=pool) for _ in range(4)]
+        grades = await asyncio.gather(*attacks, *honest)
+    finally:
+        await pool.shutdown()
+    assert [g.equal for g in grades[8:]] == [True] * 4
+    assert not any(g.equal for g in grades[:8])
+
+
 async def test_cancelling_a_grading_kills_its_worker(pool: GradingPool) -> None:
     assert await answers_match("1", "1.0", pool=pool) == Grade(True, "equal")
     [busy] = pool.worker_pids

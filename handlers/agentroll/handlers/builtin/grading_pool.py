@@ -14,8 +14,9 @@ ours from start to reaping.
 
 Bounds:
 - concurrency: at most `size` workers, started on demand and kept while there is work
-  (the import is slow; one idle for `idle_timeout_s` exits); further requests queue, so a
-  flood of pathological answers waits, it never spawns;
+  (the import is slow; one idle for `idle_timeout_s` exits); further requests queue in
+  order, so a flood of pathological answers waits, it never spawns, and an honest answer
+  behind it is graded late, never failed;
 - time: every request has a hard deadline; a worker that overruns is killed (by its pid)
   and reaped before its slot is free again, and the next request starts a fresh one;
 - memory: each worker caps its address space (RLIMIT_AS), so a huge expression ends in a
@@ -124,7 +125,6 @@ class GradingPool:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES,
         start_timeout_s: float = 60.0,
-        queue_timeout_s: float = 300.0,
         idle_timeout_s: float = DEFAULT_IDLE_TIMEOUT_S,
     ) -> None:
         if size < 1:
@@ -132,7 +132,6 @@ class GradingPool:
         self.timeout_s = timeout_s
         self.memory_limit_bytes = memory_limit_bytes
         self.start_timeout_s = start_timeout_s
-        self.queue_timeout_s = queue_timeout_s
         self.idle_timeout_s = idle_timeout_s
         self._slots = asyncio.Semaphore(size)
         self._workers: set[_Worker] = set()
@@ -148,13 +147,10 @@ class GradingPool:
     async def grade(self, gold: str, predicted: str) -> Grade:
         """math-verify's verdict on `predicted` against `gold` (see the module docstring)."""
         self._check_open()
-        try:
-            async with asyncio.timeout(self.queue_timeout_s):
-                await self._slots.acquire()
-        except TimeoutError:
-            raise InfraError(
-                f"no grading worker was free within {self.queue_timeout_s:g} s", cause=UNAVAILABLE
-            ) from None
+        # No deadline of our own on the queue: each request ahead holds a slot at most
+        # `timeout_s`, and the caller's stage timeout bounds the wait. A queue of slow answers
+        # (any rollout's) delays a grading, it never turns it into an infrastructure error.
+        await self._slots.acquire()
         try:
             self._check_open()
             worker = await self._checkout()
