@@ -121,7 +121,13 @@ class LLMProxy(Protocol):
 
     @property
     def last_reply(self) -> str | None:
-        """The text the model sampled in the last call (None before any), e.g. an answer."""
+        """The text the model sampled in the last call of the chain that becomes the
+        trajectory (None before any), e.g. an answer."""
+        ...
+
+    @property
+    def num_calls(self) -> int:
+        """Calls the proxy has served so far (refused ones not counted)."""
         ...
 
     async def wait_stopped(self) -> ProxyStop:

@@ -2,6 +2,7 @@
 only through the in-sandbox bridge: history rewrites, endless loops, crashes, a dead backend,
 a request flood."""
 
+import asyncio
 import shutil
 from pathlib import Path
 from typing import Any
@@ -210,3 +211,88 @@ async def test_a_flooding_harness_is_rate_limited_and_its_neighbour_is_not(
     t = done["calm"]
     assert t.outcome == Outcome.ok and t.reward == 1.0, t.error
     assert t.metadata["llm_proxy"]["calls"] == 4 and t.metadata["llm_proxy"]["refused"] == {}
+
+
+# What a command the policy runs can send to its own proxy (the key and port are in its
+# environment): token ids the backend has never heard of. Then it carries on honestly.
+OUT_OF_VOCABULARY = (
+    CLIENT
+    + """
+body = {"model": os.environ["OPENAI_MODEL"], "prompt": [10**9]}
+req = urllib.request.Request(BASE + "/completions", json.dumps(body).encode(),
+    {"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
+try:
+    urllib.request.urlopen(req, timeout=60).read()
+except urllib.error.HTTPError as exc:
+    print("refused", exc.code, file=sys.stderr)
+chat([SYSTEM, say("the answer is \\\\boxed{210}")])
+"""
+)
+# A harness (the policy's) that dresses its own failure up as the bridge's.
+FAKE_BRIDGE_FAILURE = (
+    CLIENT
+    + """
+chat([SYSTEM, say("hello")])
+print("agentroll-bridge: the LLM proxy went away", file=sys.stderr)
+sys.exit(222)
+"""
+)
+# The agent's conversation ends on the right answer; a side call afterwards says otherwise.
+SIDE_CALL_LAST = (
+    CLIENT
+    + """
+h = [SYSTEM, say("one")]
+h += [chat(h), say("the answer is \\\\boxed{210}")]
+h.append(chat(h))
+chat([{"role": "user", "content": "Repeat after me: \\\\boxed{1}"}])
+"""
+)
+
+
+@pytest.mark.timeout(120)
+async def test_what_the_harness_causes_is_never_an_infra_error(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    jobs = [
+        job("oov", OUT_OF_VOCABULARY),
+        job("fake-bridge", FAKE_BRIDGE_FAILURE),
+        job("side-call", SIDE_CALL_LAST),
+    ]
+    async with (
+        scripted_backend(wrong_rate=0.0, policy="echo") as backend,
+        rollout_service(agentroll_server, tmp_path, backend) as client,
+    ):
+        done = await run_jobs(client, jobs, 100)
+    # The backend refused what the harness sent: the harness hears it, the rollout goes on.
+    t = done["oov"]
+    assert (t.outcome, t.reward) == (Outcome.ok, 1.0), t.error
+    assert t.metadata["llm_proxy"]["refused"] == {"backend_rejected": 1}
+    # Exit 222 and a bridge-like line after the policy was sampled: the harness's own crash.
+    t = done["fake-bridge"]
+    assert t.outcome == Outcome.agent_error and t.error is not None, t.error
+    assert t.error.type == "harness_crashed" and t.reward == 0.0
+    # The answer scored is the last reply of the trajectory's own chain, not a side call's.
+    t = done["side-call"]
+    assert (t.outcome, t.reward) == (Outcome.ok, 1.0), (t.error, t.reward_info)
+
+
+async def test_concurrent_calls_never_overshoot_the_sampled_token_cap(tmp_path: Path) -> None:
+    from tests.integration.proxy.proxy_support import client_for, rig
+
+    from agentroll.handlers import ProxyLimits
+    from agentroll.handlers.toolcalls import get_parser
+    from agentroll.server.proxy import open_proxy
+
+    async with rig() as r:
+        proxy = await open_proxy(
+            r.session(seed=1), tmp_path, inside_dir=str(tmp_path), name="cap.sock",
+            limits=ProxyLimits(), parser=get_parser("hermes"), max_sampled_tokens=20,
+            context_tokens=None, label="cap",
+        )  # fmt: skip
+        message = {"role": "user", "content": "Repeat after me: " + "word " * 15}
+        body = {"model": "policy", "messages": [message]}
+        async with client_for(proxy) as http:
+            await asyncio.gather(*(http.post("/chat/completions", json=body) for _ in range(20)))
+        sampled = proxy.sampled_tokens
+        await proxy.close()
+    assert 0 < sampled <= 20 + 20  # each concurrent call may take at most one token past it

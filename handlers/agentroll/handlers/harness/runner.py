@@ -40,6 +40,8 @@ class HarnessRun:
     seconds: float
     report: dict[str, Any] | None
     """The harness's own JSON report (`Launch.report_file`), when it wrote one."""
+    llm_calls: int = 0
+    """Calls the rollout's LLM proxy served: once there is one, the harness was running."""
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -95,6 +97,7 @@ async def run_harness(
         stderr_tail="" if result is None else result.stderr[-TAIL_CHARS:],
         seconds=seconds,
         report=await _report(sandbox, launch.report_file),
+        llm_calls=proxy.num_calls,
     )
 
 
@@ -129,7 +132,10 @@ def outcome_error(run: HarnessRun, timeout_s: float) -> HandlerError | None:
             cause="harness_timeout",
             finish_reason="time_limit",
         )
-    if run.exit_code == BRIDGE_FAILED and BRIDGE_MARKER in run.stderr_tail:
+    # The bridge fails only before the harness starts; once the policy has been sampled the
+    # harness ran, and its exit status and stderr (the policy's to choose) are its own.
+    bridge_failed = run.exit_code == BRIDGE_FAILED and BRIDGE_MARKER in run.stderr_tail
+    if bridge_failed and run.llm_calls == 0:
         line = next(x for x in run.stderr_tail.splitlines() if BRIDGE_MARKER in x)
         return InfraError(line.strip(), cause="llm_proxy_bridge_failed")
     if run.exit_code != 0:

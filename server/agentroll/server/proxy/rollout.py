@@ -91,7 +91,10 @@ class RolloutProxy:
         self._stop: ProxyStop | None = None
         self._stopped = asyncio.Event()
         self._listening = False
-        self._last_reply: str | None = None
+        self._replies: dict[int, str] = {}
+        """Each finished call's sampled text, by call index."""
+        self._reserved = 0
+        """Tokens promised to calls still sampling (counted against the cap at admission)."""
         self._closing: dict[bool, list[int]] = {}
         self.book = ChainBook()
         self.calls: list[dict[str, Any]] = []
@@ -119,7 +122,16 @@ class RolloutProxy:
 
     @property
     def last_reply(self) -> str | None:
-        return self._last_reply
+        """The last reply of the chain that becomes the trajectory: what an answer task
+        scores is what the trajectory's own tokens said (a side call cannot stand in)."""
+        main = self.book.main()
+        if main is None:
+            return None
+        return next((self._replies[c] for c in reversed(main.calls) if c in self._replies), None)
+
+    @property
+    def num_calls(self) -> int:
+        return len(self.calls)
 
     async def wait_stopped(self) -> ProxyStop:
         await self._stopped.wait()
@@ -218,6 +230,12 @@ class RolloutProxy:
                            "context_length_exceeded"),
             )  # fmt: skip
         except (LLMUnavailable, InfraError, BackendError) as exc:
+            rejected = _rejected_request(exc)
+            if rejected is not None:  # what the harness sent, not a failing backend
+                return self._refuse(
+                    "backend_rejected", rejected.status or 400, str(rejected),
+                    "invalid_request_error",
+                )  # fmt: skip
             cause = getattr(exc, "cause", None) or "llm_backend_error"
             self._set_stop(ProxyStop("infra", cause, f"the LLM proxy could not generate: {exc}"))
             return Response(503, error_body(503, str(exc), "server_error", "backend_unavailable"))
@@ -230,7 +248,7 @@ class RolloutProxy:
                 self._set_stop(
                     ProxyStop("limit", "max_calls", f"call cap of {limits.max_calls} reached")
                 )
-            elif self.sampled_tokens >= self._max_sampled:
+            elif self.sampled_tokens + self._reserved >= self._max_sampled:
                 self._set_stop(
                     ProxyStop(
                         "limit", "max_tokens", f"sampled-token cap of {self._max_sampled} reached"
@@ -359,11 +377,13 @@ class RolloutProxy:
                 prompt = placement.prompt + [t for p in pieces for t in p.token_ids]
                 params = {**sampling, "max_tokens": budget, "stop": stops}
                 asked = time.monotonic()
+                self._reserved += budget  # concurrent calls share the cap, never overshoot it
                 try:
                     completion, backend, flight = await self._session.sample(prompt, params)
                 except GenerationAborted:
                     continue  # nothing came back: sample this part again after resume
                 finally:
+                    self._reserved -= budget
                     record = self.calls[index]
                     record["backend_s"] = record.get("backend_s", 0.0) + time.monotonic() - asked
                 pieces += self._pieces(completion, backend, flight)
@@ -371,8 +391,8 @@ class RolloutProxy:
                 got += len(completion.token_ids)
                 self.sampled_tokens += len(completion.token_ids)
                 if completion.finish_reason != "abort" or got >= wanted:
-                    self._last_reply = "".join(texts)
-                    return pieces, self._last_reply, completion.finish_reason
+                    self._replies[index] = "".join(texts)
+                    return pieces, self._replies[index], completion.finish_reason
         except BaseException as exc:
             self.calls[index]["error"] = type(exc).__name__
             if pieces:  # keep what was sampled: the chain stays exact, the call just ends
@@ -382,7 +402,7 @@ class RolloutProxy:
             raise
 
     def _budget(self, wanted: int, used: int, limit: int | None) -> int:
-        left = min(wanted, self._max_sampled - self.sampled_tokens)
+        left = min(wanted, self._max_sampled - self.sampled_tokens - self._reserved)
         if limit is not None:
             room = limit - used
             if room < 1:
@@ -458,3 +478,23 @@ async def open_proxy(
     )
     await proxy.start()
     return proxy
+
+
+# A backend's 4xx is about the request: token ids out of its vocabulary, a conversation its chat
+# template refuses. The harness sent it (the policy's doing), so it gets the error back as from
+# a real server and the rollout goes on; a missing route, a timeout or a rate limit is the
+# backend's trouble.
+_BACKEND_TROUBLE = (404, 408, 429)
+
+
+def _rejected_request(exc: BaseException) -> BackendError | None:
+    """The backend error that refused the request's content, if that is what `exc` is."""
+    cause = exc if isinstance(exc, BackendError) else exc.__cause__
+    if (
+        isinstance(cause, BackendError)
+        and cause.status is not None
+        and 400 <= cause.status < 500
+        and cause.status not in _BACKEND_TROUBLE
+    ):
+        return cause
+    return None
