@@ -8,7 +8,7 @@ import pytest
 
 from agentroll.handlers import LLMUnavailable, Message
 from agentroll.server.llm import BackendPool, TokenSession
-from agentroll.server.llm.base import BackendError, Completion, TokenizeResult
+from agentroll.server.llm.base import BackendError, BackendPaused, Completion, TokenizeResult
 from agentroll.server.llm.gate import GenerationGate
 from agentroll.server.llm.http import HTTPClient, HTTPResponse
 from agentroll.server.llm.vllm import VLLMClient
@@ -174,3 +174,26 @@ async def test_a_slow_backend_that_times_out_is_not_marked_down(pool: BackendPoo
         assert backend.healthy  # slow is not down: health probes decide that
     finally:
         await slow.stop()
+
+
+async def test_a_backend_paused_outside_the_gate_is_waited_out(pool: BackendPool) -> None:
+    paused = BackendPaused("503: generation is paused")
+    client = FakeClient(100, [paused, paused, _done([4, 2])])
+    add(pool, "a", client)
+    s = session(pool, GenerationGate(), backend_wait_s=30.0)
+    await s.start(MESSAGES)
+    turn = await asyncio.wait_for(s.generate(), 30)
+    assert turn.token_ids == (4, 2) and client.calls == 3
+    assert s.retries == []  # waiting for a paused engine is not a failed try
+
+
+async def test_a_backend_that_stays_paused_ends_the_call_after_the_wait(
+    pool: BackendPool,
+) -> None:
+    client = FakeClient(100, [BackendPaused("503: generation is paused")] * 100)
+    add(pool, "a", client)
+    s = session(pool, GenerationGate(), backend_wait_s=0.6)
+    await s.start(MESSAGES)
+    with pytest.raises(LLMUnavailable) as caught:
+        await asyncio.wait_for(s.generate(), 30)
+    assert caught.value.cause == "llm_backend_paused"

@@ -23,7 +23,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from agentroll.handlers import ContextLengthExceeded, InfraError, LLMUnavailable, Message, Turn
-from agentroll.server.llm.base import BackendClient, BackendError, Completion, TokenizeResult
+from agentroll.server.llm.base import (
+    BackendClient,
+    BackendError,
+    BackendPaused,
+    Completion,
+    TokenizeResult,
+)
 from agentroll.server.llm.gate import Flight, GenerationAborted, GenerationGate
 from agentroll.server.llm.pool import Backend, BackendPool
 from agentroll.server.logs import backend_var
@@ -34,6 +40,7 @@ if TYPE_CHECKING:
 
 _PROBE_REPLY = "ok"
 MAX_ATTEMPTS = 3
+PAUSED_BACKOFF_S = (0.25, 5.0)
 
 
 def _split_points(completion: Completion) -> list[int]:
@@ -422,10 +429,13 @@ class TokenSession:
         """Run one backend call, retrying on another backend while nothing was committed.
 
         Each try, a retry included, holds its own gate slot (`gated`): a pause that starts
-        between two tries holds the retry back until resume."""
+        between two tries holds the retry back until resume. A backend paused outside our gate
+        (an operator, another trainer process) answers `BackendPaused`: that is waited out,
+        with backoff, for at most `backend_wait_s`, and does not count as a failed try."""
         tried: set[str] = set()
         last_error: BackendError | None = None
-        for _ in range(MAX_ATTEMPTS):
+        paused = _PausedBackends(self._backend_wait_s)
+        while len(tried) < MAX_ATTEMPTS:
             try:
                 backend = await self._choose(frozenset(tried))
             except LLMUnavailable:
@@ -438,6 +448,9 @@ class TokenSession:
                         backend = self._rechoose(backend, tried)  # a pause may have changed it
                         flight.backend_id = backend.id
                     result = await self._try(backend, fn, flight)
+            except BackendPaused as exc:
+                await paused.wait_out(exc)
+                continue
             except BackendError as exc:
                 if not exc.retryable:
                     raise LLMUnavailable(str(exc), cause="llm_backend_error") from exc
@@ -451,3 +464,23 @@ class TokenSession:
             f"no backend could serve the request after {len(tried)} attempt(s): {last_error}",
             cause="llm_backend_unavailable",
         ) from last_error
+
+
+class _PausedBackends:
+    """How long one call has waited for backends paused outside agentroll's gate."""
+
+    def __init__(self, limit_s: float) -> None:
+        self._limit_s = limit_s
+        self._since: float | None = None
+        self._delay = PAUSED_BACKOFF_S[0]
+
+    async def wait_out(self, exc: BackendPaused) -> None:
+        now = time.monotonic()
+        self._since = self._since or now
+        if now - self._since >= self._limit_s:
+            raise LLMUnavailable(
+                f"the backend stayed paused for {self._limit_s:g} s: {exc}",
+                cause="llm_backend_paused",
+            ) from exc
+        await asyncio.sleep(self._delay)
+        self._delay = min(self._delay * 2, PAUSED_BACKOFF_S[1])
