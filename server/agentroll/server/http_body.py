@@ -20,6 +20,9 @@ MAX_CHUNK_LINE_BYTES = 1024
 MAX_TRAILER_BYTES = 16 * 1024
 """The trailer section after the last chunk, all lines together."""
 READ_SIZE = 64 * 1024
+MIN_CHUNKS = 1024
+AVERAGE_CHUNK_BYTES = 1024
+"""A body may come in `limit / AVERAGE_CHUNK_BYTES` chunks (at least `MIN_CHUNKS`)."""
 
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _MAX_LENGTH_DIGITS = 18  # any longer Content-Length is past every limit (and int() is cheap)
@@ -89,25 +92,36 @@ def check_length(length: int, limit: int) -> None:
         raise BodyTooLarge(f"body of {length} bytes is larger than the limit of {limit} bytes")
 
 
+def max_chunks(limit: int) -> int:
+    """How many chunks a body of at most `limit` bytes may come in: enough for any client
+    (they send kilobytes at a time), few enough that tiny chunks cannot turn a body into
+    millions of reads and allocations."""
+    return max(MIN_CHUNKS, limit // AVERAGE_CHUNK_BYTES)
+
+
 async def read_chunked(
     reader: asyncio.StreamReader, limit: int, budget: BodyBudget | None = None
 ) -> bytes:
-    """A chunked body of at most `limit` bytes. With `budget`, each chunk is taken from it
-    before it is read; on success the body holds len(body) of it, on failure nothing."""
-    parts: list[bytes] = []
-    received = 0
+    """A chunked body of at most `limit` bytes in at most `max_chunks(limit)` chunks. With
+    `budget`, each chunk is taken from it before it is read; on success the body holds
+    len(body) of it, on failure nothing."""
+    body = bytearray()
+    received, chunks, most = 0, 0, max_chunks(limit)
     try:
         while True:
             size = await _chunk_size(reader)
             if size == 0:
                 await _skip_trailers(reader)
-                return b"".join(parts)
+                return bytes(body)
+            chunks += 1
+            if chunks > most:
+                raise BodyTooLarge(f"chunked body in more than {most} chunks")
             if received + size > limit:
                 raise BodyTooLarge(f"chunked body is larger than the limit of {limit} bytes")
             if budget is not None:
                 budget.take(size)
             received += size
-            parts.append(await reader.readexactly(size))
+            body += await reader.readexactly(size)
             if await reader.readexactly(2) != b"\r\n":
                 raise MalformedBody("a chunk's data is not followed by CRLF")
     except BaseException:

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from agentroll.server.http_body import max_chunks
 from agentroll.server.proxy.http11 import Request, Response, UnixHTTPServer, error_response
 
 
@@ -156,6 +157,22 @@ async def test_many_small_chunks_are_refused_at_the_one_that_would_cross_the_lim
     answer = await answer_then_close(server.path, CHUNKED_HEAD + TEN_CHUNKS + b"64\r\n")
     assert status_of(answer) == 413 and len(handled) == 1
     assert server.body_bytes_held == 0
+
+
+async def test_a_body_in_tiny_chunks_is_refused_past_the_chunk_count(tmp_path: Path) -> None:
+    """One byte at a time, each a chunk: millions of reads and allocations for one body. Past
+    one chunk per KiB of the limit (at least 1024) it is refused, whatever its size."""
+    limit = 4 << 20
+    server = UnixHTTPServer(tmp_path / "tiny.sock", echo, max_body_bytes=limit)
+    await server.start()
+    try:
+        tiny = b"1\r\nx\r\n" * (max_chunks(limit) + 1)
+        answer = await answer_then_close(server.path, CHUNKED_HEAD + tiny + b"0\r\n\r\n")
+    finally:
+        await server.close()
+    assert status_of(answer) == 413
+    assert f"more than {max_chunks(limit)} chunks" in refusal(answer)["message"]
+    assert max_chunks(limit) == 4096
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,6 @@ def test_llm_proxy_caps_are_settings_within_the_proxys_own_ceiling(
 ) -> None:
     monkeypatch.setenv("AGENTROLL_LLM_PROXY__REQUESTS_PER_S", "2.5")
     caps = Settings().llm_proxy
-    assert caps.requests_per_s == 2.5 and caps.request_burst == 60  # the rest: defaults
+    assert caps.requests_per_s == 2.5 and caps.request_burst == 30  # the rest: defaults
     with pytest.raises(ValueError, match="max_body_bytes"):
         Settings(llm_proxy={"max_body_bytes": 64 * 1024 * 1024})  # over the 32 MiB ceiling

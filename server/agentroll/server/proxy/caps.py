@@ -21,7 +21,7 @@ class ProxyCaps(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_body_bytes: int = Field(
-        16 * 1024 * 1024,
+        8 * 1024 * 1024,
         ge=1024,
         le=MAX_BODY_BYTES,
         description="Largest request body (beyond: 413), and the most request-body bytes one "
@@ -33,11 +33,14 @@ class ProxyCaps(BaseModel):
         le=10_000,
         description="Open connections to one rollout's proxy (beyond: 429).",
     )
+    # Parsing a request costs the event loop time (about 70 ms per MiB of JSON): with the body
+    # limit, these bound what one rollout can make the server spend, well above what an agent
+    # harness asks for (a call per model turn, a few at once).
     request_burst: int = Field(
-        60, ge=1, description="Requests one rollout may make at once before its rate applies."
+        30, ge=1, description="Requests one rollout may make at once before its rate applies."
     )
     requests_per_s: float = Field(
-        10.0, gt=0, description="Sustained requests per second per rollout (beyond: 429)."
+        3.0, gt=0, description="Sustained requests per second per rollout (beyond: 429)."
     )
 
 
