@@ -52,6 +52,10 @@ def build_trajectory(
         }
         if llm.retries:
             metadata["llm_retries"] = llm.retries
+        if ctx.llm.mixed_version_segments:
+            # Parked across a `keep` weight update by a backend that does not say where the
+            # update fell (before vLLM 0.33): those segments carry the version they started with.
+            metadata["mixed_version_segments"] = ctx.llm.mixed_version_segments
     error = None
     if verdict.error_type is not None:
         error = ErrorInfo(
