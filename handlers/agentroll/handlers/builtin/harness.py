@@ -32,7 +32,7 @@ from agentroll.handlers.context import ProxyLimits, Reward, RolloutContext
 from agentroll.handlers.harness.config import HarnessConfig
 from agentroll.handlers.harness.runner import new_folder, outcome_error, run_harness
 from agentroll.handlers.harness.view import TaskView
-from agentroll.handlers.registry import load_object
+from agentroll.handlers.plugins import load_object
 from agentroll.handlers.toolcalls import get_parser
 
 EVALUATORS = {
