@@ -1,5 +1,6 @@
 """The `AgentHandler` base class: one task family's init / run / eval."""
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -39,8 +40,11 @@ def classify_error(stage: Stage, exc: BaseException) -> ErrorDecision:
     return ErrorDecision("infra_error", f"{stage}_exception", f"{type(exc).__name__}: {exc}")
 
 
-class AgentHandler:
+class AgentHandler(ABC):
     """Subclass, set `name`, implement `run` and `eval`; the server drives the stages.
+
+    `run` and `eval` are abstract: the registry refuses a subclass that lacks one when it is
+    registered or first resolved, so the omission never surfaces mid-rollout.
 
     One instance serves every rollout of its task family: keep per-rollout data in
     `ctx.state`, not on `self`.
@@ -68,14 +72,16 @@ class AgentHandler:
             )
             raise ValueError(f"invalid {self.name} instance: {problems}") from exc
 
-    async def init(self, ctx: RolloutContext) -> None:
+    async def init(self, ctx: RolloutContext) -> None:  # noqa: B027 (optional, unlike run/eval)
         """Start and prepare the sandbox, set up tools. Default: nothing to prepare."""
 
+    @abstractmethod
     async def run(self, ctx: RolloutContext) -> None:
-        raise NotImplementedError
+        """The agent's turn: drive `ctx.llm` (and the sandbox's tools) until the task ends."""
 
+    @abstractmethod
     async def eval(self, ctx: RolloutContext) -> Reward:
-        raise NotImplementedError
+        """Score what RUN left behind; a meaningful reward, possibly 0."""
 
     def on_init_error(self, ctx: RolloutContext, exc: BaseException) -> ErrorDecision:
         return classify_error("init", exc)

@@ -6,6 +6,8 @@ error, never a silent override. A class that leaves an abstract stage (`run`, `e
 unimplemented is refused when it is registered or first resolved, never mid-rollout.
 """
 
+import inspect
+
 from agentroll.handlers.base import AgentHandler
 from agentroll.handlers.errors import DuplicateHandlerError, RegistryError, UnknownHandlerError
 from agentroll.handlers.plugins import PluginRegistry
@@ -24,6 +26,11 @@ BUILTIN_HANDLERS: dict[str, str] = {
 def _as_handler_class(obj: object, origin: str) -> type[AgentHandler]:
     if not (isinstance(obj, type) and issubclass(obj, AgentHandler)):
         raise RegistryError(f"{origin} is not an AgentHandler subclass: {obj!r}")
+    if inspect.isabstract(obj):
+        missing = ", ".join(sorted(obj.__abstractmethods__))
+        raise RegistryError(
+            f"{origin} ({obj.__module__}.{obj.__qualname__}) does not implement {missing}"
+        )
     return obj
 
 
@@ -43,7 +50,7 @@ class HandlerRegistry:
 
     def register(self, cls: type[AgentHandler], name: str | None = None) -> None:
         """Serve `cls` under `name` (default: `cls.name`); `DuplicateHandlerError` if taken,
-        `RegistryError` if `cls` is not an `AgentHandler` subclass."""
+        `RegistryError` if `cls` is not a complete `AgentHandler` subclass."""
         self._classes.register(name or cls.name, cls)
 
     def names(self) -> list[str]:
