@@ -2,7 +2,7 @@
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -12,6 +12,7 @@ from agentroll.runtime.action.errors import ActionError
 from agentroll.runtime.errors import SandboxError
 
 Stage = Literal["init", "run", "eval"]
+InstanceModel = TypeVar("InstanceModel", bound=BaseModel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +39,16 @@ def classify_error(stage: Stage, exc: BaseException) -> ErrorDecision:
     if isinstance(exc, SandboxError | ActionError):  # the sandbox or its tool server failed
         return ErrorDecision("infra_error", "sandbox_failure", f"{type(exc).__name__}: {exc}")
     return ErrorDecision("infra_error", f"{stage}_exception", f"{type(exc).__name__}: {exc}")
+
+
+def parsed_instance(ctx: RolloutContext, model: type[InstanceModel], key: str) -> InstanceModel:
+    """`ctx.instance` validated as `model` once per rollout (kept in `ctx.state[key]`);
+    pydantic's `ValidationError` if it does not fit (submission validated it already)."""
+    cached = ctx.state.get(key)
+    if not isinstance(cached, model):
+        cached = model.model_validate(dict(ctx.instance))
+        ctx.state[key] = cached
+    return cached
 
 
 class AgentHandler(ABC):
