@@ -25,6 +25,7 @@ from agentroll.handlers.errors import (
     RegistryError,
     UnknownHandlerError,
 )
+from agentroll.handlers.plugins import PluginRegistry
 from agentroll.handlers.registry import ENTRY_POINT_GROUP, HandlerRegistry
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "LLMSession",
     "LLMUnavailable",
     "Message",
+    "PluginRegistry",
     "ProxyLimits",
     "ProxyStop",
     "RegistryError",

@@ -1,7 +1,8 @@
 """The `AgentHandler` base class: one task family's init / run / eval."""
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -11,6 +12,7 @@ from agentroll.runtime.action.errors import ActionError
 from agentroll.runtime.errors import SandboxError
 
 Stage = Literal["init", "run", "eval"]
+InstanceModel = TypeVar("InstanceModel", bound=BaseModel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,8 +41,21 @@ def classify_error(stage: Stage, exc: BaseException) -> ErrorDecision:
     return ErrorDecision("infra_error", f"{stage}_exception", f"{type(exc).__name__}: {exc}")
 
 
-class AgentHandler:
+def parsed_instance(ctx: RolloutContext, model: type[InstanceModel], key: str) -> InstanceModel:
+    """`ctx.instance` validated as `model` once per rollout (kept in `ctx.state[key]`);
+    pydantic's `ValidationError` if it does not fit (submission validated it already)."""
+    cached = ctx.state.get(key)
+    if not isinstance(cached, model):
+        cached = model.model_validate(dict(ctx.instance))
+        ctx.state[key] = cached
+    return cached
+
+
+class AgentHandler(ABC):
     """Subclass, set `name`, implement `run` and `eval`; the server drives the stages.
+
+    `run` and `eval` are abstract: the registry refuses a subclass that lacks one when it is
+    registered or first resolved, so the omission never surfaces mid-rollout.
 
     One instance serves every rollout of its task family: keep per-rollout data in
     `ctx.state`, not on `self`.
@@ -68,14 +83,16 @@ class AgentHandler:
             )
             raise ValueError(f"invalid {self.name} instance: {problems}") from exc
 
-    async def init(self, ctx: RolloutContext) -> None:
+    async def init(self, ctx: RolloutContext) -> None:  # noqa: B027 (optional, unlike run/eval)
         """Start and prepare the sandbox, set up tools. Default: nothing to prepare."""
 
+    @abstractmethod
     async def run(self, ctx: RolloutContext) -> None:
-        raise NotImplementedError
+        """The agent's turn: drive `ctx.llm` (and the sandbox's tools) until the task ends."""
 
+    @abstractmethod
     async def eval(self, ctx: RolloutContext) -> Reward:
-        raise NotImplementedError
+        """Score what RUN left behind; a meaningful reward, possibly 0."""
 
     def on_init_error(self, ctx: RolloutContext, exc: BaseException) -> ErrorDecision:
         return classify_error("init", exc)

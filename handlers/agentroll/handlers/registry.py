@@ -1,14 +1,16 @@
 """Finding handlers by name.
 
-Lookup order: explicit registration, built-ins, the entry-point group `agentroll.handlers`,
-then a `module:Class` path. A name claimed twice is an error, never a silent override.
+Lookup order (see `agentroll.handlers.plugins`): explicit registration, built-ins, the
+entry-point group `agentroll.handlers`, then a `module:Class` path. A name claimed twice is an
+error, never a silent override. A class that leaves an abstract stage (`run`, `eval`)
+unimplemented is refused when it is registered or first resolved, never mid-rollout.
 """
 
-import importlib
-from importlib.metadata import EntryPoint, entry_points
+import inspect
 
 from agentroll.handlers.base import AgentHandler
 from agentroll.handlers.errors import DuplicateHandlerError, RegistryError, UnknownHandlerError
+from agentroll.handlers.plugins import PluginRegistry
 
 ENTRY_POINT_GROUP = "agentroll.handlers"
 
@@ -21,38 +23,14 @@ BUILTIN_HANDLERS: dict[str, str] = {
 }
 
 
-def load_object(path: str) -> object:
-    """Import `module:attr` (attr may be dotted)."""
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        raise RegistryError(f"not a 'module:Class' path: {path!r}")
-    try:
-        obj: object = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise RegistryError(f"cannot import {module_name!r} (for {path!r}): {exc}") from exc
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError as exc:
-            raise RegistryError(f"{module_name!r} has no attribute {attr!r}") from exc
-    return obj
-
-
-def discover_entry_points(group: str, duplicate: type[RegistryError]) -> dict[str, EntryPoint]:
-    """Installed entry points of `group` by name; one name claimed twice raises `duplicate`."""
-    found: dict[str, EntryPoint] = {}
-    for ep in entry_points(group=group):
-        if ep.name in found and found[ep.name].value != ep.value:
-            raise duplicate(
-                f"entry point {ep.name!r} is declared twice: {found[ep.name].value} and {ep.value}"
-            )
-        found[ep.name] = ep
-    return found
-
-
 def _as_handler_class(obj: object, origin: str) -> type[AgentHandler]:
     if not (isinstance(obj, type) and issubclass(obj, AgentHandler)):
         raise RegistryError(f"{origin} is not an AgentHandler subclass: {obj!r}")
+    if inspect.isabstract(obj):
+        missing = ", ".join(sorted(obj.__abstractmethods__))
+        raise RegistryError(
+            f"{origin} ({obj.__module__}.{obj.__qualname__}) does not implement {missing}"
+        )
     return obj
 
 
@@ -60,43 +38,29 @@ class HandlerRegistry:
     """Resolves handler names to shared handler instances (one per name, created lazily)."""
 
     def __init__(self) -> None:
-        self._explicit: dict[str, type[AgentHandler]] = {}
+        self._classes = PluginRegistry[type[AgentHandler]](
+            "handler",
+            convert=_as_handler_class,
+            unknown=UnknownHandlerError,
+            duplicate=DuplicateHandlerError,
+            builtins=BUILTIN_HANDLERS,
+            group=ENTRY_POINT_GROUP,
+        )
         self._instances: dict[str, AgentHandler] = {}
-        self._entry_points: dict[str, EntryPoint] | None = None
 
     def register(self, cls: type[AgentHandler], name: str | None = None) -> None:
-        name = name or cls.name
-        if name in self._explicit or name in BUILTIN_HANDLERS:
-            raise DuplicateHandlerError(f"handler {name!r} is already registered")
-        self._explicit[name] = _as_handler_class(cls, f"handler {name!r}")
-
-    def _discovered(self) -> dict[str, EntryPoint]:
-        if self._entry_points is None:
-            self._entry_points = discover_entry_points(ENTRY_POINT_GROUP, DuplicateHandlerError)
-        return self._entry_points
+        """Serve `cls` under `name` (default: `cls.name`); `DuplicateHandlerError` if taken,
+        `RegistryError` if `cls` is not a complete `AgentHandler` subclass."""
+        self._classes.register(name or cls.name, cls)
 
     def names(self) -> list[str]:
-        return sorted({*self._explicit, *BUILTIN_HANDLERS, *self._discovered()})
-
-    def _resolve_class(self, name: str) -> type[AgentHandler]:
-        if name in self._explicit:
-            return self._explicit[name]
-        entry = self._discovered().get(name)
-        if name in BUILTIN_HANDLERS:
-            if entry is not None:
-                raise DuplicateHandlerError(
-                    f"entry point {entry.value!r} claims the built-in handler name {name!r}"
-                )
-            return _as_handler_class(load_object(BUILTIN_HANDLERS[name]), f"built-in {name!r}")
-        if entry is not None:
-            return _as_handler_class(entry.load(), f"entry point {name!r}")
-        if ":" in name:
-            return _as_handler_class(load_object(name), repr(name))
-        raise UnknownHandlerError(name, self.names())
+        """Every handler name known without a path, sorted."""
+        return self._classes.names()
 
     def get(self, name: str) -> AgentHandler:
+        """The shared handler for `name`; `UnknownHandlerError` or `RegistryError` if none."""
         handler = self._instances.get(name)
         if handler is None:
-            handler = self._resolve_class(name)()
+            handler = self._classes.get(name)()
             self._instances[name] = handler
         return handler

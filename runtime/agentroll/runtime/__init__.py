@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from agentroll.runtime.config import BwrapConfig, LocalConfig, RuntimeConfig, SingularityConfig
     from agentroll.runtime.errors import (
         AddressExhausted,
+        AgentrollRuntimeError,
         ContainmentError,
         RuntimeUnavailable,
         SandboxClosed,
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "AddressExhausted": "errors",
+    "AgentrollRuntimeError": "errors",
     "Bind": "base",
     "BwrapConfig": "config",
     "ContainmentError": "errors",
@@ -46,6 +48,7 @@ _EXPORTS = {
 
 __all__ = [
     "AddressExhausted",
+    "AgentrollRuntimeError",
     "Bind",
     "BwrapConfig",
     "ContainmentError",

@@ -36,24 +36,28 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentroll.runtime import hostroot
-from agentroll.runtime.base import MARKER_ENV, OWNER_ENV, Limits, SandboxSpec
+from agentroll.runtime.base import SandboxSpec
 from agentroll.runtime.cgroup import SandboxCgroup
 from agentroll.runtime.core import BaseRuntime
 from agentroll.runtime.errors import RuntimeUnavailable, SandboxClosed, SandboxStartError
 from agentroll.runtime.imagemeta import read_image_meta
 from agentroll.runtime.inithandle import InitHandle
+from agentroll.runtime.launch import (
+    DEFAULT_PATH,
+    SOCKET_DIR_INSIDE,
+    action_server_argv,
+    marker_env,
+    sandbox_env,
+)
 from agentroll.runtime.lease import Lease
-from agentroll.runtime.limits import join_cgroup_argv, prlimit_argv, rlimit_args
-from agentroll.runtime.sandbox import SOCKET_NAME, ProcessSandbox
+from agentroll.runtime.limits import join_cgroup_argv, prlimit_argv
+from agentroll.runtime.sandbox import ProcessSandbox
 
 if TYPE_CHECKING:
     from agentroll.runtime.config import BwrapConfig
 
 log = logging.getLogger(__name__)
 
-#: Where the socket directory appears inside every sandbox.
-SOCKET_DIR_INSIDE = "/run/agentroll"
-DEFAULT_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
 _SKIP_IMAGE_ENTRIES = {"proc", "dev", "sys", "tmp", "run"}
 
 
@@ -79,37 +83,6 @@ def root_args(image: Path | None) -> list[str]:
         else:
             args += ["--ro-bind", entry.path, dest]
     return args
-
-
-def sandbox_env(
-    spec: SandboxSpec,
-    sandbox_id: str,
-    owner: str,
-    address: str | None,
-    image_env: dict[str, str] | None = None,
-) -> dict[str, str]:
-    """The sandbox's whole environment: defaults, the image's, the spec's, then the markers."""
-    env = {"PATH": DEFAULT_PATH, "HOME": spec.workdir, "LANG": "C.UTF-8", "TMPDIR": "/tmp"}
-    env.update(image_env or {})
-    env.update(dict(spec.env))
-    env[MARKER_ENV] = sandbox_id
-    env[OWNER_ENV] = owner
-    if address:
-        env["AGENTROLL_SANDBOX_ADDR"] = address
-    return env
-
-
-def action_server_argv(
-    python: str, workdir: str, limits: Limits, cgroup_fds: Sequence[int] = ()
-) -> list[str]:
-    """The sandbox's action server: serving only the host, confining the agent's tools."""
-    return [
-        python, "-m", "agentroll.runtime.action",
-        "--socket", f"{SOCKET_DIR_INSIDE}/{SOCKET_NAME}", "--single-client",
-        "--workdir", workdir, "--root", workdir, "--root", "/tmp",
-        *rlimit_args(limits),
-        *(arg for fd in cgroup_fds for arg in ("--agent-cgroup-fd", str(fd))),
-    ]  # fmt: skip
 
 
 def bwrap_argv(
@@ -255,7 +228,7 @@ class BwrapRuntime(BaseRuntime):
                 env=sb.env, command=server, info_fd=write_fd, uid=self.config.sandbox_uid,
                 python_dirs=pydirs,
             )  # fmt: skip
-            launcher_env = {"PATH": DEFAULT_PATH, MARKER_ENV: sb.id, OWNER_ENV: self.instance_id}
+            launcher_env = {"PATH": DEFAULT_PATH, **marker_env(sb.id, self.instance_id)}
             await sb.launch(argv, launcher_env, pass_fds=[write_fd, *cgroup_fds])
         except BaseException:
             os.close(read_fd)  # _read_info, which owns it otherwise, will not run

@@ -1,14 +1,26 @@
-"""Errors raised by sandbox runtimes.
+"""Errors raised by the runtime package: sandboxes, their action server, images.
 
 One root, each leaf also the builtin it specialises, so callers can catch either::
 
-    SandboxError(Exception)
-    ├── RuntimeUnavailable(SandboxError, FileNotFoundError)  binary missing / local not enabled
-    ├── SandboxStartError(SandboxError, RuntimeError)         sandbox or action server not up
-    ├── SandboxTimeout(SandboxError, TimeoutError)            start ran past its limit
-    ├── SandboxClosed(SandboxError, RuntimeError)             used after stop() or close()
-    ├── ContainmentError(SandboxError, RuntimeError)          processes survived teardown
-    └── AddressExhausted(SandboxError, OSError)               no free loopback address left
+    AgentrollRuntimeError(Exception)
+    ├── SandboxError                    a runtime or one of its sandboxes failed
+    │   ├── RuntimeUnavailable(SandboxError, FileNotFoundError)  binary missing / local not enabled
+    │   ├── SandboxStartError(SandboxError, RuntimeError)         sandbox or action server not up
+    │   ├── SandboxTimeout(SandboxError, TimeoutError)            start ran past its limit
+    │   ├── SandboxClosed(SandboxError, RuntimeError)             used after stop() or close()
+    │   ├── ContainmentError(SandboxError, RuntimeError)          processes survived teardown
+    │   └── AddressExhausted(SandboxError, OSError)               no free loopback address left
+    ├── ActionError                     the action server's client failed (action/errors.py)
+    │   ├── ActionServerUnavailable(ActionError, ConnectionError)
+    │   ├── ActionTimeout(ActionError, TimeoutError)
+    │   ├── ActionProtocolError(ActionError, RuntimeError)
+    │   └── ActionRequestError(ActionError, ValueError)
+    └── ImageError                      the image builder failed (images/errors.py)
+        ├── TemplateNotFound(ImageError, LookupError)
+        ├── TemplateError(ImageError, ValueError)
+        ├── BuilderUnavailable(ImageError, FileNotFoundError)
+        ├── BuildFailed(ImageError, RuntimeError)
+        └── BuildTimeout(ImageError, TimeoutError)
 
 Third-party and subprocess failures are translated at the boundary with ``raise ... from exc``.
 """
@@ -16,8 +28,12 @@ Third-party and subprocess failures are translated at the boundary with ``raise 
 from __future__ import annotations
 
 
-class SandboxError(Exception):
-    """Root of every runtime error."""
+class AgentrollRuntimeError(Exception):
+    """Root of every error the runtime package raises (sandboxes, action server, images)."""
+
+
+class SandboxError(AgentrollRuntimeError):
+    """Root of the errors of runtimes and their sandboxes."""
 
 
 class RuntimeUnavailable(SandboxError, FileNotFoundError):

@@ -17,6 +17,7 @@ import functools
 import os
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc")
@@ -42,22 +43,23 @@ def private_etc_entries() -> tuple[tuple[str, str], ...]:
     for dirpath, dirnames, filenames in os.walk("/etc"):
         for name in list(dirnames):
             p = os.path.join(dirpath, name)
-            try:
-                st = os.lstat(p)
-            except OSError:
-                continue
-            if stat.S_ISDIR(st.st_mode) and not st.st_mode & stat.S_IROTH:
+            if _unreadable(p, stat.S_ISDIR):
                 out.append(("dir", p))
                 dirnames.remove(name)
         for name in filenames:
             p = os.path.join(dirpath, name)
-            try:
-                st = os.lstat(p)
-            except OSError:
-                continue
-            if stat.S_ISREG(st.st_mode) and not st.st_mode & stat.S_IROTH:
+            if _unreadable(p, stat.S_ISREG):
                 out.append(("file", p))
     return tuple(out)
+
+
+def _unreadable(path: str, is_kind: Callable[[int], bool]) -> bool:
+    """``path`` is of that kind (not followed if a link) and not world-readable."""
+    try:
+        mode = os.lstat(path).st_mode
+    except OSError:
+        return False
+    return is_kind(mode) and not mode & stat.S_IROTH
 
 
 def runtime_source_root() -> Path:

@@ -16,12 +16,12 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agentroll.runtime.base import MARKER_ENV, OWNER_ENV, SandboxSpec
-from agentroll.runtime.bwrap import DEFAULT_PATH
+from agentroll.runtime.base import SandboxSpec
 from agentroll.runtime.core import BaseRuntime
 from agentroll.runtime.errors import RuntimeUnavailable, SandboxStartError
+from agentroll.runtime.launch import action_server_argv, sandbox_env
 from agentroll.runtime.lease import Lease
-from agentroll.runtime.limits import prlimit_argv, rlimit_args
+from agentroll.runtime.limits import prlimit_argv
 from agentroll.runtime.sandbox import ProcessSandbox
 
 if TYPE_CHECKING:
@@ -70,11 +70,7 @@ class LocalRuntime(BaseRuntime):
             sandbox_id=sandbox_id, spec=spec, base_dir=base, workdir=base / "work",
             address=address, lease=lease, scanner=self.scanner,
         )  # fmt: skip
-        work = str(base / "work")
-        sb.env = {"PATH": DEFAULT_PATH, "HOME": work, "LANG": "C.UTF-8", **dict(spec.env)}
-        sb.env.update({MARKER_ENV: sandbox_id, OWNER_ENV: self.instance_id})
-        if address:
-            sb.env["AGENTROLL_SANDBOX_ADDR"] = address
+        sb.env = sandbox_env(spec, sandbox_id, self.instance_id, address, home=str(base / "work"))
         return sb
 
     async def _boot(self, sandbox: ProcessSandbox, deadline: float) -> None:
@@ -86,11 +82,10 @@ class LocalRuntime(BaseRuntime):
             sandbox.id,
         )
         work = str(sandbox.workdir)
-        argv = [
-            self.config.python or sys.executable, "-m", "agentroll.runtime.action",
-            "--socket", str(sandbox.socket_path), "--single-client",
-            "--workdir", work, "--root", work, *rlimit_args(sandbox.spec.limits),
-        ]  # fmt: skip
+        argv = action_server_argv(
+            self.config.python or sys.executable, work, sandbox.spec.limits,
+            socket=str(sandbox.socket_path), roots=(work,),
+        )  # fmt: skip
         await sandbox.launch(argv, sandbox.env)
         self.record(sandbox)
         await sandbox.wait_ready(max(deadline - asyncio.get_running_loop().time(), 0.1))

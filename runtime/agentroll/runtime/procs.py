@@ -43,27 +43,25 @@ def pidns_of(pid: int) -> int | None:
     return int(link[link.index("[") + 1 : -1])
 
 
-def start_time(pid: int) -> int | None:
-    """Start time of ``pid`` in clock ticks since boot: with the pid, a reuse-proof identity."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
+def _stat_fields(pid: int | str) -> list[bytes] | None:
+    """``/proc/<pid>/stat`` from the state on (index 0); None if it cannot be read."""
+    stat = _read(f"/proc/{pid}/stat")
+    if not stat:
         return None
     # The command name may contain spaces and parentheses: fields restart after the last ')'.
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    return int(fields[19])
+    return stat[stat.rindex(b")") + 2 :].split()
+
+
+def start_time(pid: int) -> int | None:
+    """Start time of ``pid`` in clock ticks since boot: with the pid, a reuse-proof identity."""
+    fields = _stat_fields(pid)
+    return None if fields is None else int(fields[19])
 
 
 def is_alive(pid: int, started: int | None) -> bool:
     """True if ``pid`` exists, is not a zombie, and (when given) started at ``started``."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    fields = stat[stat.rindex(b")") + 2 :].split()
-    if fields[0] in (b"Z", b"X"):
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] in (b"Z", b"X"):
         return False
     return started is None or int(fields[19]) == started
 
@@ -127,8 +125,8 @@ def group_members(pgid: int) -> list[int]:
     out = []
     for name in os.listdir("/proc"):
         if name.isdigit():
-            stat = _read(f"/proc/{name}/stat")
-            if stat and int(stat[stat.rindex(b")") + 2 :].split()[2]) == pgid:
+            fields = _stat_fields(name)
+            if fields is not None and int(fields[2]) == pgid:
                 out.append(int(name))
     return out
 

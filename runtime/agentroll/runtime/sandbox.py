@@ -41,7 +41,7 @@ SOCKET_NAME = "action.sock"
 _VERIFY_ROUNDS = 20
 
 
-def _open_log(path: Path) -> BinaryIO:
+def open_log(path: Path) -> BinaryIO:
     """Append-open the launcher's log (a local file; the child gets the descriptor)."""
     return open(path, "ab")
 
@@ -153,7 +153,7 @@ class ProcessSandbox:
         self, argv: Sequence[str], env: Mapping[str, str], *, pass_fds: Sequence[int] = ()
     ) -> None:
         """Start the launcher in its own session; stdout/stderr go to a file, never a pipe."""
-        with _open_log(self.base_dir / "log") as logf:
+        with open_log(self.base_dir / "log") as logf:
             try:
                 self._proc = await spawn(
                     *self._niced(argv),

@@ -36,14 +36,20 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from agentroll.runtime import hostroot, procs
-from agentroll.runtime.base import MARKER_ENV, OWNER_ENV, SandboxSpec
-from agentroll.runtime.bwrap import DEFAULT_PATH, SOCKET_DIR_INSIDE, action_server_argv, sandbox_env
+from agentroll.runtime.base import SandboxSpec
 from agentroll.runtime.core import BaseRuntime
 from agentroll.runtime.errors import RuntimeUnavailable, SandboxClosed, SandboxStartError
 from agentroll.runtime.inithandle import InitHandle
+from agentroll.runtime.launch import (
+    DEFAULT_PATH,
+    SOCKET_DIR_INSIDE,
+    action_server_argv,
+    marker_env,
+    sandbox_env,
+)
 from agentroll.runtime.lease import Lease
 from agentroll.runtime.limits import prlimit_argv
-from agentroll.runtime.sandbox import ProcessSandbox, _open_log, spawn
+from agentroll.runtime.sandbox import ProcessSandbox, open_log, spawn
 
 if TYPE_CHECKING:
     from agentroll.runtime.config import SingularityConfig
@@ -166,7 +172,7 @@ class SingularitySandbox(ProcessSandbox):
 
 async def run_cli(argv: Sequence[str], env: dict[str, str], log_path: Path, limit_s: float) -> int:
     """Run one CLI command, output appended to ``log_path`` (the CLI may daemonize)."""
-    with _open_log(log_path) as logf:
+    with open_log(log_path) as logf:
         try:
             proc = await spawn(
                 *argv, stdin=asyncio.subprocess.DEVNULL, stdout=logf, stderr=logf,
@@ -218,7 +224,7 @@ class SingularityRuntime(BaseRuntime):
     def _cli_env(self, sandbox_id: str) -> dict[str, str]:
         env = {"PATH": DEFAULT_PATH, "HOME": os.environ.get("HOME", "/"), "LANG": "C.UTF-8"}
         env.update(self.config.cli_env)
-        env.update({MARKER_ENV: sandbox_id, OWNER_ENV: self.instance_id})
+        env.update(marker_env(sandbox_id, self.instance_id))
         return env
 
     def _image(self, spec: SandboxSpec) -> Path:

@@ -66,3 +66,27 @@ def test_path_to_something_that_is_not_a_handler() -> None:
         HandlerRegistry().get("json:dumps")
     with pytest.raises(RegistryError, match="cannot import"):
         HandlerRegistry().get("no_such_module_xyz:Thing")
+
+
+class NoEval(AgentHandler):
+    name = "no_eval"
+
+    async def run(self, ctx: RolloutContext) -> None:
+        return None
+
+
+def test_handler_missing_a_stage_is_refused_at_registration() -> None:
+    registry = HandlerRegistry()
+    with pytest.raises(
+        RegistryError, match=r"handler 'no_eval' \(.*NoEval\) does not implement eval"
+    ):
+        registry.register(NoEval)
+    assert "no_eval" not in registry.names()
+    with pytest.raises(RegistryError, match="does not implement eval"):
+        registry.get(f"{__name__}:NoEval")
+
+
+def test_every_builtin_and_installed_handler_resolves() -> None:
+    registry = HandlerRegistry()
+    for name in registry.names():
+        assert isinstance(registry.get(name), AgentHandler), name

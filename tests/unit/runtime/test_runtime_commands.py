@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from agentroll.runtime import Bind, Limits, SandboxSpec
-from agentroll.runtime.bwrap import action_server_argv, bwrap_argv, sandbox_env
+from agentroll.runtime.bwrap import bwrap_argv
 from agentroll.runtime.config import SingularityConfig
 from agentroll.runtime.errors import RuntimeUnavailable
+from agentroll.runtime.launch import action_server_argv, sandbox_env
 from agentroll.runtime.limits import join_cgroup_argv, prlimit_argv, rlimit_args
 from agentroll.runtime.singularity import (
     detect_binary,
@@ -125,6 +126,24 @@ def test_action_server_command() -> None:
         "--rlimit", "nproc=64", "--rlimit", f"as={8 << 30}", "--rlimit", f"fsize={1 << 30}",
         "--rlimit", "nofile=4096", "--agent-cgroup-fd", "5", "--agent-cgroup-fd", "6",
     ]  # fmt: skip
+
+
+def test_local_action_server_uses_the_host_socket_and_only_its_workspace() -> None:
+    argv = action_server_argv(
+        "py", "/s/work", Limits(max_processes=64), socket="/s/sock/action.sock", roots=("/s/work",)
+    )
+    assert argv[:10] == [
+        "py", "-m", "agentroll.runtime.action", "--socket", "/s/sock/action.sock",
+        "--single-client", "--workdir", "/s/work", "--root", "/s/work",
+    ]  # fmt: skip
+    assert argv[10:12] == ["--rlimit", "nproc=64"] and "/tmp" not in argv
+
+
+def test_local_sandbox_env_points_home_at_the_host_workspace() -> None:
+    env = sandbox_env(SandboxSpec(env={"HOME": "/h"}), "abc", "srv", None, home="/s/work")
+    assert env["HOME"] == "/h"  # the spec still wins
+    env = sandbox_env(SandboxSpec(), "abc", "srv", None, home="/s/work")
+    assert env["HOME"] == "/s/work" and "AGENTROLL_SANDBOX_ADDR" not in env
 
 
 def test_apptainer_instance_start_command_line() -> None:

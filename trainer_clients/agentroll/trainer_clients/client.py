@@ -36,6 +36,7 @@ SUBMIT_BATCH = 1000
 
 
 def as_requests(jobs: Iterable[JobLike]) -> list[JobRequest]:
+    """`JobRequest`s from requests or plain dicts (pydantic's `ValidationError` if invalid)."""
     return [j if isinstance(j, JobRequest) else JobRequest.model_validate(j) for j in jobs]
 
 
@@ -46,6 +47,17 @@ def _batches(requests: list[JobRequest]) -> Iterator[list[JobRequest]]:
 
 def _headers(token: str | None) -> dict[str, str]:
     return {"authorization": f"Bearer {token}"} if token else {}
+
+
+def _request(call: Call[Any], timeout_s: float) -> dict[str, Any]:
+    """httpx's `request` arguments for `call`: the same for both clients."""
+    return {
+        "method": call.method,
+        "url": call.path,
+        "json": call.json,
+        "params": call.params,
+        "timeout": timeout_s + call.timeout_extra_s,
+    }
 
 
 def _stale_connection(call: Call[Any], exc: httpx.TransportError) -> bool:
@@ -64,7 +76,21 @@ def _finish(call: Call[T], response: httpx.Response) -> T:
     return call.parse(response.status_code, body)
 
 
+def _cancel_filter(group_id: str | None, job_ids: Sequence[str] | None, all: bool) -> CancelFilter:
+    return CancelFilter(
+        group_id=group_id, job_ids=None if job_ids is None else list(job_ids), all=all
+    )
+
+
 class AsyncRolloutClient:
+    """A trainer's handle on one agentroll server: every endpoint, as coroutines.
+
+    `token` is the server's bearer token; `timeout_s` bounds each request (long-polls add
+    their wait); `transport` replaces httpx's (tests). Every call raises `ServerUnavailable`
+    when the server does not answer or answers 503, and the `ApiError` subclass of a refusal
+    (`InvalidRequest`, `NotFound`, `Conflict`, ...); each method names only what it adds.
+    """
+
     def __init__(
         self,
         base_url: str,
@@ -86,42 +112,47 @@ class AsyncRolloutClient:
         await self.close()
 
     async def close(self) -> None:
+        """Close the connection pool; the client cannot be used afterwards."""
         await self._http.aclose()
 
     async def send(self, call: Call[T]) -> T:
+        """Send one described call (`agentroll.trainer_clients.calls`) and parse its answer.
+
+        A call that may be repeated is retried once on a connection the server had closed.
+        """
         for attempt in range(2):
             try:
-                response = await self._http.request(
-                    call.method,
-                    call.path,
-                    json=call.json,
-                    params=call.params,
-                    timeout=self._timeout_s + call.timeout_extra_s,
-                )
-                return _finish(call, response)
+                return _finish(call, await self._http.request(**_request(call, self._timeout_s)))
             except httpx.TransportError as exc:
                 if not (attempt == 0 and _stale_connection(call, exc)):
                     raise ServerUnavailable(f"{self.base_url}: {exc!r}") from exc
         raise AssertionError("unreachable")
 
     async def submit(self, jobs: Iterable[JobLike]) -> list[SubmittedJob]:
-        """Submit jobs in batches; resubmitting the same `job_id` is safe."""
+        """Submit jobs (in batches of 1000); one `SubmittedJob` per job, in order.
+
+        Resubmitting a `job_id` with the same request is safe (`created` is False);
+        `Conflict` if the id was used for a different request.
+        """
         out: list[SubmittedJob] = []
         for batch in _batches(as_requests(jobs)):
             out += (await self.send(calls.submit(batch))).jobs
         return out
 
     async def job(self, job_id: str) -> JobView:
+        """The job's current state and timings; `NotFound` for an unknown id."""
         return await self.send(calls.job(job_id))
 
     async def result(self, job_id: str, wait: float = 0.0) -> Trajectory | None:
-        """The finished trajectory, or None if still running after `wait` seconds."""
+        """The finished trajectory, or None if still running after `wait` seconds;
+        `NotFound` for an unknown id."""
         return await self.send(calls.result(job_id, wait))
 
     async def wait_for(
         self, job_ids: Sequence[str], timeout_s: float, *, concurrency: int = 32
     ) -> dict[str, Trajectory]:
-        """Results of the given jobs; raises TimeoutError if any is unfinished in time."""
+        """Trajectories of the given jobs by job id, long-polling `concurrency` at a time;
+        `TimeoutError` if any is unfinished after `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         gate = asyncio.Semaphore(concurrency)
 
@@ -137,6 +168,8 @@ class AsyncRolloutClient:
         return {t.job_id: t for t in found}
 
     async def results(self, after: int = 0, limit: int = 100, wait: float = 0.0) -> ResultsPage:
+        """One page of the durable results feed after cursor `after` (at most `limit`),
+        long-polling up to `wait` seconds for the first; `next_cursor` continues it."""
         return await self.send(calls.results(after, limit, wait))
 
     async def iter_results(
@@ -154,6 +187,8 @@ class AsyncRolloutClient:
             cursor = page.next_cursor
 
     async def cancel(self, job_id: str) -> list[str]:
+        """Cancel one job; the ids actually cancelled (empty if it had finished).
+        `NotFound` for an unknown id."""
         return (await self.send(calls.cancel(job_id))).cancelled
 
     async def cancel_where(
@@ -163,40 +198,56 @@ class AsyncRolloutClient:
         job_ids: Sequence[str] | None = None,
         all: bool = False,
     ) -> list[str]:
-        selector = CancelFilter(
-            group_id=group_id, job_ids=None if job_ids is None else list(job_ids), all=all
-        )
+        """Cancel the unfinished jobs of a group, of a list of ids, or `all`; the ids
+        cancelled (unknown and finished ids are skipped)."""
+        selector = _cancel_filter(group_id, job_ids, all)
         return (await self.send(calls.cancel_where(selector))).cancelled
 
     async def add_backend(self, spec: BackendSpec | Mapping[str, Any]) -> BackendView:
+        """Register an inference server; its view. `Conflict` if the id is taken by a
+        different spec, `InvalidRequest` if the server cannot use it."""
         return await self.send(calls.add_backend(BackendSpec.model_validate(spec)))
 
     async def backends(self) -> list[BackendView]:
+        """Every registered inference server with its state and load."""
         return await self.send(calls.list_backends())
 
     async def remove_backend(self, backend_id: str) -> None:
+        """Unregister an inference server; `NotFound` for an unknown id."""
         await self.send(calls.remove_backend(backend_id))
 
     async def status(self) -> StatusResponse:
+        """The server's health, stage capacities, job counts and results cursor."""
         return await self.send(calls.status())
 
     async def pause(self, mode: PauseMode = "wait", timeout_s: float = 60.0) -> PauseResponse:
-        """Stop generation on every backend of this server (around a weight update)."""
+        """Stop generation on every backend of this server (around a weight update).
+
+        `mode`: `wait` lets in-flight generations finish, `abort` stops them (the turn goes on
+        after resume), `keep` parks them in the backends. An `ApiError` with status 504 if
+        the pause is not complete within `timeout_s`.
+        """
         return await self.send(calls.pause(mode, timeout_s))
 
     async def resume(self, policy_version: int, max_policy_lag: int | None = None) -> PauseResponse:
-        """Resume generation; segments sampled from now on carry `policy_version`."""
+        """Resume generation; segments sampled from now on carry `policy_version`.
+        `Conflict` if the version goes backwards."""
         return await self.send(calls.resume(policy_version, max_policy_lag))
 
     async def resize_pools(self, **sizes: int) -> PoolSizes:
+        """Change stage pool sizes (e.g. `run=64`); the sizes now in force."""
         return await self.send(calls.resize_pools(PoolsPatch(**sizes)))
 
     async def shutdown(self) -> None:
+        """Ask the server to stop accepting jobs and shut down (202: it happens after)."""
         await self.send(calls.shutdown())
 
 
 class RolloutClient:
-    """The blocking twin of `AsyncRolloutClient`, for scripts and synchronous trainers."""
+    """The blocking twin of `AsyncRolloutClient`, for scripts and synchronous trainers.
+
+    Same arguments, methods and errors; each call blocks until its answer.
+    """
 
     def __init__(
         self,
@@ -219,37 +270,39 @@ class RolloutClient:
         self.close()
 
     def close(self) -> None:
+        """Close the connection pool; the client cannot be used afterwards."""
         self._http.close()
 
     def send(self, call: Call[T]) -> T:
+        """Send one described call and parse its answer (see `AsyncRolloutClient.send`)."""
         for attempt in range(2):
             try:
-                response = self._http.request(
-                    call.method,
-                    call.path,
-                    json=call.json,
-                    params=call.params,
-                    timeout=self._timeout_s + call.timeout_extra_s,
-                )
-                return _finish(call, response)
+                return _finish(call, self._http.request(**_request(call, self._timeout_s)))
             except httpx.TransportError as exc:
                 if not (attempt == 0 and _stale_connection(call, exc)):
                     raise ServerUnavailable(f"{self.base_url}: {exc!r}") from exc
         raise AssertionError("unreachable")
 
     def submit(self, jobs: Iterable[JobLike]) -> list[SubmittedJob]:
+        """Submit jobs (in batches); one `SubmittedJob` per job, in order. Resubmitting a
+        `job_id` with the same request is safe; `Conflict` for a different request."""
         out: list[SubmittedJob] = []
         for batch in _batches(as_requests(jobs)):
             out += self.send(calls.submit(batch)).jobs
         return out
 
     def job(self, job_id: str) -> JobView:
+        """The job's current state and timings; `NotFound` for an unknown id."""
         return self.send(calls.job(job_id))
 
     def result(self, job_id: str, wait: float = 0.0) -> Trajectory | None:
+        """The finished trajectory, or None if still running after `wait` seconds;
+        `NotFound` for an unknown id."""
         return self.send(calls.result(job_id, wait))
 
     def wait_for(self, job_ids: Sequence[str], timeout_s: float) -> dict[str, Trajectory]:
+        """Trajectories of the given jobs by job id, polled one after the other;
+        `TimeoutError` if any is unfinished after `timeout_s`."""
         deadline = time.monotonic() + timeout_s
         found: dict[str, Trajectory] = {}
         for job_id in job_ids:
@@ -262,11 +315,15 @@ class RolloutClient:
         return found
 
     def results(self, after: int = 0, limit: int = 100, wait: float = 0.0) -> ResultsPage:
+        """One page of the durable results feed after cursor `after` (at most `limit`),
+        long-polling up to `wait` seconds for the first; `next_cursor` continues it."""
         return self.send(calls.results(after, limit, wait))
 
     def iter_results(
         self, after: int = 0, *, wait: float = 30.0, limit: int = 100
     ) -> Iterator[Trajectory]:
+        """Follow the durable results cursor forever (break out when you have enough); each
+        trajectory's `cursor` is what to pass as `after` to resume exactly there."""
         cursor = after
         while True:
             page = self.results(cursor, limit, wait)
@@ -274,6 +331,8 @@ class RolloutClient:
             cursor = page.next_cursor
 
     def cancel(self, job_id: str) -> list[str]:
+        """Cancel one job; the ids actually cancelled (empty if it had finished).
+        `NotFound` for an unknown id."""
         return self.send(calls.cancel(job_id)).cancelled
 
     def cancel_where(
@@ -283,31 +342,41 @@ class RolloutClient:
         job_ids: Sequence[str] | None = None,
         all: bool = False,
     ) -> list[str]:
-        selector = CancelFilter(
-            group_id=group_id, job_ids=None if job_ids is None else list(job_ids), all=all
-        )
-        return self.send(calls.cancel_where(selector)).cancelled
+        """Cancel the unfinished jobs of a group, of a list of ids, or `all`; the ids
+        cancelled (unknown and finished ids are skipped)."""
+        return self.send(calls.cancel_where(_cancel_filter(group_id, job_ids, all))).cancelled
 
     def add_backend(self, spec: BackendSpec | Mapping[str, Any]) -> BackendView:
+        """Register an inference server; its view. `Conflict` if the id is taken by a
+        different spec, `InvalidRequest` if the server cannot use it."""
         return self.send(calls.add_backend(BackendSpec.model_validate(spec)))
 
     def backends(self) -> list[BackendView]:
+        """Every registered inference server with its state and load."""
         return self.send(calls.list_backends())
 
     def remove_backend(self, backend_id: str) -> None:
+        """Unregister an inference server; `NotFound` for an unknown id."""
         self.send(calls.remove_backend(backend_id))
 
     def status(self) -> StatusResponse:
+        """The server's health, stage capacities, job counts and results cursor."""
         return self.send(calls.status())
 
     def pause(self, mode: PauseMode = "wait", timeout_s: float = 60.0) -> PauseResponse:
+        """Stop generation on every backend of this server (see `AsyncRolloutClient.pause`
+        for the modes); an `ApiError` with status 504 if not paused within `timeout_s`."""
         return self.send(calls.pause(mode, timeout_s))
 
     def resume(self, policy_version: int, max_policy_lag: int | None = None) -> PauseResponse:
+        """Resume generation; segments sampled from now on carry `policy_version`.
+        `Conflict` if the version goes backwards."""
         return self.send(calls.resume(policy_version, max_policy_lag))
 
     def resize_pools(self, **sizes: int) -> PoolSizes:
+        """Change stage pool sizes (e.g. `run=64`); the sizes now in force."""
         return self.send(calls.resize_pools(PoolsPatch(**sizes)))
 
     def shutdown(self) -> None:
+        """Ask the server to stop accepting jobs and shut down (202: it happens after)."""
         self.send(calls.shutdown())

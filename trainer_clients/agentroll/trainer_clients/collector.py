@@ -49,6 +49,12 @@ class _Live:
 
 
 class AsyncGroupCollector:
+    """Submits GRPO groups and returns each once whole, or marked invalid (module docstring).
+
+    Use it started (`async with`, or `await start()`). When every server is dead, the
+    pending groups are returned invalid and `next_group` then raises `NoServerAvailable`.
+    """
+
     def __init__(
         self,
         servers: Servers,
@@ -88,6 +94,7 @@ class AsyncGroupCollector:
 
     # -- life -----------------------------------------------------------------------------
     async def start(self) -> "AsyncGroupCollector":
+        """Start the pool if this collector makes it, then the pump; returns self."""
         if self.pool is None:
             servers = self._servers
             listed = [servers] if isinstance(servers, (str, AsyncRolloutClient)) else servers
@@ -148,6 +155,8 @@ class AsyncGroupCollector:
         await self.submit_groups([GroupSpec(group_id, JobRequest.model_validate(request), n)])
 
     async def submit_groups(self, specs: Iterable[GroupSpec]) -> None:
+        """Start several groups; `ValueError` for `n < 1` or a group id already collected,
+        `RuntimeError` before `start`."""
         if self.pool is None:
             raise RuntimeError("start the collector first (async with / await start())")
         requests: list[JobRequest] = []

@@ -1,23 +1,31 @@
 """Errors raised by the trainer clients.
 
-ClientError
-├── ApiError                      the server answered with its error envelope
-│   ├── NotFound(ApiError, LookupError)            404
-│   ├── Conflict(ApiError, ValueError)             409: job id reused for another request
-│   └── InvalidRequest(ApiError, ValueError)       400 / 413 / 422
-├── ServerUnavailable(ClientError, ConnectionError) no answer, or 503
-│   └── NoServerAvailable(ServerUnavailable)       every server of a pool is dead
-└── FanOutError(ClientError)                       a call sent to every server failed on some
+One root, each leaf also the builtin it specialises, so callers can catch either::
+
+    ClientError(Exception)
+    ├── ApiError(ClientError)                          the server answered with its error envelope
+    │   ├── NotFound(ApiError, LookupError)            404
+    │   ├── Conflict(ApiError, ValueError)             409: job id reused for another request
+    │   └── InvalidRequest(ApiError, ValueError)       400 / 413 / 422
+    ├── ServerUnavailable(ClientError, ConnectionError) no answer, or 503
+    │   └── NoServerAvailable(ServerUnavailable)       every server of a pool is dead
+    └── FanOutError(ClientError)                       a call sent to every server failed on some
+
+Outside the tree stay the builtins for the caller's own mistakes and waits: `ValueError` for
+arguments a call cannot use, `RuntimeError` for a collector used before it is started,
+`TimeoutError` for a wait (for results, groups or the pool's loop thread) that ran out.
 """
 
 from typing import Any
 
 
 class ClientError(Exception):
-    pass
+    """Root of every error the trainer clients raise."""
 
 
 class ApiError(ClientError):
+    """The server refused the call: `status`, envelope `type`, `message` and `detail`."""
+
     def __init__(self, status: int, type_: str, message: str, detail: Any = None) -> None:
         super().__init__(f"{status} {type_}: {message}")
         self.status = status
@@ -27,23 +35,23 @@ class ApiError(ClientError):
 
 
 class NotFound(ApiError, LookupError):
-    pass
+    """404: no such job or backend."""
 
 
 class Conflict(ApiError, ValueError):
-    pass
+    """409: the job id is already taken by a different request."""
 
 
 class InvalidRequest(ApiError, ValueError):
-    pass
+    """400 / 413 / 422: the request is malformed, too large or names what does not exist."""
 
 
 class ServerUnavailable(ClientError, ConnectionError):
-    pass
+    """The server did not answer, or answered 503 (shutting down, store unavailable)."""
 
 
 class NoServerAvailable(ServerUnavailable):
-    pass
+    """Every server of a pool is dead."""
 
 
 class FanOutError(ClientError):
@@ -63,6 +71,7 @@ class FanOutError(ClientError):
 
 
 def error_from_response(status: int, body: Any) -> ApiError:
+    """The `ApiError` subclass for an error answer (status and envelope)."""
     error = body.get("error") if isinstance(body, dict) else None
     if not isinstance(error, dict):
         error = {"type": "error", "message": str(body)[:500]}

@@ -42,6 +42,7 @@ class GroupSpec:
     n: int
 
     def sample(self, index: int, attempt: int) -> JobRequest:
+        """Sample `index`'s request for its `attempt`-th try (its seed offset by `index`)."""
         sampling = self.request.sampling
         if sampling.seed is not None:
             sampling = sampling.model_copy(update={"seed": sampling.seed + index})
@@ -76,6 +77,7 @@ class Group:
 
     @property
     def rewards(self) -> list[float]:
+        """The usable samples' rewards, in sample order (a missing reward counts as 0)."""
         return [t.reward if t.reward is not None else 0.0 for t in self.trajectories]
 
 
@@ -99,9 +101,11 @@ class CollectorStats:
 
     @property
     def groups_pending(self) -> int:
+        """Groups submitted and not finished yet."""
         return self.groups_submitted - self.groups_valid - self.groups_invalid
 
     def as_dict(self) -> dict[str, Any]:
+        """The counters and derived rates as one flat, JSON-friendly dict."""
         elapsed = max(time.monotonic() - self.started, 1e-9)
         done = self.groups_valid + self.groups_invalid
         return {

@@ -66,6 +66,7 @@ class Failover:
 
     @property
     def resubmit_s(self) -> float | None:
+        """Seconds from noticing the death to placing its jobs again (None: not yet)."""
         return None if self.resubmitted_at is None else self.resubmitted_at - self.noticed_at
 
 
@@ -89,6 +90,14 @@ class Member:
 
 
 class AsyncServerPool:
+    """Several agentroll servers as one: placement by load, failover, barrier fan-out.
+
+    Use it started (`async with`, or `await start()`). Calls raise `NoServerAvailable` once
+    every server is dead; `submit` raises a server's refusal (`ApiError`), the barriers
+    (`fan_out` and the calls built on it) raise `FanOutError`. A server that stops answering
+    is failed over, never raised.
+    """
+
     def __init__(
         self,
         servers: Sequence[str | AsyncRolloutClient] | str | Path,
@@ -129,7 +138,8 @@ class AsyncServerPool:
 
     # -- life -----------------------------------------------------------------------------
     async def start(self) -> "AsyncServerPool":
-        """Connect to every server (the unreachable ones start dead) and follow their results."""
+        """Connect to every server (the unreachable ones start dead) and follow their results;
+        returns self. `NoServerAvailable` if none answers."""
         await asyncio.gather(*(self._connect(m) for m in self.members))
         if not self.alive():
             raise NoServerAvailable(f"no server answered: {[m.url for m in self.members]}")
@@ -150,6 +160,7 @@ class AsyncServerPool:
         member.follower = asyncio.create_task(self._follow(member), name=f"follow:{member.url}")
 
     async def close(self) -> None:
+        """Stop following the servers and close the clients the pool created."""
         tasks = [t for t in (self._health, *(m.follower for m in self.members)) if t is not None]
         for task in [*tasks, *self._tasks]:
             task.cancel()
@@ -165,11 +176,16 @@ class AsyncServerPool:
         await self.close()
 
     def alive(self) -> list[Member]:
+        """The servers not declared dead, in the order given."""
         return [m for m in self.members if m.alive]
 
     # -- jobs -----------------------------------------------------------------------------
     async def submit(self, jobs: Iterable[JobLike]) -> None:
-        """Place jobs (a group stays on one server); results arrive through `next_result`."""
+        """Place jobs (a group stays on one server); results arrive through `next_result`.
+
+        Every job needs a `job_id` (`ValueError`); a server's refusal is raised as its
+        `ApiError` (the first, if several refuse).
+        """
         await self._place(as_requests(jobs))
 
     async def _place(self, requests: list[JobRequest]) -> None:
@@ -221,7 +237,8 @@ class AsyncServerPool:
                     self._queue.put_nowait(result)
 
     async def next_result(self, timeout_s: float | None = None) -> Trajectory | None:
-        """The next finished trajectory of a job this pool placed, or None after `timeout_s`."""
+        """The next finished trajectory of a job this pool placed, or None after `timeout_s`;
+        `NoServerAvailable` once every server is dead and none is left to come."""
         if self._queue.empty():
             self._raise_if_stranded()
         try:
@@ -237,7 +254,10 @@ class AsyncServerPool:
             )
 
     async def cancel(self, job_ids: Iterable[str]) -> list[str]:
-        """Cancel jobs wherever they were placed; their results are no longer passed on."""
+        """Cancel jobs wherever they were placed; their results are no longer passed on.
+
+        Returns the ids the servers cancelled; a server's failure is logged, not raised.
+        """
         by_member: dict[Member, list[str]] = defaultdict(list)
         for job_id in job_ids:
             for member in self.members:
@@ -257,6 +277,7 @@ class AsyncServerPool:
             return None
 
     def unfinished(self) -> int:
+        """Jobs placed whose results have not been passed on yet."""
         return sum(len(m.jobs) for m in self.members)
 
     # -- failure --------------------------------------------------------------------------
@@ -368,31 +389,35 @@ class AsyncServerPool:
         return ok
 
     async def add_backend(self, spec: BackendSpec | Mapping[str, Any]) -> dict[str, BackendView]:
-        """Register one inference server with every rollout server."""
+        """Register one inference server with every rollout server; each one's view by URL."""
         parsed = BackendSpec.model_validate(spec)
         return await self.fan_out("add_backend", lambda c: c.add_backend(parsed))
 
     async def remove_backend(self, backend_id: str) -> None:
+        """Unregister an inference server from every rollout server (`fan_out` errors)."""
         await self.fan_out("remove_backend", lambda c: c.remove_backend(backend_id))
 
     async def pause(
         self, mode: PauseMode = "wait", timeout_s: float = 60.0
     ) -> dict[str, PauseResponse]:
-        """Weight-sync barrier: returns once every live server has paused generation."""
+        """Weight-sync barrier: returns once every live server has paused generation (each
+        one's answer by URL; see `AsyncRolloutClient.pause` for the modes)."""
         return await self.fan_out("pause", lambda c: c.pause(mode, timeout_s))
 
     async def resume(
         self, policy_version: int, max_policy_lag: int | None = None
     ) -> dict[str, PauseResponse]:
-        """Resume every live server with the new policy version."""
+        """Resume every live server with the new policy version; each one's answer by URL."""
         answers = await self.fan_out("resume", lambda c: c.resume(policy_version, max_policy_lag))
         self.policy_version = policy_version
         return answers
 
     async def statuses(self) -> dict[str, StatusResponse]:
+        """Every live server's status by URL (`fan_out` errors)."""
         return await self.fan_out("status", lambda c: c.status())
 
     def stats(self) -> dict[str, Any]:
+        """Counters to log: servers (alive), unfinished jobs, load per server, failovers."""
         return {
             "servers": len(self.members),
             "servers_alive": len(self.alive()),

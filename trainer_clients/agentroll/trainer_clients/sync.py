@@ -28,7 +28,11 @@ T = TypeVar("T")
 
 
 class ServerPool:
-    """Several agentroll servers as one (see `AsyncServerPool`); started on construction."""
+    """Several agentroll servers as one (see `AsyncServerPool`); started on construction.
+
+    Same options, methods and errors as `AsyncServerPool`; each call blocks on the pool's
+    loop thread, `TimeoutError` after `CALL_TIMEOUT_S` unless the method says otherwise.
+    """
 
     def __init__(self, servers: Sequence[str] | str | Path, **options: Any) -> None:
         self._loop = LoopThread("agentroll-pool")
@@ -45,9 +49,11 @@ class ServerPool:
         return await AsyncServerPool(servers, **options).start()
 
     def run(self, coro: Coroutine[Any, Any, T], timeout_s: float | None = CALL_TIMEOUT_S) -> T:
+        """Run a coroutine on the pool's loop (e.g. one of `aio`'s) and wait for its result."""
         return self._loop.run(coro, timeout_s)
 
     def close(self) -> None:
+        """Close the async pool, then stop its loop thread."""
         try:
             self.run(self.aio.close(), 60.0)
         finally:
@@ -61,40 +67,55 @@ class ServerPool:
 
     @property
     def urls(self) -> list[str]:
+        """Every server's URL, dead ones included."""
         return [m.url for m in self.aio.members]
 
     @property
     def failovers(self) -> list[Failover]:
+        """The servers declared dead so far, oldest first."""
         return list(self.aio.failovers)
 
     def submit(self, jobs: Iterable[JobLike]) -> None:
+        """Place jobs (a group stays on one server); see `AsyncServerPool.submit`."""
         self.run(self.aio.submit(list(jobs)))
 
     def next_result(self, timeout_s: float | None = None) -> Trajectory | None:
+        """The next finished trajectory of a job this pool placed, or None after
+        `timeout_s`; `NoServerAvailable` once every server is dead."""
         wait = None if timeout_s is None else timeout_s + 30
         return self.run(self.aio.next_result(timeout_s), wait)
 
     def cancel(self, job_ids: Iterable[str]) -> list[str]:
+        """Cancel jobs wherever they were placed; the ids the servers cancelled."""
         return self.run(self.aio.cancel(list(job_ids)))
 
     def add_backend(self, spec: BackendSpec | Mapping[str, Any]) -> dict[str, BackendView]:
+        """Register one inference server with every rollout server; each view by URL.
+        `FanOutError` if some refused."""
         return self.run(self.aio.add_backend(spec))
 
     def remove_backend(self, backend_id: str) -> None:
+        """Unregister an inference server everywhere; `FanOutError` if some refused."""
         self.run(self.aio.remove_backend(backend_id))
 
     def pause(self, mode: PauseMode = "wait", timeout_s: float = 60.0) -> dict[str, PauseResponse]:
+        """Weight-sync barrier: every live server paused; each answer by URL.
+        `FanOutError` if some did not pause."""
         return self.run(self.aio.pause(mode, timeout_s), timeout_s + 60)
 
     def resume(
         self, policy_version: int, max_policy_lag: int | None = None
     ) -> dict[str, PauseResponse]:
+        """Resume every live server with the new policy version; each answer by URL.
+        `FanOutError` if some refused."""
         return self.run(self.aio.resume(policy_version, max_policy_lag))
 
     def statuses(self) -> dict[str, StatusResponse]:
+        """Every live server's status by URL."""
         return self.run(self.aio.statuses())
 
     def stats(self) -> dict[str, Any]:
+        """Counters to log (see `AsyncServerPool.stats`)."""
         return self.aio.stats()
 
 
@@ -112,6 +133,7 @@ class GroupCollector:
         self.pool.run(self.aio.start())
 
     def close(self) -> None:
+        """Stop collecting (running jobs are cancelled); closes the pool if it made it."""
         try:
             self.pool.run(self.aio.close(), 60.0)
         finally:
@@ -126,14 +148,17 @@ class GroupCollector:
 
     @property
     def stats(self) -> CollectorStats:
+        """The running counters (see `CollectorStats`)."""
         return self.aio.stats
 
     @property
     def pending(self) -> int:
+        """Groups submitted and not finished yet."""
         return self.aio.pending
 
     @property
     def policy_version(self) -> int:
+        """The current policy version: set here, or the pool's last `resume`, else 0."""
         return self.aio.policy_version
 
     @policy_version.setter
@@ -141,12 +166,15 @@ class GroupCollector:
         self.aio.policy_version = version
 
     def submit(self, group_id: str, request: JobRequest | Mapping[str, Any], n: int) -> None:
+        """Start a group of `n` samples (plus `oversample` extras) of one request."""
         self.pool.run(self.aio.submit(group_id, request, n))
 
     def submit_groups(self, specs: Iterable[GroupSpec]) -> None:
+        """Start several groups (see `AsyncGroupCollector.submit_groups`)."""
         self.pool.run(self.aio.submit_groups(list(specs)))
 
     def next_group(self, timeout_s: float | None = None) -> Group | None:
+        """The next finished group (valid or not), or None after `timeout_s`."""
         wait = None if timeout_s is None else timeout_s + 30
         return self.pool.run(self.aio.next_group(timeout_s), wait)
 
@@ -159,5 +187,6 @@ class GroupCollector:
             yield group
 
     def collect(self, specs: Iterable[GroupSpec], *, timeout_s: float = 3600.0) -> list[Group]:
+        """Submit groups and wait for all of them (valid or not), in completion order."""
         self.submit_groups(specs)
         return list(self.groups(timeout_s=timeout_s))

@@ -27,12 +27,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentroll.handlers.agent import ToolAgentHandler
-from agentroll.handlers.base import AgentHandler
+from agentroll.handlers.base import AgentHandler, parsed_instance
 from agentroll.handlers.context import ProxyLimits, Reward, RolloutContext
 from agentroll.handlers.harness.config import HarnessConfig
 from agentroll.handlers.harness.runner import new_folder, outcome_error, run_harness
 from agentroll.handlers.harness.view import TaskView
-from agentroll.handlers.registry import load_object
+from agentroll.handlers.plugins import load_object
 from agentroll.handlers.toolcalls import get_parser
 
 EVALUATORS = {
@@ -79,11 +79,7 @@ class HarnessHandler(AgentHandler):
 
     @staticmethod
     def spec(ctx: RolloutContext) -> HarnessInstance:
-        cached = ctx.state.get("harness_instance")
-        if not isinstance(cached, HarnessInstance):
-            cached = HarnessInstance.model_validate(dict(ctx.instance))
-            ctx.state["harness_instance"] = cached
-        return cached
+        return parsed_instance(ctx, HarnessInstance, "harness_instance")
 
     def view(self, ctx: RolloutContext) -> TaskView:
         return TaskView(ctx, self.spec(ctx).task)

@@ -71,6 +71,7 @@ from pydantic import (
 )
 
 from agentroll.handlers.agent import DEFAULT_LIMITS, ToolAgentHandler
+from agentroll.handlers.base import parsed_instance
 from agentroll.handlers.builtin import swe_infra, swe_pytest, swe_repo
 from agentroll.handlers.builtin.sandbox_files import UnreadableFile
 from agentroll.handlers.builtin.swe_repo import Git, PrivateIndex
@@ -162,11 +163,7 @@ class SweHandler(ToolAgentHandler):
 
     @staticmethod
     def task(ctx: RolloutContext) -> SweInstance:
-        cached = ctx.state.get("swe_instance")
-        if not isinstance(cached, SweInstance):
-            cached = SweInstance.model_validate(dict(ctx.instance))
-            ctx.state["swe_instance"] = cached
-        return cached
+        return parsed_instance(ctx, SweInstance, "swe_instance")
 
     def sandbox_spec(self, ctx: RolloutContext) -> SandboxSpec:
         task = self.task(ctx)

@@ -1,16 +1,16 @@
 """Finding a tool-call parser by the name a job gives.
 
-Lookup order: explicit registration, built-ins (imported on first use), the entry-point group
-`agentroll.toolcall_parsers`, then a `module:attr` path (attr: a parser instance, or a class
-built with no arguments). A name claimed twice is an error, never a silent override; an unknown
-name lists the known ones. Names match vLLM's `--tool-call-parser` values.
+Lookup order (see `agentroll.handlers.plugins`): explicit registration, built-ins (imported
+on first use), the entry-point group `agentroll.toolcall_parsers`, then a `module:attr` path
+(attr: a parser instance, or a class built with no arguments). A name claimed twice is an
+error, never a silent override; an unknown name lists the known ones. Names match vLLM's
+`--tool-call-parser` values.
 """
 
 from collections.abc import Sequence
-from importlib.metadata import EntryPoint
 
 from agentroll.handlers.errors import RegistryError
-from agentroll.handlers.registry import discover_entry_points, load_object
+from agentroll.handlers.plugins import PluginRegistry
 from agentroll.handlers.toolcalls.base import (
     DuplicateParserError,
     SchemaAwareParser,
@@ -45,52 +45,30 @@ class ParserRegistry:
     """Resolves parser names to shared parser instances (parsers hold no per-reply state)."""
 
     def __init__(self) -> None:
-        self._explicit: dict[str, ToolCallParser] = {}
-        self._loaded: dict[str, ToolCallParser] = {}
-        self._entry_points: dict[str, EntryPoint] | None = None
+        self._parsers = PluginRegistry[ToolCallParser](
+            "tool-call parser",
+            convert=_as_parser,
+            unknown=UnknownParserError,
+            duplicate=DuplicateParserError,
+            builtins=BUILTIN_PARSERS,
+            group=ENTRY_POINT_GROUP,
+        )
 
     def register(self, parser: ToolCallParser, name: str | None = None) -> None:
-        parser = _as_parser(parser, f"parser {name or getattr(parser, 'name', '?')!r}")
-        name = name or parser.name
-        if name in self._explicit or name in BUILTIN_PARSERS:
-            raise DuplicateParserError(f"tool-call parser {name!r} is already registered")
-        self._explicit[name] = parser
-
-    def _discovered(self) -> dict[str, EntryPoint]:
-        if self._entry_points is None:
-            self._entry_points = discover_entry_points(ENTRY_POINT_GROUP, DuplicateParserError)
-        return self._entry_points
+        """Serve `parser` under `name` (default: `parser.name`); `DuplicateParserError` if
+        taken, `RegistryError` if it is not a parser."""
+        self._parsers.register(name or str(getattr(parser, "name", "?")), parser)
 
     def names(self) -> list[str]:
-        return sorted({*self._explicit, *BUILTIN_PARSERS, *self._discovered()})
-
-    def _resolve(self, name: str) -> ToolCallParser:
-        if name in self._explicit:
-            return self._explicit[name]
-        if name in self._loaded:
-            return self._loaded[name]
-        entry = self._discovered().get(name)
-        if name in BUILTIN_PARSERS:
-            if entry is not None:
-                raise DuplicateParserError(
-                    f"entry point {entry.value!r} claims the built-in parser name {name!r}"
-                )
-            parser = _as_parser(load_object(BUILTIN_PARSERS[name]), f"built-in {name!r}")
-        elif entry is not None:
-            parser = _as_parser(entry.load(), f"entry point {name!r}")
-        elif ":" in name:
-            parser = _as_parser(load_object(name), repr(name))
-        else:
-            raise UnknownParserError(name, self.names())
-        self._loaded[name] = parser
-        return parser
+        """Every parser name known without a path, sorted."""
+        return self._parsers.names()
 
     def get(
         self, name: str = DEFAULT_PARSER, *, tools: Sequence[ToolSchema] | None = None
     ) -> ToolCallParser:
         """The parser for `name`; with `tools`, one that types arguments by their schemas
         where the format needs it (others ignore schemas: their arguments are typed JSON)."""
-        parser = self._resolve(name)
+        parser = self._parsers.get(name)
         if tools and isinstance(parser, SchemaAwareParser):
             return parser.with_tools(tools)
         return parser
@@ -112,4 +90,5 @@ def register_parser(parser: ToolCallParser, name: str | None = None) -> None:
 
 
 def parser_names() -> list[str]:
+    """Every parser name the process-wide registry knows without a path, sorted."""
     return _default.names()

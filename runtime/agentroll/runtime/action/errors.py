@@ -4,9 +4,9 @@ Only infrastructure failures are exceptions. Anything the agent caused -- a comm
 non-zero, a Python exception, a path outside the allowed roots, a non-unique ``str_replace`` --
 comes back as a normal result with a readable message.
 
-::
+The root of the runtime package's errors is ``AgentrollRuntimeError`` (runtime/errors.py)::
 
-    ActionError(Exception)
+    ActionError(AgentrollRuntimeError)
     ├── ActionServerUnavailable(ActionError, ConnectionError)  unreachable, or the connection died
     ├── ActionTimeout(ActionError, TimeoutError)               no reply within the call's budget
     ├── ActionProtocolError(ActionError, RuntimeError)         malformed or oversized frame
@@ -17,8 +17,10 @@ comes back as a normal result with a readable message.
 
 from __future__ import annotations
 
+from agentroll.runtime.errors import AgentrollRuntimeError
 
-class ActionError(Exception):
+
+class ActionError(AgentrollRuntimeError):
     """Root of every error the action client raises."""
 
 

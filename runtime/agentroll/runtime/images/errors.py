@@ -1,8 +1,9 @@
 """Errors raised by the image builder.
 
-One root, each leaf also the builtin it specialises, so callers can catch either::
+One root, each leaf also the builtin it specialises, so callers can catch either; it derives
+from the runtime package's root (runtime/errors.py)::
 
-    ImageError(Exception)
+    ImageError(AgentrollRuntimeError)
     ├── TemplateNotFound(ImageError, LookupError)      unknown template name or path
     ├── TemplateError(ImageError, ValueError)          bad parameter, render or recipe error
     ├── BuilderUnavailable(ImageError, FileNotFoundError)  mmdebstrap/apptainer not installed
@@ -14,8 +15,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from agentroll.runtime.errors import AgentrollRuntimeError
 
-class ImageError(Exception):
+
+class ImageError(AgentrollRuntimeError):
     """Root of every image-builder error."""
 
 

@@ -8,9 +8,9 @@
   numpy arrays (wrap with `torch.from_numpy`); see deploy/README.md for the mapping tables.
 """
 
-from agentroll.trainer_clients.adapters._numpy import require_numpy
+from agentroll.trainer_clients.adapters import _numpy
 
-require_numpy()
+_numpy.require_numpy()
 
 from agentroll.trainer_clients.adapters.batch import (  # noqa: E402
     PaddedBatch,
