@@ -22,7 +22,7 @@ log = logging.getLogger("agentroll.server.sandboxes")
 SANDBOX_START_TIMEOUT_S = 120.0
 SANDBOX_STOP_GRACE_S = 2.0
 PROXY_SOCKET_DIR_INSIDE = "/run/agentroll"
-"""Where bwrap and Apptainer sandboxes see their socket directory (runtime.bwrap)."""
+"""Where bwrap and Apptainer sandboxes see their socket directory (runtime.launch)."""
 
 
 @dataclass(eq=False)
