@@ -31,6 +31,7 @@ import contextlib
 import json
 import logging
 import os
+import socket
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -118,7 +119,9 @@ def bwrap_argv(
         argv += ["--size", str(spec.limits.workspace_bytes), "--tmpfs", spec.workdir]
     else:
         argv += ["--bind", str(workspace), spec.workdir]
-    argv += ["--bind", str(socket_dir), SOCKET_DIR_INSIDE]
+    # Read-only inside: the host made every socket in it (the action server's is handed over
+    # ready to serve), so nothing the agent runs can fill the host's disk through it.
+    argv += ["--ro-bind", str(socket_dir), SOCKET_DIR_INSIDE]
     for b in spec.binds:
         argv += ["--ro-bind" if b.ro else "--bind", str(b.host), b.dest]
     # The root itself is a tmpfs: read-only, or writes outside the workspace would fill memory.
@@ -220,20 +223,25 @@ class BwrapRuntime(BaseRuntime):
         python, pydirs = self._python(spec)
         # The server holds these to move its tools into the cgroups; it stays in ours.
         cgroup_fds = sb.cgroup.open_procs() if sb.cgroup else []
+        listener = _listen(sb.socket_path)
         read_fd, write_fd = os.pipe()
         try:
-            server = action_server_argv(python, spec.workdir, spec.limits, cgroup_fds)
+            server = action_server_argv(
+                python, spec.workdir, spec.limits, cgroup_fds, listen_fd=listener.fileno()
+            )
             argv = bwrap_argv(
                 spec, bwrap=self.bwrap, socket_dir=sb.socket_dir, workspace=sb.workdir,
                 env=sb.env, command=server, info_fd=write_fd, uid=self.config.sandbox_uid,
                 python_dirs=pydirs,
             )  # fmt: skip
             launcher_env = {"PATH": DEFAULT_PATH, **marker_env(sb.id, self.instance_id)}
-            await sb.launch(argv, launcher_env, pass_fds=[write_fd, *cgroup_fds])
+            fds = [write_fd, listener.fileno(), *cgroup_fds]
+            await sb.launch(argv, launcher_env, pass_fds=fds)
         except BaseException:
             os.close(read_fd)  # _read_info, which owns it otherwise, will not run
             raise
         finally:
+            listener.close()  # the server holds its own copy
             for fd in (write_fd, *cgroup_fds):
                 os.close(fd)
         info = await _read_info(read_fd, deadline)
@@ -247,6 +255,23 @@ class BwrapRuntime(BaseRuntime):
         self.record(sb)
         loop = asyncio.get_running_loop()
         await sb.wait_ready(max(deadline - loop.time(), 0.1))
+        sb.socket_path.unlink(missing_ok=True)  # connected: nobody may ever connect again
+
+
+def _listen(path: Path) -> socket.socket:
+    """The action server's socket, bound and listening on the host (0600) before it starts."""
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        old_umask = os.umask(0o177)  # born 0600: no window where others can connect
+        try:
+            listener.bind(str(path))
+        finally:
+            os.umask(old_umask)
+        listener.listen(4)
+    except OSError as exc:
+        listener.close()
+        raise SandboxStartError(f"cannot listen on {path}: {exc}") from exc
+    return listener
 
 
 async def _read_info(fd: int, deadline: float) -> dict[str, int]:

@@ -53,14 +53,17 @@ def action_server_argv(
     *,
     socket: str = f"{SOCKET_DIR_INSIDE}/{SOCKET_NAME}",
     roots: Sequence[str] | None = None,
+    listen_fd: int | None = None,
 ) -> list[str]:
     """The sandbox's action server: serving only the host, confining the agent's tools.
 
-    The agent's file tools may touch `roots` only (default: the workdir and /tmp).
+    The agent's file tools may touch `roots` only (default: the workdir and /tmp). With
+    `listen_fd` it serves the host's own listening socket instead of creating one.
     """
     roots = (workdir, "/tmp") if roots is None else roots
+    listen = ["--listen-fd", str(listen_fd)] if listen_fd is not None else []
     return [
-        python, "-m", "agentroll.runtime.action", "--socket", socket, "--single-client",
+        python, "-m", "agentroll.runtime.action", "--socket", socket, *listen, "--single-client",
         "--workdir", workdir, *(arg for root in roots for arg in ("--root", root)),
         *rlimit_args(limits),
         *(arg for fd in cgroup_fds for arg in ("--agent-cgroup-fd", str(fd))),

@@ -67,7 +67,7 @@ async def test_huge_output_is_truncated(client: ActionClient) -> None:
 
 
 async def test_kernel_files_live_in_the_private_directory(shared_server: ServerProcess) -> None:
-    state_dirs = list(shared_server.socket.parent.glob(".action-*"))
+    state_dirs = list(shared_server.socket.parent.glob(".agentroll-action-*"))
     assert len(state_dirs) == 1 and oct(state_dirs[0].stat().st_mode & 0o777) == "0o700"
     connection = json.loads((state_dirs[0] / "kernel.json").read_text())
     assert connection["transport"] == "ipc"

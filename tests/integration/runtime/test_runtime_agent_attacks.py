@@ -282,3 +282,34 @@ async def test_sandbox_cgroups_hold_the_agent_and_go_with_the_sandbox(
         assert (dirs["memory"] / limit_file).read_text().strip() == str(512 * MiB)
     await sb.stop()
     assert dirs and not any(d.exists() for d in dirs.values())
+
+
+async def test_the_socket_directory_is_read_only_for_the_agent(sandbox: ProcessSandbox) -> None:
+    """It lives on the host's disk: nothing the agent runs may write there."""
+    res = await sandbox.tools.bash(
+        "head -c 1000000 /dev/zero > /run/agentroll/fill; echo status=$?; ls -A /run/agentroll"
+    )
+    assert "Read-only file system" in res.output and "status=1" in res.output
+    assert list(sandbox.socket_dir.iterdir()) == []  # and the host's socket is gone too
+
+
+async def test_fifos_planted_for_the_server_block_nothing(sandbox: ProcessSandbox) -> None:
+    """The server's private files are in the agent's reach (same uid): replaced by FIFOs, an
+    `open` would never return. Long commands, the kernel's log and the editor go on."""
+    before = await sandbox.tools.alive()
+    plant = (  # wherever the server keeps them
+        "for d in $(ls -d /tmp/.agentroll-action-* /run/agentroll/.action-* 2>/dev/null); do "
+        "for n in kernel.log bash-command; do "
+        'rm -f "$d/$n"; mkfifo "$d/$n"; done; done; mkfifo /tmp/pipe; echo planted'
+    )
+    assert "planted" in (await sandbox.tools.bash(plant)).output
+    long_command = "echo " + "x" * 4000 + " > /dev/null; echo long-ran"
+    assert "long-ran" in (await sandbox.tools.bash(long_command, timeout=30)).output
+    assert "2" in (await sandbox.tools.python("print(1 + 1)", timeout=60)).output
+    viewed = await sandbox.tools.editor("view", "/tmp/pipe")
+    assert not viewed.ok and "not a regular file" in viewed.output
+    await sandbox.upload("after.txt", b"still served")  # no worker thread left stuck
+    assert await sandbox.download("after.txt") == b"still served"
+    gone = "rm -rf /tmp/.agentroll-action-*; echo " + "y" * 4000 + " > /dev/null; echo ran"
+    assert "ran" in (await sandbox.tools.bash(gone, timeout=30)).output
+    await assert_same_server(sandbox, before)

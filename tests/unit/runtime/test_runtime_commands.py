@@ -44,7 +44,7 @@ def test_bwrap_default_isolates_everything() -> None:
     assert argv[argv.index("--cap-drop") + 1] == "ALL"
     assert argv[argv.index("--uid") + 1] == "65534"
     assert ("/s/work", "/workspace") in _pairs(argv, "--bind")
-    assert ("/s/sock", "/run/agentroll") in _pairs(argv, "--bind")
+    assert ("/s/sock", "/run/agentroll") in _pairs(argv, "--ro-bind")  # the host makes its sockets
     assert argv[argv.index("--remount-ro") + 1] == "/"
     assert argv[-2:] == ["--", "cmd"] and argv[argv.index("--chdir") + 1] == "/workspace"
     # Host root: system directories only, never / itself nor home directories.

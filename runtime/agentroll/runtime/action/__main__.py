@@ -1,7 +1,7 @@
 """Entry point of the action server.
 
-    python -m agentroll.runtime.action --socket PATH [--root DIR ...] [--workdir DIR]
-        [--single-client] [--rlimit NAME=VALUE ...] [--agent-cgroup-fd FD ...]
+    python -m agentroll.runtime.action --socket PATH [--listen-fd FD] [--root DIR ...]
+        [--workdir DIR] [--single-client] [--rlimit NAME=VALUE ...] [--agent-cgroup-fd FD ...]
 
 Serves until a ``shutdown`` request (or SIGTERM/SIGINT, unless ``--single-client``). Prints
 nothing on stdout; a caller knows the server is ready when the socket answers ``alive``
@@ -25,6 +25,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         description="In-sandbox action server (bash, IPython, files) on a Unix domain socket.",
     )
     parser.add_argument("--socket", required=True, help="path of the Unix socket to create (0600)")
+    parser.add_argument(
+        "--listen-fd",
+        type=int,
+        default=None,
+        metavar="FD",
+        help="serve on this inherited, already listening socket (the host's, bound at --socket) "
+        "instead of creating one",
+    )
     parser.add_argument(
         "--root",
         action="append",
@@ -72,6 +80,7 @@ async def _serve(args: argparse.Namespace) -> None:
         state_dir=args.state_dir,
         single_client=args.single_client,
         confinement=Confinement(args.rlimit, args.agent_cgroup_fd),
+        listen_fd=args.listen_fd,
     )
     await server.start()
     await server.serve_forever()

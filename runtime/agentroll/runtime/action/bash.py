@@ -29,6 +29,7 @@ from typing import Any
 from ptyprocess import PtyProcess
 
 from agentroll.runtime.action.children import Children, describe_exit
+from agentroll.runtime.action.regular import open_regular
 from agentroll.runtime.action.shell_io import Scanner, ansi_c_quote, sentinel_command
 
 BASH_ARGV = ("bash", "--noprofile", "--norc", "--noediting")
@@ -281,7 +282,11 @@ class BashSession:
         self._last_output = started
         deadline = started + time_limit
         self._restore_tty()
-        await self._write(self._command_line(command, nonce), deadline)
+        try:
+            line = self._command_line(command, nonce)
+        except OSError as exc:  # its state folder is in the agent's reach (a full /tmp, say)
+            return self._result(f"[the command could not be staged: {exc.strerror}]", started)
+        await self._write(line, deadline)
         outcome = await self._wait(scanner, deadline, quiet_s)
         exit_code: int | None = scanner.exit_code
         timed_out = outcome in ("timeout", "quiet")
@@ -319,18 +324,34 @@ class BashSession:
             "session_restarted": restarted,
         }
 
+    @staticmethod
+    def _result(text: str, started: float) -> dict[str, Any]:
+        """A call that never reached bash: what happened, as the observation."""
+        return {
+            "output": text,
+            "exit_code": None,
+            "timed_out": False,
+            "truncated": False,
+            "duration_s": round(time.monotonic() - started, 6),
+            "interrupted": False,
+            "session_restarted": False,
+        }
+
     def _command_line(self, command: str, nonce: str) -> bytes:
         line = f"eval {ansi_c_quote(command)}; {sentinel_command(nonce)}\n".encode(
             "utf-8", errors="replace"
         )
         if len(line) <= MAX_LINE_BYTES:
             return line
-        path = os.path.join(self._state_dir, "bash-command")
-        with open(path, "w", encoding="utf-8", errors="replace") as fh:
+        # A fresh name, created exclusively: nothing the agent planted (a FIFO) is opened.
+        path = os.path.join(self._state_dir, f"bash-command-{nonce}")
+        os.makedirs(self._state_dir, mode=0o700, exist_ok=True)  # the agent may have removed it
+        fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as fh:
             fh.write(command.replace("\x00", ""))
         return (
             f"IFS= read -r -d '' __ar_cmd < {ansi_c_quote(path)}; eval \"$__ar_cmd\"; "
-            f"{sentinel_command(nonce)}; unset __ar_cmd\n"
+            f"{sentinel_command(nonce)}; unset __ar_cmd; rm -f {ansi_c_quote(path)}\n"
         ).encode()
 
     def _restore_tty(self) -> None:

@@ -17,6 +17,7 @@ from typing import Any
 
 from agentroll.runtime.action.errors import ActionRequestError
 from agentroll.runtime.action.protocol import MAX_TRANSFER_BYTES
+from agentroll.runtime.action.regular import open_regular
 from agentroll.runtime.action.truncate import truncate_text
 
 MAX_EDIT_BYTES = 16 * 1024 * 1024
@@ -104,17 +105,22 @@ class FileTools:
             raise EditFailed(
                 f"{shown} is {st.st_size} bytes, over the {MAX_EDIT_BYTES}-byte limit."
             )
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fd = open_regular(real, os.O_RDONLY)
+        except OSError as exc:
+            raise EditFailed(f"cannot read {shown}: {exc.strerror}") from None
         with os.fdopen(fd, "rb") as fh:
-            data = fh.read()
+            data = fh.read(MAX_EDIT_BYTES + 1)
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError:
             raise EditFailed(f"{shown} is not UTF-8 text (binary file?).") from None
 
     def _write_text(self, real: str, content: str) -> None:
-        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
-        fd = os.open(real, flags, 0o666)
+        try:
+            fd = open_regular(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        except OSError as exc:
+            raise EditFailed(f"cannot write {real}: {exc.strerror}") from None
         with os.fdopen(fd, "wb") as fh:
             fh.write(content.encode("utf-8", errors="surrogateescape"))
 
@@ -288,9 +294,8 @@ class FileTools:
         with self._lock:
             os.makedirs(os.path.dirname(real), exist_ok=True)
             self.resolve(os.path.dirname(real))
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
             try:
-                fd = os.open(real, flags, 0o666)
+                fd = open_regular(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
             except OSError as exc:
                 raise ActionRequestError(f"cannot upload to {shown}: {exc.strerror}") from exc
             with os.fdopen(fd, "wb") as fh:
@@ -300,13 +305,10 @@ class FileTools:
     def download(self, path: str) -> bytes:
         shown, real = self.resolve(path)
         try:
-            fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = open_regular(real, os.O_RDONLY)
         except OSError as exc:
             raise ActionRequestError(f"cannot download {shown}: {exc.strerror}") from exc
         st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            os.close(fd)
-            raise ActionRequestError(f"cannot download {shown}: not a regular file")
         with os.fdopen(fd, "rb") as fh:
             if st.st_size > MAX_TRANSFER_BYTES:
                 raise ActionRequestError(

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from typing import IO, Any
 
 from agentroll.runtime.action.children import Children, describe_exit
+from agentroll.runtime.action.regular import open_regular
 from agentroll.runtime.action.truncate import HeadTailBuffer, truncate_text
 
 START_TIMEOUT_S = 60.0
@@ -103,7 +104,12 @@ class PythonSession:
 
     def _open_log(self) -> IO[bytes]:
         # The kernel's own stdout/stderr (crash messages); its cell output comes over IOPub.
-        return open(os.path.join(self._state_dir, "kernel.log"), "ab")
+        path = os.path.join(self._state_dir, "kernel.log")
+        try:
+            fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        except OSError:  # replaced by the agent (a FIFO, a link): no crash log, no hang
+            fd = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+        return os.fdopen(fd, "ab")
 
     async def _start(self) -> None:
         if self._closed:

@@ -13,6 +13,11 @@ can ever connect (to send ``shutdown``, say) and deleting or replacing the path 
 nothing; the host never reconnects (warm-pool hand-outs keep the connection made at start).
 When that connection ends the server stops: nobody could reach it any more.
 
+With ``listen_fd`` the server is handed a socket the host already bound and listens on (the
+host unlinks it once connected), so the socket's directory can be read-only inside the
+sandbox: nothing the agent runs can write to it. Its private state (the long-command file,
+the kernel's connection file) then lives in a fresh folder under ``$TMPDIR``.
+
 ``stop_agent`` kills every process the agent started (children.py) and returns once they are
 gone; the sessions start afresh on their next call. Orphans are reaped on every SIGCHLD.
 """
@@ -91,9 +96,11 @@ class ActionServer:
         state_dir: str | None = None,
         single_client: bool = False,
         confinement: Confinement | None = None,
+        listen_fd: int | None = None,
     ) -> None:
         self.socket_path = os.path.abspath(socket_path)
         self.single_client = single_client
+        self._listen_fd = listen_fd
         self.children = Children(confinement or Confinement())
         self._socket_owned = False  # the path is ours to unlink
         self._client_accepted = False
@@ -132,29 +139,38 @@ class ActionServer:
                 f"socket path is longer than {MAX_SOCKET_PATH} bytes: {self.socket_path}"
             )
         parent = os.path.dirname(self.socket_path)
-        os.makedirs(parent, mode=0o700, exist_ok=True)
-        self._remove_stale_socket()
+        if self._listen_fd is None:
+            os.makedirs(parent, mode=0o700, exist_ok=True)
+            self._remove_stale_socket()
         if self._state_dir_arg:
             os.makedirs(self._state_dir_arg, mode=0o700, exist_ok=True)
             self.state_dir = self._state_dir_arg
         else:
-            # Next to the socket: the sandbox's private directory, not a shared /tmp.
-            self.state_dir = tempfile.mkdtemp(prefix=".action-", dir=parent)
+            # Beside our own socket (the sandbox's private directory); under $TMPDIR when the
+            # host owns the socket and its directory is read-only for us.
+            beside = parent if self._listen_fd is None else None
+            self.state_dir = tempfile.mkdtemp(prefix=".agentroll-action-", dir=beside)
         self.bash = BashSession(
             workdir=self.workdir, state_dir=self.state_dir, children=self.children
         )
         self.python = PythonSession(
             workdir=self.workdir, state_dir=self.state_dir, children=self.children
         )
-        old_umask = os.umask(0o177)  # the socket is born 0600; no window where others can connect
-        try:
+        if self._listen_fd is not None:
+            listener = socket.socket(fileno=self._listen_fd)
             self._server = await asyncio.start_unix_server(
-                self._serve_connection, path=self.socket_path, limit=2**16
+                self._serve_connection, sock=listener, limit=2**16
             )
-        finally:
-            os.umask(old_umask)
-        self._socket_owned = True
-        os.chmod(self.socket_path, 0o600)
+        else:
+            old_umask = os.umask(0o177)  # born 0600: no window where others can connect
+            try:
+                self._server = await asyncio.start_unix_server(
+                    self._serve_connection, path=self.socket_path, limit=2**16
+                )
+            finally:
+                os.umask(old_umask)
+            self._socket_owned = True
+            os.chmod(self.socket_path, 0o600)
         # Warm bash in the background: the socket is already answering `alive`.
         self._spawn_task(self._start_bash())
 
