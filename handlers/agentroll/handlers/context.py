@@ -198,3 +198,7 @@ class RolloutContext(Protocol):
     def record_tool_call(self, tool: str, seconds: float) -> None:
         """Count one tool call and its duration in the trajectory's timing."""
         ...
+
+    def record_tool_startup(self, tool: str, seconds: float) -> None:
+        """Count a tool's start-up (a Python kernel, say) apart from its calls' latency."""
+        ...

@@ -41,6 +41,7 @@ class JobContext:
     sandbox_start_s: float = 0.0
     tool_s: float = 0.0
     tool_calls: Counter[str] = field(default_factory=Counter)
+    tool_startup_s: float = 0.0
     teardowns: set["asyncio.Task[None]"] = field(default_factory=set)
     metrics: ServerMetrics | None = None
     llm_proxies: list[RolloutProxy] = field(default_factory=list)
@@ -64,6 +65,11 @@ class JobContext:
         self.tool_s += seconds
         if self.metrics is not None:
             self.metrics.tool_call_seconds.labels(tool).observe(seconds)
+
+    def record_tool_startup(self, tool: str, seconds: float) -> None:
+        self.tool_startup_s += seconds
+        if self.metrics is not None:
+            self.metrics.tool_startup_seconds.labels(tool).observe(seconds)
 
     async def open_sandbox(self, spec: SandboxSpec | None = None) -> Sandbox:
         if self.runtime is None:

@@ -43,6 +43,13 @@ class ServerMetrics:
         self.tool_call_seconds = Histogram(
             "agentroll_tool_call_seconds", "Tool call latency.", ["tool"], buckets=FAST, registry=r
         )
+        self.tool_startup_seconds = Histogram(
+            "agentroll_tool_startup_seconds",
+            "Tool start-up (a Python kernel) during INIT, apart from call latency.",
+            ["tool"],
+            buckets=SLOW,
+            registry=r,
+        )
         self.llm_request_seconds = Histogram(
             "agentroll_llm_request_seconds", "Generation call latency.", ["backend"],
             buckets=SLOW, registry=r,

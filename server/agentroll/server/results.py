@@ -34,6 +34,7 @@ def build_trajectory(
         timing.llm_s, timing.llm_calls = llm.llm_s, llm.llm_calls
         timing.sandbox_start_s = ctx.sandbox_start_s
         timing.tool_s, timing.tool_calls = ctx.tool_s, sum(ctx.tool_calls.values())
+        timing.tool_startup_s = ctx.tool_startup_s
         if ctx.tool_calls:
             metadata["tool_calls"] = dict(ctx.tool_calls)
         segments = llm.segments

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from action_servers import ServerProcess, start_server
 
-from agentroll.runtime.action import ActionClient
+from agentroll.runtime.action import ActionClient, ActionRequestError
 
 pytestmark = pytest.mark.integration
 
@@ -118,3 +118,19 @@ async def test_kernel_leaves_no_files_in_home() -> None:
             await client.close()
             server.stop()
         assert [p.name for p in home.iterdir()] == []
+
+
+async def test_warm_starts_the_kernel_before_the_first_cell(server: ServerProcess) -> None:
+    client = ActionClient(server.socket)
+    await client.connect(20)
+    try:
+        assert (await client.alive())["python"] is False
+        first = await client.warm(["python", "bash"])
+        assert first["python"] > 0 and set(first) == {"python", "bash"}
+        assert (await client.alive())["python"] is True
+        again = await client.warm(["python"])
+        assert again["python"] < first["python"]  # already running: nothing to start
+        with pytest.raises(ActionRequestError, match="cannot warm"):
+            await client.warm(["emacs"])
+    finally:
+        await client.close()

@@ -5,6 +5,7 @@ from pathlib import Path
 from typing import ClassVar, Literal
 
 from agentroll.handlers import AgentHandler, HandlerRegistry, Reward, RolloutContext
+from agentroll.handlers.agent import ToolAgentHandler
 from agentroll.runtime import SandboxSpec
 
 
@@ -88,6 +89,23 @@ class LingererKept(Lingerer):
     stop_agent_before_eval: ClassVar[bool] = False
 
 
+class WarmPython(ToolAgentHandler):
+    """A tool-using handler with the python tool: is its kernel up before RUN's first call?"""
+
+    name: ClassVar[str] = "warm-python"
+    default_tools = ("python", "submit")
+
+    def task_prompt(self, ctx: RolloutContext) -> str:
+        return "unused"
+
+    async def run(self, ctx: RolloutContext) -> None:
+        assert ctx.sandbox is not None
+        ctx.state["alive"] = await ctx.sandbox.tools.alive()
+
+    async def eval(self, ctx: RolloutContext) -> Reward:
+        return Reward(float(ctx.state["alive"]["python"] is True))
+
+
 class BadImage(Writer):
     name: ClassVar[str] = "bad-image"
 
@@ -97,6 +115,6 @@ class BadImage(Writer):
 
 def sandbox_registry() -> HandlerRegistry:
     registry = HandlerRegistry()
-    for cls in (Writer, FreshEval, Sleeper, ForkBomb, Lingerer, LingererKept, BadImage):
+    for cls in (Writer, FreshEval, Sleeper, ForkBomb, Lingerer, LingererKept, WarmPython, BadImage):
         registry.register(cls)
     return registry

@@ -72,6 +72,18 @@ async def test_eval_in_the_agents_sandbox_starts_once_its_processes_are_gone(
     assert (done["kept"].outcome, done["kept"].reward) == (Outcome.ok, 0.0)
 
 
+async def test_a_python_tool_is_started_during_init(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """Its kernel is up before RUN: the first python call costs what any other does, and its
+    start-up is reported apart from the calls' latency."""
+    async with agentroll_server(registry=sandbox_registry(), **settings(tmp_path)) as (_, client):
+        await client.submit([{"job_id": "warm", "handler": "warm-python", "instance": {}}])
+        t = (await client.wait_for(["warm"], 60))["warm"]
+    assert (t.outcome, t.reward) == (Outcome.ok, 1.0), t.error
+    assert t.timing.tool_startup_s > 0 and t.timing.tool_calls == 0
+
+
 async def test_sandbox_that_cannot_start_is_infra_error(
     agentroll_server: ServerFactory, tmp_path: Path
 ) -> None:

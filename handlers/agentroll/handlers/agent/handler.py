@@ -17,6 +17,7 @@ configuration (`instance["agent"]`, see `AgentConfig`) come with it:
             return Reward(float(len(poem.stdout.splitlines()) == 3))
 """
 
+import asyncio
 from typing import Any, ClassVar
 
 from agentroll.handlers.agent.config import AgentConfig
@@ -28,6 +29,8 @@ from agentroll.handlers.toolcalls import get_parser
 from agentroll.runtime import Limits, SandboxSpec
 
 MiB = 1 << 20
+WARM_TOOLS = ("python",)
+"""Tools whose session costs seconds to start (an IPython kernel), started during INIT."""
 # Modest by default: an agent's shell needs little, and many sandboxes share a node. The
 # workspace is a size-limited tmpfs where the runtime can make one (bwrap): a policy that
 # writes until the disk is full fills its own workspace, never the node's disk. Its pages
@@ -90,8 +93,13 @@ class ToolAgentHandler(AgentHandler):
         ]
 
     async def init(self, ctx: RolloutContext) -> None:
-        await ctx.open_sandbox(self.sandbox_spec(ctx))
-        await self.prepare(ctx)
+        sandbox = await ctx.open_sandbox(self.sandbox_spec(ctx))
+        names = self.agent_config(ctx).tool_names(self.default_tools)
+        warm = [t for t in WARM_TOOLS if t in names]
+        # Tools with a start-up cost start while the task is prepared, not at the first call.
+        started, _ = await asyncio.gather(sandbox.tools.warm(warm), self.prepare(ctx))
+        for tool, seconds in started.items():
+            ctx.record_tool_startup(tool, seconds)
 
     async def run(self, ctx: RolloutContext) -> None:
         config = self.agent_config(ctx)

@@ -73,3 +73,6 @@ class TaskView:
 
     def record_tool_call(self, tool: str, seconds: float) -> None:
         self._ctx.record_tool_call(tool, seconds)
+
+    def record_tool_startup(self, tool: str, seconds: float) -> None:
+        self._ctx.record_tool_startup(tool, seconds)

@@ -16,6 +16,7 @@ import contextlib
 import itertools
 import os
 import time
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from agentroll.runtime.action import protocol
@@ -237,6 +238,17 @@ class ActionClient:
             return base64.b64decode(result["data_b64"], validate=True)
         except (KeyError, ValueError) as exc:
             raise ActionProtocolError(f"download: malformed reply: {exc}") from exc
+
+    async def warm(
+        self,
+        tools: Sequence[str],
+        *,
+        timeout: float = 60.0,  # noqa: ASYNC109 (bounds the call, as every call's limit does)
+    ) -> dict[str, float]:
+        """Start these tools' sessions (``bash``, ``python``) now, so their first call costs
+        what any other does; returns the seconds each took to start (0 if it already ran)."""
+        reply = await self._call("warm", {"tools": list(tools)}, timeout)
+        return {str(k): float(v) for k, v in dict(reply["started_s"]).items()}
 
     async def stop_agent(self, *, timeout: float = 30.0) -> None:  # noqa: ASYNC109 (the server's)
         """Kill every process the server's tools started; returns once all are gone.

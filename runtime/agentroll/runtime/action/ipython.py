@@ -152,6 +152,12 @@ class PythonSession:
         self._children.confine(provisioner.pid)
         self._km, self._kc = km, kc
 
+    async def start(self) -> None:
+        """Start the kernel now (idempotent), so the first cell costs what any other does."""
+        async with self._lock:
+            if self._km is None:
+                await self._start()
+
     async def run(self, code: str, *, time_limit: float, max_output_chars: int) -> dict[str, Any]:
         async with self._lock:
             started = time.monotonic()

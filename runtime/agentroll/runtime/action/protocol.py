@@ -40,7 +40,9 @@ OPS = (
     "shutdown",
     "stop_agent",
     "upload",
+    "warm",
 )
+WARM_TOOLS = ("bash", "python")
 EDITOR_COMMANDS = ("view", "create", "str_replace", "insert", "undo_edit")
 
 # Error types on the wire.

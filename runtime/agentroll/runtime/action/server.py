@@ -128,6 +128,7 @@ class ActionServer:
             "upload": self._upload,
             "download": self._download,
             "stop_agent": self._stop_agent,
+            "warm": self._warm,
             "shutdown": self._shutdown,
         }
 
@@ -396,6 +397,24 @@ class ActionServer:
     async def _download(self, args: dict[str, Any]) -> dict[str, Any]:
         data = await asyncio.to_thread(self.files.download, _arg(args, "path", str))
         return {"data_b64": base64.b64encode(data).decode("ascii"), "size": len(data)}
+
+    async def _warm(self, args: dict[str, Any]) -> dict[str, Any]:
+        """Start the named tools' sessions now, together; how long each took to start."""
+        assert self.bash is not None and self.python is not None
+        tools = _arg(args, "tools", list)
+        unknown = [t for t in tools if t not in protocol.WARM_TOOLS]
+        if unknown:
+            raise ActionRequestError(f"cannot warm {unknown}; known: {list(protocol.WARM_TOOLS)}")
+        sessions = {"bash": self.bash.start, "python": self.python.start}
+
+        async def timed(name: str) -> float:
+            began = time.monotonic()
+            await sessions[name]()
+            return round(time.monotonic() - began, 6)
+
+        names = list(dict.fromkeys(tools))
+        took = await asyncio.gather(*(timed(n) for n in names))
+        return {"started_s": dict(zip(names, took, strict=True))}
 
     async def _stop_agent(self, args: dict[str, Any]) -> dict[str, Any]:
         assert self.bash is not None and self.python is not None

@@ -50,6 +50,9 @@ class Timing(BaseModel):
     llm_s: float = Field(0.0, description="Time spent waiting on generation calls.")
     llm_calls: int = 0
     tool_s: float = Field(0.0, description="Time spent in tool calls.")
+    tool_startup_s: float = Field(
+        0.0, description="Time spent starting tools (a Python kernel, ...) before their calls."
+    )
     sandbox_start_s: float = Field(0.0, description="Time spent starting sandboxes.")
     tool_calls: int = 0
 
