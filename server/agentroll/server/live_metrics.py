@@ -48,6 +48,16 @@ def live_gauges(service: JobService) -> Iterator[Metric]:
     accepting.add_metric([], 1.0 if service.accepting else 0.0)
     yield from (version, paused, accepting)
 
+    held = gauge("agentroll_admission_waiting", "Jobs held back from INIT, by reason.", ["reason"])
+    for reason in ("memory", "pids", "cpu"):
+        held.add_metric([reason], service.admission.waiting.get(reason, 0))
+    node = service.admission.reading
+    pressure = gauge("agentroll_node_cpu_pressure", "% of the last 10 s tasks waited for a CPU.")
+    pressure.add_metric([], node.cpu_pressure)
+    available = gauge("agentroll_node_memory_available_bytes", "Memory available on the node.")
+    available.add_metric([], node.memory_available)
+    yield from (held, pressure, available)
+
     sandboxes = gauge("agentroll_sandboxes_active", "Sandboxes this server owns now.")
     sandboxes.add_metric([], len(getattr(service.runtime, "live", ())))
     yield sandboxes

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agentroll.handlers import AgentError, AgentHandler, ErrorDecision, Reward
+from agentroll.server.admission import NodeAdmission
 from agentroll.server.context import JobContext
 from agentroll.server.errors import ServerError
 from agentroll.server.jobs import LiveJob
@@ -57,9 +58,16 @@ class _StageFailed(Exception):
 
 
 class Pipeline:
-    def __init__(self, pools: PoolSizes, admit: Callable[[LiveJob], None] | None = None) -> None:
-        """`admit(job)` runs as a job is about to start INIT; it may raise `Refused`."""
+    def __init__(
+        self,
+        pools: PoolSizes,
+        admit: Callable[[LiveJob], None] | None = None,
+        node: NodeAdmission | None = None,
+    ) -> None:
+        """`admit(job)` runs as a job is about to start INIT; it may raise `Refused`. `node`
+        holds a job back from INIT while the node has no room (see `admission`)."""
         self._admit = admit or (lambda job: None)
+        self.node = node
         self.ready = StageLimiter("ready_buffer", pools.ready_buffer)
         self.init = StageLimiter("init", pools.init)
         self.run = StageLimiter("run", pools.run)
@@ -99,6 +107,7 @@ class Pipeline:
         limits = job.request.limits
         await self._enter(job, "init", self.ready)
         try:
+            await self._wait_for_node(job)
             await self._enter(job, "init", self.init)
             try:
                 self._admit(job)
@@ -153,6 +162,19 @@ class Pipeline:
             return await handler.eval(ctx)
 
         return graded
+
+    async def _wait_for_node(self, job: LiveJob) -> None:
+        """Admission that fits the node, counted as INIT queue time."""
+        if self.node is None:
+            return
+        waited_from = time.monotonic()
+        try:
+            await self.node.admit(lambda: self.init.busy, self._idle)
+        finally:
+            job.stage_timing("init").queue_s += time.monotonic() - waited_from
+
+    def _idle(self) -> bool:
+        return not (self.init.busy or self.run.busy or self.eval.busy)
 
     async def _enter(self, job: LiveJob, stage: str, limiter: StageLimiter) -> None:
         """Wait for a worker of `limiter`, counting the wait as `stage` queue time."""

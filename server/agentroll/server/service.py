@@ -18,6 +18,7 @@ from typing import Any
 
 from agentroll.handlers import AgentHandler, HandlerRegistry
 from agentroll.runtime import Runtime
+from agentroll.server.admission import NodeAdmission
 from agentroll.server.backends import PersistedBackends
 from agentroll.server.context import JobContext
 from agentroll.server.errors import (
@@ -37,6 +38,7 @@ from agentroll.server.metrics import ServerMetrics
 from agentroll.server.pipeline import Pipeline, Refused, Verdict
 from agentroll.server.results import SCORED_OUTCOMES, STATUS_BY_OUTCOME, build_trajectory
 from agentroll.server.schema import (
+    AdmissionStatus,
     JobRequest,
     JobState,
     JobView,
@@ -92,7 +94,8 @@ class JobService:
         self.store = store
         self.registry = registry
         self.backends = backends
-        self.pipeline = Pipeline(settings.pools, admit=self._refuse_if_stale)
+        self.admission = NodeAdmission(settings.admission)
+        self.pipeline = Pipeline(settings.pools, admit=self._refuse_if_stale, node=self.admission)
         self.live: dict[str, LiveJob] = {}
         self.accepting = True
         self.gate = GenerationGate()
@@ -468,7 +471,7 @@ class JobService:
                 "init": StageStatus(
                     capacity=p.init.capacity,
                     busy=p.init.busy,
-                    queued=p.ready.queued + p.init.queued,
+                    queued=p.ready.queued + p.init.queued + sum(self.admission.waiting.values()),
                 ),
                 "run": StageStatus(capacity=p.run.capacity, busy=p.run.busy, queued=p.run.queued),
                 "eval": StageStatus(
@@ -479,6 +482,16 @@ class JobService:
             jobs_by_state=dict(states),
             backends=self.backends.views(),
             results_cursor=self.store.last_cursor,
+            admission=self._admission_status(),
+        )
+
+    def _admission_status(self) -> AdmissionStatus:
+        node = self.admission.reading
+        return AdmissionStatus(
+            waiting={reason: n for reason, n in self.admission.waiting.items() if n},
+            cpu_pressure=node.cpu_pressure,
+            memory_available_bytes=node.memory_available,
+            threads=node.threads,
         )
 
     def resize(self, patch: PoolsPatch) -> None:

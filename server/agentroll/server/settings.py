@@ -20,6 +20,7 @@ from pydantic_settings import (
 )
 
 from agentroll.runtime.config import BwrapConfig, RuntimeConfig
+from agentroll.server.admission import AdmissionSettings
 from agentroll.server.errors import ServerError
 from agentroll.server.logs import LogFormat
 from agentroll.server.proxy import ProxyCaps
@@ -62,6 +63,10 @@ class Settings(BaseSettings):
         description="NORMAL survives a server crash; FULL also survives power loss (slower).",
     )
     pools: PoolSizes = Field(default_factory=PoolSizes)
+    admission: AdmissionSettings = Field(
+        default_factory=AdmissionSettings,
+        description="When INIT waits for the node to have room (memory, threads, CPU).",
+    )
     on_restart: Literal["requeue", "infra_error"] = Field(
         "requeue", description="What happens to jobs that were in flight when the server died."
     )

@@ -3,10 +3,12 @@
 import asyncio
 from collections.abc import Callable
 
+import httpx
 import pytest
 from tests.conftest import ServerFactory
 from tests.integration.server.scripted_handlers import Gates, job, make_registry
 
+from agentroll.server.admission import SAMPLE_INTERVAL_S, NodeReading
 from agentroll.server.schema import JobState, Outcome
 from agentroll.trainer_clients import AsyncRolloutClient
 
@@ -178,3 +180,31 @@ async def test_stage_timeout_and_deadline_end_timed_out(agentroll_server: Server
     assert late.outcome is Outcome.timed_out
     assert late.error is not None and late.error.type == "deadline_exceeded"
     assert late.timing.run is None  # never reached RUN
+
+
+async def test_jobs_wait_for_the_node_and_say_why(agentroll_server: ServerFactory) -> None:
+    """A node short of memory holds new jobs back before INIT (queueing, never failing them);
+    `/v1/status` and `/metrics` say why; they start once memory is back."""
+    gates = Gates()
+    gib = 1 << 30
+    node = [NodeReading(10.0, gib // 2, 24 * gib, 500, 30_000)]  # 0.5 of 24 GiB available
+    async with agentroll_server(registry=make_registry(gates)) as (server, client):
+        service = server.server.config.app.state.service
+        service.admission._sample = lambda: node[0]
+        await asyncio.sleep(SAMPLE_INTERVAL_S)  # readings are at most this old
+        await client.submit([job("first", block=["run"])])  # an idle node admits one anyway
+        await eventually(lambda: "first" in gates.entered["run"])
+        await client.submit([job(f"held-{i}") for i in range(3)])
+        async with asyncio.timeout(10):
+            while (await client.status()).admission.waiting.get("memory") != 3:
+                await asyncio.sleep(0.05)
+        status = await client.status()
+        assert status.stages["init"].queued == 3 and status.stages["init"].busy == 0
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            metrics = (await http.get("/metrics")).text
+        assert 'agentroll_admission_waiting{reason="memory"} 3.0' in metrics
+        node[0] = NodeReading(10.0, 20 * gib, 24 * gib, 500, 30_000)
+        gates.open["run"].set()
+        done = await client.wait_for(["first", "held-0", "held-1", "held-2"], 30)
+    assert {t.outcome for t in done.values()} == {Outcome.ok}
+    assert all(done[f"held-{i}"].timing.init.queue_s > 0.1 for i in range(3))

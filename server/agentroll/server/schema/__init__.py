@@ -19,6 +19,7 @@ from agentroll.server.schema.jobs import (
     SubmittedJob,
 )
 from agentroll.server.schema.status import (
+    AdmissionStatus,
     PauseMode,
     PauseRequest,
     PauseResponse,
@@ -41,6 +42,7 @@ from agentroll.server.schema.trajectory import (
 
 __all__ = [
     "TRAJECTORY_SCHEMA",
+    "AdmissionStatus",
     "AgentLimits",
     "BackendKind",
     "BackendSpec",

@@ -70,6 +70,16 @@ class ResumeRequest(BaseModel):
     )
 
 
+class AdmissionStatus(BaseModel):
+    waiting: dict[str, int] = Field(
+        default_factory=dict,
+        description="Jobs held back from INIT now, by reason: `memory`, `pids`, `cpu`.",
+    )
+    cpu_pressure: float = Field(0.0, description="% of the last 10 s tasks waited for a CPU.")
+    memory_available_bytes: int = 0
+    threads: int = Field(0, description="Threads on the node now.")
+
+
 class StatusResponse(BaseModel):
     accepting: bool
     paused: bool = False
@@ -80,6 +90,9 @@ class StatusResponse(BaseModel):
     jobs_by_state: dict[str, int]
     backends: list[BackendView]
     results_cursor: int = Field(description="Cursor of the newest finished result.")
+    admission: AdmissionStatus = Field(
+        default_factory=AdmissionStatus, description="Why jobs wait before INIT, and the node."
+    )
 
 
 class ResultsPage(BaseModel):
