@@ -114,7 +114,9 @@ async def test_code_grader_loses_its_sandbox_mid_eval(
                 await asyncio.sleep(0.05)
             while not running(b"sleep\x005.123\x00"):
                 await asyncio.sleep(0.05)  # until the runner is inside the sleeping test
-        os.killpg(grader[0]["pgid"], signal.SIGKILL)
+        # Read the lease again: the one first seen may predate the launcher's pid.
+        (booted,) = [x for x in leases(state_dir) if x["sandbox_id"] == grader[0]["sandbox_id"]]
+        os.killpg(booted["pgid"], signal.SIGKILL)
         t = (await client.wait_for(["graded"], 120))["graded"]
         async with asyncio.timeout(30):
             while sandbox_pids({grader[0]["sandbox_id"]}) or leases(state_dir):

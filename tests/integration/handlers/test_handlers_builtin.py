@@ -93,7 +93,8 @@ class BrokenMath(MathHandler):
 
     name = "broken-math"
 
-    async def prepare(self, ctx: RolloutContext) -> None:
+    async def init(self, ctx: RolloutContext) -> None:
+        await super().init(ctx)
         assert ctx.sandbox is not None
         await ctx.sandbox.stop()
 
