@@ -18,7 +18,7 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 
 typecheck: $(STAMP)
-	$(BIN)/mypy -p agentroll.server -p agentroll.handlers -p agentroll.runtime -p agentroll.trainer_clients
+	$(BIN)/mypy -p agentroll.server -p agentroll.handlers -p agentroll.runtime -p agentroll.trainer_clients -p agentroll.testing
 
 pytest: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)

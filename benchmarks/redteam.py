@@ -1,7 +1,7 @@
 """Red-team benchmark: every attack of the red-team suite against honest rollouts in flight.
 
 Runs the honest rollouts alone first (the unloaded reference), then again beside every attack
-(`tests/redteam/batch.py`: a scripted adversarial policy through the real server in bubblewrap
+(`agentroll.testing.redteam`: a scripted adversarial policy through the real server in bubblewrap
 sandboxes), and prints per attack its outcome, reward and time to finish, then the honest
 rollouts' completion rate, their tool-call latency against the unloaded run, the worst
 `/healthz` latency and leaked sandbox processes, each beside its target.
@@ -14,16 +14,13 @@ Tool-call latency is per rollout (tool time / tool calls); its p99 is over the h
 import argparse
 import asyncio
 import statistics
-import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the red-team suite's batch
-
 from _common import report
-from tests.redteam.batch import ATTACKS, HONEST_REWARD, BatchResult, run_batch
 
 from agentroll.server.schema import Outcome, Trajectory
+from agentroll.testing.redteam import ATTACKS, HONEST_REWARD, BatchResult, run_batch
 
 
 def _tool_ms(rollouts: dict[str, Trajectory]) -> list[float]:

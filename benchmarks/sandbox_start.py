@@ -28,7 +28,7 @@ def build(kind: str, state: Path) -> BaseRuntime:
         return BwrapConfig(state_dir=state).build()
     if kind == "local":
         return LocalConfig(state_dir=state, enabled=True).build()
-    from agentroll.runtime.fake_apptainer import write_shim
+    from agentroll.testing.fake_apptainer import write_shim
 
     return SingularityConfig(
         state_dir=state, binary=str(write_shim(state)), default_image=Path("/"),

@@ -20,10 +20,10 @@ from typing import Any, ClassVar
 from agentroll.handlers import AgentHandler, HandlerRegistry, Reward, RolloutContext
 from agentroll.server.api import create_app
 from agentroll.server.schema import PoolSizes, Trajectory
-from agentroll.server.scripted_llm import ScriptedLLMConfig, get_chat_template
-from agentroll.server.scripted_llm import create_app as create_scripted_app
 from agentroll.server.serving import start_in_loop
 from agentroll.server.settings import Settings
+from agentroll.testing.scripted_llm import ScriptedLLMConfig, get_chat_template
+from agentroll.testing.scripted_llm import create_app as create_scripted_app
 from agentroll.trainer_clients import AsyncRolloutClient
 
 WORDS = [

@@ -5,10 +5,11 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.integration.faults.support import drain, lease_ids, sandbox_pids, wait_ready
+from tests.integration.faults.support import drain, wait_ready
 
 from agentroll.server.launch import agentroll_process
 from agentroll.server.schema import Outcome
+from agentroll.testing.sandboxes import lease_ids, sandbox_pids
 
 pytestmark = pytest.mark.e2e
 

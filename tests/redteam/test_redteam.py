@@ -10,7 +10,9 @@ import asyncio
 import shutil
 
 import pytest
-from tests.redteam.batch import (
+
+from agentroll.server.schema import Outcome, Trajectory
+from agentroll.testing.redteam import (
     ATTACKS,
     HONEST_REWARD,
     PROXY_SCRIPTS,
@@ -18,8 +20,6 @@ from tests.redteam.batch import (
     BatchResult,
     run_batch,
 )
-
-from agentroll.server.schema import Outcome, Trajectory
 
 pytestmark = [
     pytest.mark.redteam,

@@ -42,9 +42,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _scripted_llm(args: argparse.Namespace) -> int:
-    from agentroll.server.scripted_llm import create_app
-    from agentroll.server.scripted_llm.cli import config_from_args
     from agentroll.server.serving import serve_forever
+    from agentroll.testing.scripted_llm import create_app
+    from agentroll.testing.scripted_llm.cli import config_from_args
 
     app = create_app(config_from_args(args))
     serve_forever(app, args.host, args.port, log_level=args.log_level, url_file=args.url_file)
@@ -97,7 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--latency", type=float, default=0.05, help="simulated LLM latency, s")
     demo.set_defaults(func=_demo)
 
-    from agentroll.server.scripted_llm.cli import add_arguments as add_scripted_llm_arguments
+    from agentroll.testing.scripted_llm.cli import add_arguments as add_scripted_llm_arguments
 
     llm = sub.add_parser(
         "scripted-llm",

@@ -30,10 +30,10 @@ from agentroll.handlers.builtin.swe import load_swe_tasks
 from agentroll.runtime import BwrapConfig
 from agentroll.server.api import create_app
 from agentroll.server.schema import JobRequest, SamplingParams, Trajectory
-from agentroll.server.scripted_llm import ScriptedLLMConfig
-from agentroll.server.scripted_llm import create_app as create_scripted_app
 from agentroll.server.serving import start_in_loop
 from agentroll.server.settings import Settings
+from agentroll.testing.scripted_llm import ScriptedLLMConfig
+from agentroll.testing.scripted_llm import create_app as create_scripted_app
 from agentroll.trainer_clients import AsyncRolloutClient
 
 RESULT_TIMEOUT_S = 600.0

@@ -1,5 +1,6 @@
-"""Shared by the fault and restart tests: real server processes, their results, their
-sandboxes, read from outside (the way an operator or a trainer would see them)."""
+"""Shared by the fault and restart tests: real server processes and their results, read from
+outside (the way an operator or a trainer would see them; their sandboxes:
+`agentroll.testing.sandboxes`)."""
 
 import json
 import sqlite3
@@ -7,7 +8,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agentroll.runtime import procs
 from agentroll.trainer_clients import RolloutClient, ServerUnavailable
 
 
@@ -36,36 +36,12 @@ def drain(client: RolloutClient, expected: int, timeout_s: float = 120) -> list[
     return seen
 
 
-def sandbox_pids(ids: set[str] | None = None) -> set[int]:
-    """Processes of agentroll sandboxes on this machine (found by their marker): of the
-    sandboxes named in `ids`, or of any when None."""
-    return {p.pid for p in procs.scan() if p.sandbox_id and (ids is None or p.sandbox_id in ids)}
-
-
 def wait_until(predicate: Any, timeout_s: float, what: str, poll_s: float = 0.05) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
         time.sleep(poll_s)
-
-
-def leases(state_dir: Path) -> list[dict[str, Any]]:
-    """The lease files of live sandboxes (owner, pid, pgid, label)."""
-    folder = state_dir / "leases"
-    if not folder.exists():
-        return []
-    found = []
-    for path in folder.glob("*.json"):
-        try:
-            found.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue  # written or removed just now
-    return found
-
-
-def lease_ids(state_dir: Path) -> set[str]:
-    return {lease["sandbox_id"] for lease in leases(state_dir)}
 
 
 def stored_jobs(db: Path) -> dict[str, tuple[str, str | None]]:

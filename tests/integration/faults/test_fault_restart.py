@@ -13,17 +13,11 @@ from typing import Any
 import httpx
 import pytest
 from tests.integration.faults.fault_handlers import staged_job
-from tests.integration.faults.support import (
-    drain,
-    lease_ids,
-    leases,
-    sandbox_pids,
-    wait_ready,
-    wait_until,
-)
+from tests.integration.faults.support import drain, wait_ready, wait_until
 
 from agentroll.server.launch import agentroll_process
 from agentroll.server.schema import Outcome, Trajectory
+from agentroll.testing.sandboxes import lease_ids, leases, sandbox_pids
 
 pytestmark = [
     pytest.mark.integration,

@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from tests.conftest import ServerFactory
 from tests.integration.faults.fault_handlers import VICTIM, fault_registry, started
-from tests.integration.faults.support import lease_ids, leases, sandbox_pids
 from tests.integration.handlers.harness import rollout_service, scripted_backend
 
 from agentroll.handlers.builtin.code import load_code_tasks
 from agentroll.runtime import BwrapConfig, procs
 from agentroll.server.schema import Outcome, Trajectory
+from agentroll.testing.sandboxes import lease_ids, leases, sandbox_pids
 from agentroll.trainer_clients import AsyncRolloutClient
 
 pytestmark = [

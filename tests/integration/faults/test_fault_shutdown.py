@@ -12,16 +12,10 @@ from pathlib import Path
 
 import pytest
 from tests.integration.faults.fault_handlers import staged_job
-from tests.integration.faults.support import (
-    lease_ids,
-    leases,
-    sandbox_pids,
-    stored_jobs,
-    wait_ready,
-    wait_until,
-)
+from tests.integration.faults.support import stored_jobs, wait_ready, wait_until
 
 from agentroll.server.launch import agentroll_process
+from agentroll.testing.sandboxes import lease_ids, leases, sandbox_pids
 from agentroll.trainer_clients import ApiError, RolloutClient, ServerUnavailable
 
 pytestmark = [

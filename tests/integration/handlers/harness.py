@@ -11,9 +11,9 @@ from tests.conftest import ServerFactory
 from agentroll.handlers import HandlerRegistry
 from agentroll.runtime import BwrapConfig
 from agentroll.server.schema import Trajectory
-from agentroll.server.scripted_llm import RuleRegistry, ScriptedLLMConfig
-from agentroll.server.scripted_llm import create_app as create_scripted_app
 from agentroll.server.serving import RunningServer, start_in_loop
+from agentroll.testing.scripted_llm import RuleRegistry, ScriptedLLMConfig
+from agentroll.testing.scripted_llm import create_app as create_scripted_app
 from agentroll.trainer_clients import AsyncRolloutClient
 
 POLICY = "echo,swe,code,stem,math"

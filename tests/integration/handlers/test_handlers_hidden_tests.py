@@ -23,7 +23,7 @@ from agentroll.handlers import HandlerRegistry, Reward, RolloutContext
 from agentroll.handlers.builtin.code import CodeHandler, load_code_tasks
 from agentroll.handlers.builtin.swe import SweHandler, load_swe_tasks
 from agentroll.server.schema import Outcome
-from agentroll.server.scripted_llm import get_tokenizer
+from agentroll.testing.scripted_llm import get_tokenizer
 
 pytestmark = [
     pytest.mark.integration,

@@ -14,9 +14,9 @@ from agentroll.server.llm import BackendPool, HTTPClient, TokenSession
 from agentroll.server.llm.gate import GenerationGate
 from agentroll.server.proxy import ProxyCaps, RolloutProxy, open_proxy
 from agentroll.server.schema import BackendSpec
-from agentroll.server.scripted_llm import RuleRegistry, ScriptedLLMConfig
-from agentroll.server.scripted_llm import create_app as create_scripted_app
 from agentroll.server.serving import RunningServer, start_in_loop
+from agentroll.testing.scripted_llm import RuleRegistry, ScriptedLLMConfig
+from agentroll.testing.scripted_llm import create_app as create_scripted_app
 
 
 @dataclass

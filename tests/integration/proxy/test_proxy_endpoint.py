@@ -9,8 +9,8 @@ import pytest
 from tests.integration.proxy.proxy_support import Rig, client_for, rig
 
 from agentroll.handlers import ProxyLimits
-from agentroll.server.scripted_llm import Conversation, Reply, RuleContext, default_rules
-from agentroll.server.scripted_llm.agent_steps import call, offered_tools, step
+from agentroll.testing.scripted_llm import Conversation, Reply, RuleContext, default_rules
+from agentroll.testing.scripted_llm.agent_steps import call, offered_tools, step
 
 pytestmark = pytest.mark.integration
 

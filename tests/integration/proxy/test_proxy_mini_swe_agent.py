@@ -16,7 +16,7 @@ from tests.integration.handlers.harness import (
 
 from agentroll.handlers.builtin.swe import load_swe_tasks
 from agentroll.server.schema import Outcome
-from agentroll.server.scripted_llm import default_rules
+from agentroll.testing.scripted_llm import default_rules
 
 pytestmark = [
     pytest.mark.integration,

@@ -43,7 +43,7 @@ def make_config(kind: str, state_dir: Path) -> BwrapConfig | SingularityConfig |
     if kind == "local":
         return LocalConfig(state_dir=state_dir, enabled=True)
     if kind == "fake-apptainer":
-        from agentroll.runtime.fake_apptainer import write_shim
+        from agentroll.testing.fake_apptainer import write_shim
 
         (state_dir / "bin").mkdir(exist_ok=True)
         return SingularityConfig(

@@ -11,8 +11,8 @@ import pytest
 from rt_support import HAVE_BWRAP, make_config, marked_pids
 
 from agentroll.runtime import SandboxSpec, procs
-from agentroll.runtime.fake_apptainer import write_shim
 from agentroll.runtime.singularity import SingularityRuntime
+from agentroll.testing.fake_apptainer import write_shim
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(not HAVE_BWRAP, reason="bwrap missing")]
 

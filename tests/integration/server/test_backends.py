@@ -14,9 +14,9 @@ from tests.integration.server.test_trajectory import Parrot
 from agentroll.handlers import HandlerRegistry
 from agentroll.server.launch import agentroll_process
 from agentroll.server.schema import Outcome
-from agentroll.server.scripted_llm import ScriptedLLMConfig
-from agentroll.server.scripted_llm import create_app as create_scripted_app
 from agentroll.server.serving import RunningServer, start_in_loop
+from agentroll.testing.scripted_llm import ScriptedLLMConfig
+from agentroll.testing.scripted_llm import create_app as create_scripted_app
 
 pytestmark = pytest.mark.integration
 

@@ -9,9 +9,9 @@ from tests.conftest import ServerFactory
 from tests.integration.server.scripted_handlers import Gates, job, make_registry
 from tests.integration.server.test_trajectory import Parrot
 
-from agentroll.server.scripted_llm import ScriptedLLMConfig
-from agentroll.server.scripted_llm import create_app as create_scripted_app
 from agentroll.server.serving import start_in_loop
+from agentroll.testing.scripted_llm import ScriptedLLMConfig
+from agentroll.testing.scripted_llm import create_app as create_scripted_app
 
 pytestmark = pytest.mark.integration
 

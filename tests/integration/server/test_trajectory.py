@@ -10,9 +10,9 @@ from tests.conftest import ServerFactory
 
 from agentroll.handlers import AgentHandler, HandlerRegistry, Reward, RolloutContext
 from agentroll.server.schema import Outcome, Trajectory
-from agentroll.server.scripted_llm import ScriptedLLMConfig, get_chat_template, get_tokenizer
-from agentroll.server.scripted_llm import create_app as create_scripted_app
 from agentroll.server.serving import RunningServer, start_in_loop
+from agentroll.testing.scripted_llm import ScriptedLLMConfig, get_chat_template, get_tokenizer
+from agentroll.testing.scripted_llm import create_app as create_scripted_app
 
 pytestmark = pytest.mark.integration
 

@@ -10,10 +10,10 @@ from tests.integration.trainer_clients.handlers import registry
 
 from agentroll.server.api import create_app
 from agentroll.server.schema import PoolSizes
-from agentroll.server.scripted_llm import ScriptedLLMConfig
-from agentroll.server.scripted_llm import create_app as create_scripted_app
 from agentroll.server.serving import RunningServer, start_in_loop
 from agentroll.server.settings import Settings
+from agentroll.testing.scripted_llm import ScriptedLLMConfig
+from agentroll.testing.scripted_llm import create_app as create_scripted_app
 
 Servers = Callable[..., AbstractAsyncContextManager[list[RunningServer]]]
 

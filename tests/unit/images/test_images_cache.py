@@ -21,7 +21,7 @@ from agentroll.runtime.images import (
 )
 from agentroll.runtime.images.cache import ImageSlot, held
 from agentroll.runtime.images.context import agentroll_version
-from agentroll.runtime.images.fake import FakeRootfsBuilder
+from agentroll.testing.fake_images import FakeRootfsBuilder
 
 
 async def build(
@@ -144,7 +144,7 @@ import asyncio, sys
 from pathlib import Path
 from typing import Any
 from agentroll.runtime.images import build_image
-from agentroll.runtime.images.fake import FakeRootfsBuilder
+from agentroll.testing.fake_images import FakeRootfsBuilder
 img = asyncio.run(build_image("python-base", fmt="rootfs", cache="versioned",
     images_dir=Path(sys.argv[1]), backend=FakeRootfsBuilder(delay_s=0.8), timeout_s=30))
 print("reused" if img.reused else "built", img.name)

@@ -13,8 +13,6 @@ from agentroll.server.errors import ServerError
 def _public_exceptions() -> list[type[BaseException]]:
     found = []
     for info in pkgutil.walk_packages(agentroll.server.__path__, "agentroll.server."):
-        if ".scripted_llm" in info.name:  # the scripted backend is a separate program
-            continue
         module = importlib.import_module(info.name)
         for name, obj in vars(module).items():
             if (

@@ -17,10 +17,10 @@ from agentroll.server.llm.http import HTTPClient
 from agentroll.server.llm.registry import DuplicateBackendKind, UnknownBackendKind, make_client
 from agentroll.server.llm.sglang import SGLangClient, sglang_sampling
 from agentroll.server.llm.vllm import VLLMClient
-from agentroll.server.scripted_llm import ScriptedLLMConfig, create_app, get_chat_template
-from agentroll.server.scripted_llm.engine import Engine
-from agentroll.server.scripted_llm.export import export_tokenizer
 from agentroll.server.serving import start_in_loop
+from agentroll.testing.scripted_llm import ScriptedLLMConfig, create_app, get_chat_template
+from agentroll.testing.scripted_llm.engine import Engine
+from agentroll.testing.scripted_llm.export import export_tokenizer
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -13,9 +13,9 @@ from agentroll.server.llm.gate import GenerationGate
 from agentroll.server.llm.http import HTTPClient, HTTPResponse
 from agentroll.server.llm.vllm import VLLMClient
 from agentroll.server.schema import BackendSpec
-from agentroll.server.scripted_llm import ScriptedLLMConfig
-from agentroll.server.scripted_llm import create_app as create_scripted_app
 from agentroll.server.serving import start_in_loop
+from agentroll.testing.scripted_llm import ScriptedLLMConfig
+from agentroll.testing.scripted_llm import create_app as create_scripted_app
 
 MESSAGES: list[Message] = [{"role": "user", "content": "hi"}]
 

@@ -1,0 +1,12 @@
+"""Test doubles: stand-ins that tests, benchmarks and the demo run instead of real servers.
+
+- `scripted_llm`: a GPU-free vLLM / SGLang server with a real BPE tokenizer and scripted
+  policies (`agentroll scripted-llm`);
+- `fake_apptainer`: an `apptainer` CLI that runs its instances through bubblewrap;
+- `fake_images`: an image builder that needs neither mmdebstrap nor network;
+- `redteam`: the red-team suite's attack catalogue and batch runner;
+- `sandboxes`: agentroll's sandboxes seen from outside (their processes, their leases).
+
+Production code never imports this package (`tests/unit/test_layering.py`): only the command
+line (`agentroll scripted-llm`) and the demo do, on demand. Importing it is cheap.
+"""
