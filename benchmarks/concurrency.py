@@ -51,7 +51,7 @@ def main() -> None:
         with (
             agentroll_process(llm_args, work, "llm") as llm,
             agentroll_process(
-                ["serve", "--port", "0", "--db", str(work / "a.db")], work, "server", **env
+                ["serve", "--port", "0", "--db", str(work / "a.db")], work, "server", env=env
             ) as server,
             RolloutClient(server.url, timeout_s=120) as client,
         ):

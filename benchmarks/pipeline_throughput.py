@@ -64,7 +64,7 @@ def main() -> None:
         with (
             agentroll_process(["scripted-llm", "--port", "0"], work, "llm") as llm,
             agentroll_process(
-                ["serve", "--port", "0", "--db", str(work / "a.db")], work, "server", **env
+                ["serve", "--port", "0", "--db", str(work / "a.db")], work, "server", env=env
             ) as server,
             RolloutClient(server.url, timeout_s=60) as client,
         ):

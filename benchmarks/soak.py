@@ -369,7 +369,7 @@ def run_soak(cfg: SoakConfig) -> SoakReport:
                 work,
                 "server",
                 start_timeout_s=60.0,
-                **env,
+                env=env,
             )
         )
         run = _Run(cfg, server, backends, state_dir)

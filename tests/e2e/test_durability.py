@@ -89,7 +89,7 @@ def test_repeated_sigkills_under_disk_pressure_lose_and_duplicate_nothing(tmp_pa
     ):
         for life in range(KILLS + 1):
             with agentroll_process(
-                ["serve", "--port", "0", "--db", db], tmp_path, f"server{life}", **env
+                ["serve", "--port", "0", "--db", db], tmp_path, f"server{life}", env=env
             ) as server:
                 client = wait_ready(server.url)
                 if life == 0:

@@ -44,7 +44,7 @@ def test_sigkill_mid_run_then_restart_loses_nothing(tmp_path: Path, on_restart: 
         ["scripted-llm", "--port", "0", "--latency-s", "0.2"], tmp_path, "llm"
     ) as llm:
         with agentroll_process(
-            ["serve", "--port", "0", "--db", db], tmp_path, "server1", **env
+            ["serve", "--port", "0", "--db", db], tmp_path, "server1", env=env
         ) as first:
             client = wait_ready(first.url)
             client.add_backend({"id": "llm", "base_url": llm.url})
@@ -60,7 +60,7 @@ def test_sigkill_mid_run_then_restart_loses_nothing(tmp_path: Path, on_restart: 
         assert states.get("run", 0) > 0 and states.get("queued", 0) > 0  # died with jobs in flight
 
         with agentroll_process(
-            ["serve", "--port", "0", "--db", db], tmp_path, "server2", **env
+            ["serve", "--port", "0", "--db", db], tmp_path, "server2", env=env
         ) as second:
             client = wait_ready(second.url)
             assert [b.id for b in client.backends()] == ["llm"]  # registrations persisted
@@ -99,7 +99,7 @@ def test_restart_after_sigkill_leaves_no_sandbox_behind(tmp_path: Path) -> None:
     db = str(tmp_path / "agentroll.db")
     handler = "tests.integration.server.sandbox_handlers:Sleeper"
     jobs = [{"job_id": f"s{i}", "handler": handler, "instance": {}} for i in range(6)]
-    with agentroll_process(["serve", "--port", "0", "--db", db], tmp_path, "s1", **env) as first:
+    with agentroll_process(["serve", "--port", "0", "--db", db], tmp_path, "s1", env=env) as first:
         client = wait_ready(first.url)
         client.submit(jobs)
         deadline = time.monotonic() + 60
@@ -109,7 +109,7 @@ def test_restart_after_sigkill_leaves_no_sandbox_behind(tmp_path: Path) -> None:
         assert len(list((state_dir / "leases").iterdir())) >= 6  # one lease per sandbox
         first.kill()
         client.close()
-    with agentroll_process(["serve", "--port", "0", "--db", db], tmp_path, "s2", **env) as second:
+    with agentroll_process(["serve", "--port", "0", "--db", db], tmp_path, "s2", env=env) as second:
         client = wait_ready(second.url)
         assert sorted(client.cancel_where(all=True)) == [j["job_id"] for j in jobs]  # requeued
         deadline = time.monotonic() + 30

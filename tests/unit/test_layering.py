@@ -1,5 +1,6 @@
 """docs/design.md (layout): trainer_clients -> server.schema; server -> handlers -> runtime;
-server -> runtime."""
+server -> runtime; the test doubles (agentroll.testing) only where tests, the demo and the
+command line ask for them."""
 
 import ast
 import subprocess
@@ -10,10 +11,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FORBIDDEN = {
-    "handlers": ("agentroll.server", "agentroll.trainer_clients"),
-    "runtime": ("agentroll.server", "agentroll.handlers", "agentroll.trainer_clients"),
-    "trainer_clients": ("agentroll.handlers", "agentroll.runtime"),
+    "handlers": ("agentroll.server", "agentroll.trainer_clients", "agentroll.testing"),
+    "runtime": (
+        "agentroll.server",
+        "agentroll.handlers",
+        "agentroll.trainer_clients",
+        "agentroll.testing",
+    ),
+    "trainer_clients": ("agentroll.handlers", "agentroll.runtime", "agentroll.testing"),
 }
+# A production path never runs a stand-in by accident: only these modules reach the doubles.
+TESTING_USERS = {"server/agentroll/server/cli.py", "server/agentroll/server/demo.py"}
 
 
 def _imports(path: Path) -> set[str]:
@@ -39,6 +47,16 @@ def test_dependency_direction(folder: str) -> None:
                 and not name.startswith("agentroll.server.schema")
             ):
                 violations.append(f"{path.relative_to(ROOT)} imports {name}")
+    assert not violations, "\n".join(violations)
+
+
+def test_production_code_does_not_import_the_test_doubles() -> None:
+    violations = []
+    for path in (ROOT / "server/agentroll/server").rglob("*.py"):
+        where = str(path.relative_to(ROOT))
+        for name in _imports(path):
+            if name.startswith("agentroll.testing") and where not in TESTING_USERS:
+                violations.append(f"{where} imports {name}")
     assert not violations, "\n".join(violations)
 
 

@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,13 +45,14 @@ def agentroll_process(
     *,
     start_timeout_s: float = 60.0,
     nice: int = 0,
-    **env: str,
+    env: Mapping[str, str] | None = None,
 ) -> Iterator[Proc]:
     """Run `agentroll ARGS --url-file ...` in its own session; yields once it listens.
 
     Output goes to `workdir/NAME.log`; on exit the process group gets SIGKILL if still alive.
-    `nice` lowers its CPU priority (e.g. a scripted backend standing in for GPU servers on
-    other nodes, which would not compete with the server under test for its cores).
+    `env` is added to this process's environment. `nice` lowers its CPU priority (e.g. a
+    scripted backend standing in for GPU servers on other nodes, which would not compete with
+    the server under test for its cores).
     """
     url_file = workdir / f"{name}.url"
     url_file.unlink(missing_ok=True)
@@ -70,7 +71,7 @@ def agentroll_process(
             ],
             stdout=sink,
             stderr=subprocess.STDOUT,
-            env={**os.environ, **env},
+            env={**os.environ, **(env or {})},
             start_new_session=True,
         )
     proc = Proc(popen, "", log)

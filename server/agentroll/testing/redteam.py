@@ -261,7 +261,7 @@ async def run_batch(
     serve_args = ["serve", "--port", "0", "--db", str(workdir / "agentroll.db")]
     with (
         agentroll_process(llm_args, workdir, "llm", nice=REMOTE_NICE) as llm,
-        agentroll_process(serve_args, workdir, "server", **_server_env(workdir)) as server,
+        agentroll_process(serve_args, workdir, "server", env=_server_env(workdir)) as server,
     ):
         async with AsyncRolloutClient(server.url, timeout_s=120) as client:
             await client.add_backend({"id": "scripted", "base_url": llm.url})

@@ -66,7 +66,7 @@ def test_sigkill_with_jobs_in_every_state(tmp_path: Path, on_restart: str) -> No
     db = str(tmp_path / "agentroll.db")
     serve = ["serve", "--port", "0", "--db", db]
 
-    with agentroll_process(serve, tmp_path, "first", **env) as first:
+    with agentroll_process(serve, tmp_path, "first", env=env) as first:
         client = wait_ready(first.url)
         client.submit(everything)
 
@@ -90,7 +90,7 @@ def test_sigkill_with_jobs_in_every_state(tmp_path: Path, on_restart: str) -> No
     assert orphans and len(leases(state_dir)) >= 15
     assert all(lease["owner_pid"] == first_pid for lease in leases(state_dir))
 
-    with agentroll_process(serve, tmp_path, "second", **env) as second:
+    with agentroll_process(serve, tmp_path, "second", env=env) as second:
         client = wait_ready(second.url)
         # reaped at start: every process and lease of the dead server is gone
         wait_until(lambda: not (sandbox_pids() & orphans), 30, "orphans reaped")

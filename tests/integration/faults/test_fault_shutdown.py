@@ -55,7 +55,7 @@ def test_sigterm_under_load_drains_cancels_and_persists(tmp_path: Path) -> None:
         "AGENTROLL_SANDBOX": json.dumps({"type": "bwrap", "state_dir": str(state_dir)}),
     }
     db = tmp_path / "agentroll.db"
-    with agentroll_process(["serve", "--port", "0", "--db", str(db)], tmp_path, "s", **env) as s:
+    with agentroll_process(["serve", "--port", "0", "--db", str(db)], tmp_path, "s", env=env) as s:
         client = wait_ready(s.url)
         client.submit(quick + held)
         wait_until(lambda: client.status().jobs_by_state.get("run", 0) >= 60, 60, "a busy RUN pool")

@@ -29,7 +29,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
     work: Path = tmp_path_factory.mktemp("fuzz")
     env = {"AGENTROLL_BACKEND_WAIT_S": "0", "AGENTROLL_LOG_LEVEL": "error"}
     serve = ["serve", "--port", "0", "--db", str(work / "fuzz.db")]
-    with agentroll_process(serve, work, "server", **env) as proc:
+    with agentroll_process(serve, work, "server", env=env) as proc:
         wait_ready(proc.url).close()
         yield proc
         assert proc.popen.poll() is None, "the server crashed under fuzzing"

@@ -28,7 +28,7 @@ SECRETS = {
 def test_server_environment_is_invisible_inside_sandboxes(tmp_path: Path) -> None:
     env = {"AGENTROLL_SANDBOX": f'{{"type": "bwrap", "state_dir": "{tmp_path / "sb"}"}}'}
     serve = ["serve", "--port", "0", "--db", str(tmp_path / "a.db")]
-    with agentroll_process(serve, tmp_path, "server", **env, **SECRETS) as server:
+    with agentroll_process(serve, tmp_path, "server", env={**env, **SECRETS}) as server:
         client = wait_ready(server.url, token=SECRETS["AGENTROLL_API_TOKEN"])
         client.submit([{"job_id": "probe", "handler": ENV_PROBE, "instance": {}}])
         t = client.wait_for(["probe"], 120)["probe"]

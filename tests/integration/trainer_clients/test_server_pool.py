@@ -88,7 +88,7 @@ def test_a_server_killed_mid_batch_still_yields_every_group(tmp_path: Path) -> N
                     ["serve", "--port", "0", "--db", str(tmp_path / f"s{i}.db")],
                     tmp_path,
                     f"server{i}",
-                    **env,
+                    env=env,
                 )
             )
             for i in range(3)
