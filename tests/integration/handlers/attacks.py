@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from agentroll.testing.scripted_llm import RuleRegistry, default_rules
-from agentroll.testing.scripted_llm.agent_steps import call, step, task_text
 from agentroll.testing.scripted_llm.policy import Conversation, Reply, Rule, RuleContext
+from agentroll.testing.scripted_llm.rules.steps import call, step, task_text
 
 _MARKER = re.compile(r"\[scripted attack: ([\w.-]+)\]")
 POLICY = "attack,swe,code"

@@ -12,7 +12,7 @@ from tests.integration.handlers.harness import rollout_service, run_jobs, script
 from agentroll.handlers import HandlerRegistry
 from agentroll.server.schema import Outcome
 from agentroll.testing.scripted_llm import Conversation, Reply, RuleContext, default_rules
-from agentroll.testing.scripted_llm.agent_steps import (
+from agentroll.testing.scripted_llm.rules.steps import (
     call,
     last_tool_output,
     offered_tools,

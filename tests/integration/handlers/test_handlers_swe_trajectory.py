@@ -17,7 +17,7 @@ from tests.integration.handlers.harness import (
 from agentroll.handlers.builtin.swe import load_swe_tasks
 from agentroll.server.schema import Outcome
 from agentroll.testing.scripted_llm import default_rules
-from agentroll.testing.scripted_llm.swe_rule import make_swe_rule
+from agentroll.testing.scripted_llm.rules.swe import make_swe_rule
 
 pytestmark = [
     pytest.mark.integration,

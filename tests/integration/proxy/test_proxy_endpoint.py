@@ -10,7 +10,7 @@ from tests.integration.proxy.proxy_support import Rig, client_for, rig
 
 from agentroll.handlers import ProxyLimits
 from agentroll.testing.scripted_llm import Conversation, Reply, RuleContext, default_rules
-from agentroll.testing.scripted_llm.agent_steps import call, offered_tools, step
+from agentroll.testing.scripted_llm.rules.steps import call, offered_tools, step
 
 pytestmark = pytest.mark.integration
 

@@ -77,8 +77,12 @@ class Lingerer(Writer):
     async def eval(self, ctx: RolloutContext) -> Reward:
         assert ctx.sandbox is not None
         first = await ctx.sandbox.exec(["cat", "out.txt"], timeout=10)
-        await asyncio.sleep(0.3)
-        later = await ctx.sandbox.exec(["cat", "out.txt"], timeout=10)
+        # Watch for a while (a live writer, niced on a busy machine, may take its time).
+        for _ in range(30):
+            await asyncio.sleep(0.1)
+            later = await ctx.sandbox.exec(["cat", "out.txt"], timeout=10)
+            if later.stdout != first.stdout:
+                break
         alive = await ctx.sandbox.exec(["sh", "-c", "ls /proc | grep -c '^[0-9]'"], timeout=10)
         info = {"processes": int(alive.stdout.strip() or 0), "read": [first.stdout, later.stdout]}
         return Reward(float(first.stdout == later.stdout and first.stdout != ""), info)

@@ -400,7 +400,8 @@ def test_make_client_by_kind():
 def test_client_kinds_are_registered_once_and_unknown_ones_name_the_known(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(registry, "_registered", {})  # the process-wide table stays untouched
+    # The process-wide table stays untouched.
+    monkeypatch.setattr(registry, "_kinds", registry._kind_registry())
     http = HTTPClient()
     with pytest.raises(UnknownBackendKind) as unknown:
         make_client("tgi", "http://h:1", None, http)

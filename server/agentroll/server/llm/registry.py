@@ -1,13 +1,14 @@
 """Backend clients by kind: `make_client("vllm" | "sglang", base_url, model, http)`.
 
-Built-in kinds name their client class by import path, imported on first use. Other kinds
-can be added with `register_client_kind`; a kind claimed twice is an error, never a silent
-override, and an unknown kind is refused with the known ones named.
+Kinds resolve through the plugin registry every plugin uses (`agentroll.handlers.plugins`):
+built-in kinds name their client class by import path, imported on first use; others are
+added with `register_client_kind`. A kind claimed twice is an error, never a silent override,
+and an unknown kind is refused with the known ones named.
 """
 
-import importlib
 from typing import Protocol, cast
 
+from agentroll.handlers.plugins import PluginRegistry
 from agentroll.server.errors import ServerError
 from agentroll.server.llm.base import BackendClient, ChatTokenizer
 from agentroll.server.llm.http import HTTPClient
@@ -47,27 +48,32 @@ class DuplicateBackendKind(BackendKindError, ValueError):
     pass
 
 
-_registered: dict[str, ClientFactory] = {}
+def _as_factory(obj: object, origin: str) -> ClientFactory:
+    if not callable(obj):
+        raise BackendKindError(f"{origin} is not a client class or factory: {obj!r}")
+    return cast(ClientFactory, obj)
+
+
+def _kind_registry() -> PluginRegistry[ClientFactory]:
+    return PluginRegistry[ClientFactory](
+        "backend kind",
+        convert=_as_factory,
+        unknown=UnknownBackendKind,
+        duplicate=DuplicateBackendKind,
+        builtins=BUILTIN_CLIENT_KINDS,
+        load_error=BackendKindError,
+    )
+
+
+_kinds = _kind_registry()
 
 
 def client_kinds() -> list[str]:
-    return sorted({*BUILTIN_CLIENT_KINDS, *_registered})
+    return _kinds.names()
 
 
 def register_client_kind(kind: str, factory: ClientFactory) -> None:
-    if kind in _registered or kind in BUILTIN_CLIENT_KINDS:
-        raise DuplicateBackendKind(f"backend kind {kind!r} is already registered")
-    _registered[kind] = factory
-
-
-def _factory(kind: str) -> ClientFactory:
-    if kind in _registered:
-        return _registered[kind]
-    path = BUILTIN_CLIENT_KINDS.get(kind)
-    if path is None:
-        raise UnknownBackendKind(kind, client_kinds())
-    module, _, name = path.partition(":")
-    return cast(ClientFactory, getattr(importlib.import_module(module), name))
+    _kinds.register(kind, factory)
 
 
 def make_client(
@@ -79,4 +85,4 @@ def make_client(
     tokenizer: ChatTokenizer | None = None,
 ) -> BackendClient:
     """A client for `kind` (a `BackendKind` works too: it is a str)."""
-    return _factory(str(kind))(base_url, model, http, tokenizer=tokenizer)
+    return _kinds.get(str(kind))(base_url, model, http, tokenizer=tokenizer)

@@ -3,14 +3,15 @@
 A rule is any callable `(Conversation, RuleContext) -> Reply | None`; `None` means "not
 mine". A policy is a chain of rule names tried in order, always ending with `default`.
 New rules (e.g. agents that emit tool calls) are added with `RuleRegistry.register`, or
-named in the config as a `module:attribute` path.
+named in the config as a `module:attribute` path. The built-in task rules live in `rules/`.
 """
 
-import importlib
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from typing import cast
 
+from agentroll.handlers.plugins import PluginRegistry
 from agentroll.testing.scripted_llm.errors import DuplicateRuleError, UnknownRuleError
 from agentroll.testing.scripted_llm.template import ChatMessage
 
@@ -65,31 +66,52 @@ def default_rule(conv: Conversation, ctx: RuleContext) -> Reply | None:
     return Reply(DEFAULT_REPLY)
 
 
-class RuleRegistry:
-    """Named rules. Duplicates are an error; an unknown name lists the known ones."""
+def _as_rule(obj: object, origin: str) -> Rule:
+    if not callable(obj):
+        raise UnknownRuleError(f"{origin} is not a rule (a callable): {obj!r}")
+    return cast(Rule, obj)
 
-    def __init__(self) -> None:
-        self._rules: dict[str, Rule] = {}
+
+def _unknown(name: str, known: list[str]) -> UnknownRuleError:
+    return UnknownRuleError(f"unknown rule {name!r}; known rules: {', '.join(known)}")
+
+
+# The rules every scripted backend knows; each module is imported on first use.
+BUILTIN_RULES = {
+    "default": f"{__name__}:default_rule",
+    "echo": f"{__name__}:echo_rule",
+    "math": "agentroll.testing.scripted_llm.rules.math:math_rule",
+    "code": "agentroll.testing.scripted_llm.rules.code:code_rule",
+    "swe": "agentroll.testing.scripted_llm.rules.swe:swe_rule",
+    "stem": "agentroll.testing.scripted_llm.rules.stem:stem_rule",
+    "mini_swe": "agentroll.testing.scripted_llm.rules.mini_swe:mini_swe_rule",
+    "redteam": "agentroll.testing.scripted_llm.rules.redteam:redteam_rule",
+}
+
+
+class RuleRegistry:
+    """Named rules, looked up the way every agentroll plugin is (built-in table, then a
+    `module:attribute` path). A name claimed twice is an error; an unknown name lists the
+    known ones."""
+
+    def __init__(self, builtins: Mapping[str, str] | None = None) -> None:
+        self._rules = PluginRegistry[Rule](
+            "rule",
+            convert=_as_rule,
+            unknown=_unknown,
+            duplicate=DuplicateRuleError,
+            builtins=builtins,
+            load_error=UnknownRuleError,
+        )
 
     def register(self, name: str, rule: Rule, *, replace: bool = False) -> None:
-        if name in self._rules and not replace:
-            raise DuplicateRuleError(f"rule {name!r} is already registered")
-        self._rules[name] = rule
+        self._rules.register(name, rule, replace=replace)
 
     def names(self) -> list[str]:
-        return sorted(self._rules)
+        return self._rules.names()
 
     def get(self, name: str) -> Rule:
-        if name in self._rules:
-            return self._rules[name]
-        if ":" in name:  # "package.module:attribute"
-            module, _, attr = name.partition(":")
-            try:
-                rule: Rule = getattr(importlib.import_module(module), attr)
-            except (ImportError, AttributeError) as exc:
-                raise UnknownRuleError(f"cannot import rule {name!r}: {exc}") from exc
-            return rule
-        raise UnknownRuleError(f"unknown rule {name!r}; known rules: {', '.join(self.names())}")
+        return self._rules.get(name)
 
     def chain(self, names: Iterable[str]) -> "Policy":
         rules = [self.get(n) for n in names if n != "default"]
@@ -116,21 +138,6 @@ TASK_RULES = ("swe", "code", "stem", "math")
 
 def default_rules() -> RuleRegistry:
     """A fresh registry holding the built-in rules: `default`, `echo`, and one per bundled
-    task family: `math`, `code`, `swe`, `stem` (tool-using where the prompt offers tools)."""
-    from agentroll.testing.scripted_llm.code_rule import code_rule
-    from agentroll.testing.scripted_llm.math_rule import math_rule
-    from agentroll.testing.scripted_llm.mini_swe_rule import mini_swe_rule
-    from agentroll.testing.scripted_llm.redteam_rule import redteam_rule
-    from agentroll.testing.scripted_llm.stem_rule import stem_rule
-    from agentroll.testing.scripted_llm.swe_rule import swe_rule
-
-    registry = RuleRegistry()
-    registry.register("default", default_rule)
-    registry.register("echo", echo_rule)
-    registry.register("math", math_rule)
-    registry.register("code", code_rule)
-    registry.register("swe", swe_rule)
-    registry.register("stem", stem_rule)
-    registry.register("mini_swe", mini_swe_rule)
-    registry.register("redteam", redteam_rule)
-    return registry
+    task family: `math`, `code`, `swe`, `stem` (tool-using where the prompt offers tools),
+    `mini_swe` (the mini-swe-agent harness) and `redteam` (the attack catalogue)."""
+    return RuleRegistry(BUILTIN_RULES)

@@ -11,7 +11,7 @@ from agentroll.handlers.builtin.swe import load_swe_tasks
 from agentroll.handlers.builtin.swe_repo import bundled_repos
 from agentroll.testing.scripted_llm import Conversation, RuleContext, get_chat_template
 from agentroll.testing.scripted_llm.generation import conversation_of
-from agentroll.testing.scripted_llm.mini_swe_rule import SUBMIT, TEXT_BLOCK, mini_swe_rule
+from agentroll.testing.scripted_llm.rules.mini_swe import SUBMIT, TEXT_BLOCK, mini_swe_rule
 
 BASH = {"type": "function", "function": {"name": "bash", "parameters": {"type": "object"}}}
 TASK = load_swe_tasks()[0]

@@ -16,8 +16,8 @@ from agentroll.testing.scripted_llm import (
     UnknownRuleError,
     default_rules,
 )
-from agentroll.testing.scripted_llm.math_rule import UNSURE_REPLY, math_rule, wrong_answer
 from agentroll.testing.scripted_llm.policy import DEFAULT_REPLY
+from agentroll.testing.scripted_llm.rules.math import UNSURE_REPLY, math_rule, wrong_answer
 
 
 def conv(*turns: tuple[str, str]) -> Conversation:
@@ -133,5 +133,5 @@ def test_custom_rules_by_registration_or_import_path() -> None:
     assert registry.chain(["shout"]).reply(conv(("user", "hi")), ctx()).text == "HI"
     by_path = registry.chain(["agentroll.testing.scripted_llm.policy:echo_rule"])
     assert by_path.reply(conv(("user", "Repeat after me: x")), ctx()).text == "x"
-    with pytest.raises(UnknownRuleError, match="cannot import"):
+    with pytest.raises(UnknownRuleError, match="has no attribute 'missing'"):
         registry.get("agentroll.testing.scripted_llm.policy:missing")

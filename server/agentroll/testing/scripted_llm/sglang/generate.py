@@ -15,10 +15,10 @@ from typing import Any
 
 from starlette.responses import Response
 
+from agentroll.testing.scripted_llm.common import json_response, version_ranges
 from agentroll.testing.scripted_llm.engine import Engine, Run
 from agentroll.testing.scripted_llm.errors import ProtocolError
 from agentroll.testing.scripted_llm.generation import check_prompt_ids, generate, prompt_digest
-from agentroll.testing.scripted_llm.responses import json_response, version_ranges
 from agentroll.testing.scripted_llm.sampling import (
     LOGPROB_FLOOR,
     Sample,
@@ -26,7 +26,7 @@ from agentroll.testing.scripted_llm.sampling import (
     logprob_for,
     top_logprobs,
 )
-from agentroll.testing.scripted_llm.sglang_protocol import (
+from agentroll.testing.scripted_llm.sglang.protocol import (
     GenerateRequest,
     SGLangSamplingParams,
     parse,

@@ -10,8 +10,8 @@ import re
 from decimal import Decimal
 
 from agentroll.handlers.builtin.math import MathTask, load_math_tasks
-from agentroll.testing.scripted_llm.agent_steps import call, offered_tools, step, task_text
 from agentroll.testing.scripted_llm.policy import Conversation, Reply, RuleContext
+from agentroll.testing.scripted_llm.rules.steps import call, offered_tools, step, task_text
 
 UNSURE_REPLY = "I am not sure. \\boxed{0}"
 

@@ -3,9 +3,10 @@
 from collections.abc import AsyncIterator
 from typing import Any
 
+from agentroll.testing.scripted_llm.common import dumps
 from agentroll.testing.scripted_llm.errors import ProtocolError
-from agentroll.testing.scripted_llm.responses import Job, dumps, logprobs, record, usage
 from agentroll.testing.scripted_llm.sampling import Sample
+from agentroll.testing.scripted_llm.vllm.responses import Job, logprobs, record, usage
 
 STREAM_STEPS = 8  # a streamed request with latency sends its tokens in this many bursts
 

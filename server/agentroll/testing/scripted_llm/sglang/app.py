@@ -3,7 +3,7 @@
 Routes per docs/protocol.md §9 for 0.5.23 and 0.5.2: `/generate`, `/pause_generation`,
 `/continue_generation`, `/health`, `/health_generate`, `/get_model_info` (+ `/model_info`,
 `/tokenize`, `/detokenize` in 0.5.23), `/flush_cache`, `/abort_request`,
-`/update_weight_version`, `/v1/models`, and the shared `/scripted/*` extensions.
+`/update_weight_version` and `/v1/models`.
 
 Errors use SGLang's native envelope `{"error": {"message": ...}}` (bare string for 0.5.23's
 sampling contract). Pause modes map onto the shared engine: `abort` aborts and waits until
@@ -20,13 +20,13 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.responses import PlainTextResponse, Response
 
+from agentroll.testing.scripted_llm.common import engine_of, json_response
 from agentroll.testing.scripted_llm.config import ScriptedLLMConfig
 from agentroll.testing.scripted_llm.engine import Engine
 from agentroll.testing.scripted_llm.errors import ContractError, ProtocolError
-from agentroll.testing.scripted_llm.policy import RuleRegistry, default_rules
-from agentroll.testing.scripted_llm.responses import json_response
-from agentroll.testing.scripted_llm.sglang_generate import create_generation
-from agentroll.testing.scripted_llm.sglang_protocol import (
+from agentroll.testing.scripted_llm.policy import Policy
+from agentroll.testing.scripted_llm.sglang.generate import create_generation
+from agentroll.testing.scripted_llm.sglang.protocol import (
     AbortRequest,
     DetokenizeRequest,
     PauseGenerationRequest,
@@ -41,11 +41,6 @@ PAUSE_TIMEOUT_S = 300.0
 SGLANG_PAUSE_MODES = {"abort": "abort", "retract": "keep", "in_place": "keep"}
 
 
-def _engine(request: Request) -> Engine:
-    engine: Engine = request.app.state.engine
-    return engine
-
-
 async def _body(request: Request) -> Any:
     raw = await request.body()
     if not raw.strip():
@@ -56,10 +51,8 @@ async def _body(request: Request) -> Any:
         raise ProtocolError(f"invalid JSON body: {exc}") from exc
 
 
-def create_sglang_app(config: ScriptedLLMConfig, rules: RuleRegistry | None = None) -> FastAPI:
-    from agentroll.testing.scripted_llm.app import scripted_routes  # app.py imports this module
-
-    policy = (rules or default_rules()).chain(config.policy)
+def create_sglang_app(config: ScriptedLLMConfig, policy: Policy) -> FastAPI:
+    """SGLang's routes for `config.sglang_version`, answering with `policy`."""
     app = FastAPI(
         title="agentroll scripted LLM (SGLang protocol double)",
         docs_url=None,
@@ -84,18 +77,17 @@ def create_sglang_app(config: ScriptedLLMConfig, rules: RuleRegistry | None = No
     _info_routes(app)
     if config.sglang_version == "0.5.23":
         _tokenizer_routes(app)
-    scripted_routes(app)
     return app
 
 
 def _generation_routes(app: FastAPI) -> None:
     @app.api_route("/generate", methods=["POST", "PUT"])
     async def generate(request: Request) -> Response:
-        return await create_generation(_engine(request), await _body(request))
+        return await create_generation(engine_of(request), await _body(request))
 
     @app.post("/pause_generation")
     async def pause_generation(request: Request) -> Response:
-        engine = _engine(request)
+        engine = engine_of(request)
         mode = "abort"  # 0.5.2 takes no body and always aborts
         if engine.config.sglang_version == "0.5.23":
             mode = parse(PauseGenerationRequest, await _body(request)).mode
@@ -108,7 +100,7 @@ def _generation_routes(app: FastAPI) -> None:
 
     @app.post("/continue_generation")
     async def continue_generation(request: Request) -> Response:
-        engine = _engine(request)
+        engine = engine_of(request)
         await asyncio.sleep(engine.config.resume_delay_s)
         engine.resume()
         return json_response({"message": "Generation continued successfully.", "status": "ok"})
@@ -117,12 +109,12 @@ def _generation_routes(app: FastAPI) -> None:
     async def abort_request(request: Request) -> Response:
         req = parse(AbortRequest, await _body(request))
         if req.abort_all or req.rid:
-            _engine(request).abort(None if req.abort_all else [req.rid], prefix=True)
+            engine_of(request).abort(None if req.abort_all else [req.rid], prefix=True)
         return Response(status_code=200)
 
     @app.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache(request: Request) -> Response:
-        engine = _engine(request)
+        engine = engine_of(request)
         if engine.running or engine.waiting:
             return PlainTextResponse(
                 "Cache not flushed. Please check if there are running or waiting requests.", 400
@@ -131,7 +123,7 @@ def _generation_routes(app: FastAPI) -> None:
 
     @app.post("/update_weight_version")
     async def update_weight_version(request: Request) -> Response:
-        engine = _engine(request)
+        engine = engine_of(request)
         req = parse(UpdateWeightVersionRequest, await _body(request))
         if req.abort_all_requests:
             engine.abort(None)
@@ -146,23 +138,23 @@ def _health(engine: Engine) -> Response:
 def _info_routes(app: FastAPI) -> None:
     @app.get("/health")
     async def health(request: Request) -> Response:
-        return _health(_engine(request))
+        return _health(engine_of(request))
 
     @app.get("/health_generate")
     async def health_generate(request: Request) -> Response:
-        return _health(_engine(request))
+        return _health(engine_of(request))
 
     @app.get("/ready")
     async def ready(request: Request) -> Response:
-        return _health(_engine(request))
+        return _health(engine_of(request))
 
     @app.get("/get_model_info")
     async def get_model_info(request: Request) -> Response:
-        return json_response(_model_info(_engine(request)))
+        return json_response(_model_info(engine_of(request)))
 
     @app.get("/v1/models")
     async def models(request: Request) -> Response:
-        engine = _engine(request)
+        engine = engine_of(request)
         card = {
             "id": engine.config.model,
             "object": "model",
@@ -177,7 +169,7 @@ def _info_routes(app: FastAPI) -> None:
 
         @app.get("/model_info")
         async def model_info(request: Request) -> Response:
-            return json_response(_model_info(_engine(request)))
+            return json_response(_model_info(engine_of(request)))
 
 
 def _model_info(engine: Engine) -> dict[str, Any]:
@@ -208,7 +200,7 @@ def _tokenizer_routes(app: FastAPI) -> None:
     @app.post("/tokenize")
     @app.post("/v1/tokenize")
     async def tokenize(request: Request) -> Response:
-        engine = _engine(request)
+        engine = engine_of(request)
         req = parse(TokenizeRequest, await _body(request))
         if (req.prompt is None) == (req.messages is None):
             raise ProtocolError("Exactly one of 'prompt' or 'messages' must be provided.")
@@ -229,7 +221,7 @@ def _tokenizer_routes(app: FastAPI) -> None:
     @app.post("/detokenize")
     @app.post("/v1/detokenize")
     async def detokenize(request: Request) -> Response:
-        engine = _engine(request)
+        engine = engine_of(request)
         req = parse(DetokenizeRequest, await _body(request))
         bad = [t for t in req.tokens if not engine.tokenizer.is_valid_id(t)]
         if bad:

@@ -10,8 +10,8 @@ before the edit, for long trajectories: a rollout then takes N + 6 turns.
 """
 
 from agentroll.handlers.builtin.swe import SweTask, load_swe_tasks
-from agentroll.testing.scripted_llm.agent_steps import call, offered_tools, step, task_text
 from agentroll.testing.scripted_llm.policy import Conversation, Reply, Rule, RuleContext
+from agentroll.testing.scripted_llm.rules.steps import call, offered_tools, step, task_text
 
 # The repository's own tests (the venv's pytest-asyncio plugin would only add warnings).
 PYTEST = "python -m pytest -q -p no:cacheprovider -p no:asyncio"

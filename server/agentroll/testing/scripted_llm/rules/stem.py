@@ -6,8 +6,8 @@ the letter.
 """
 
 from agentroll.handlers.builtin.stem import StemTask, load_stem_tasks
-from agentroll.testing.scripted_llm.agent_steps import call, offered_tools, task_text
 from agentroll.testing.scripted_llm.policy import Conversation, Reply, RuleContext
+from agentroll.testing.scripted_llm.rules.steps import call, offered_tools, task_text
 
 FORMATS = ("The answer is \\boxed{{{}}}.", "Answer: {}", "So the correct choice is ({}).")
 

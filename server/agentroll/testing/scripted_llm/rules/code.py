@@ -6,14 +6,14 @@ wrong one), try it on the prompt's example with bash, submit. Tasks come from
 """
 
 from agentroll.handlers.builtin.code import CodeTask, load_code_tasks
-from agentroll.testing.scripted_llm.agent_steps import (
+from agentroll.testing.scripted_llm.policy import Conversation, Reply, RuleContext
+from agentroll.testing.scripted_llm.rules.steps import (
     call,
     offered_tools,
     step,
     task_text,
     write_file,
 )
-from agentroll.testing.scripted_llm.policy import Conversation, Reply, RuleContext
 
 
 def find_code_task(text: str) -> CodeTask | None:

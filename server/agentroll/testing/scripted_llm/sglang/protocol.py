@@ -9,12 +9,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from agentroll.testing.scripted_llm.common import LenientModel
 from agentroll.testing.scripted_llm.config import SGLangVersion
 from agentroll.testing.scripted_llm.errors import ContractError, ProtocolError
-
-
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")
 
 
 class SGLangSamplingParams(BaseModel):
@@ -57,7 +54,7 @@ class _LegacySamplingParams(SGLangSamplingParams):
     model_config = ConfigDict(extra="ignore")
 
 
-class GenerateRequest(_Lenient):
+class GenerateRequest(LenientModel):
     rid: str | list[str] | None = None
     text: str | list[str] | None = None
     input_ids: list[int] | list[list[int]] | None = None
@@ -69,11 +66,11 @@ class GenerateRequest(_Lenient):
     stream: bool = False
 
 
-class PauseGenerationRequest(_Lenient):
+class PauseGenerationRequest(LenientModel):
     mode: str = "abort"
 
 
-class TokenizeRequest(_Lenient):
+class TokenizeRequest(LenientModel):
     """0.5.23 `/tokenize`: exactly one of `prompt` / `messages`."""
 
     prompt: str | list[str] | None = None
@@ -83,17 +80,17 @@ class TokenizeRequest(_Lenient):
     chat_template_kwargs: dict[str, Any] | None = None
 
 
-class DetokenizeRequest(_Lenient):
+class DetokenizeRequest(LenientModel):
     tokens: list[int]
     skip_special_tokens: bool = True
 
 
-class AbortRequest(_Lenient):
+class AbortRequest(LenientModel):
     rid: str = ""
     abort_all: bool = False
 
 
-class UpdateWeightVersionRequest(_Lenient):
+class UpdateWeightVersionRequest(LenientModel):
     new_version: str
     abort_all_requests: bool = False
 

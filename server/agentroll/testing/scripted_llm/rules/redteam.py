@@ -18,11 +18,11 @@ batch get honest policies.
 import re
 from dataclasses import dataclass
 
-from agentroll.testing.scripted_llm.agent_steps import call, offered_tools, step, task_text
-from agentroll.testing.scripted_llm.code_rule import find_code_task
-from agentroll.testing.scripted_llm.math_rule import find_math_task
 from agentroll.testing.scripted_llm.policy import Conversation, Reply, RuleContext
-from agentroll.testing.scripted_llm.swe_rule import find_swe_task
+from agentroll.testing.scripted_llm.rules.code import find_code_task
+from agentroll.testing.scripted_llm.rules.math import find_math_task
+from agentroll.testing.scripted_llm.rules.steps import call, offered_tools, step, task_text
+from agentroll.testing.scripted_llm.rules.swe import find_swe_task
 
 MARKER = re.compile(r"\[redteam:([a-z0-9_]+)\]")
 Step = tuple[str, dict[str, object]]

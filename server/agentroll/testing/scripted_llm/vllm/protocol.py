@@ -7,24 +7,22 @@ than the rest of a request), with the null-valued keys vLLM's full model dump ca
 
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from fastapi import Request
+from pydantic import BaseModel, Field, ValidationError
 
+from agentroll.testing.scripted_llm.common import LenientModel
 from agentroll.testing.scripted_llm.config import VllmVersion
 from agentroll.testing.scripted_llm.errors import ProtocolError
 
 M = TypeVar("M", bound=BaseModel)
 
 
-class _Lenient(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-
-class StreamOptions(_Lenient):
+class StreamOptions(LenientModel):
     include_usage: bool | None = False
     continuous_usage_stats: bool | None = False
 
 
-class CompletionRequest(_Lenient):
+class CompletionRequest(LenientModel):
     model: str | None = None
     prompt: list[int] | list[list[int]] | str | list[str]
     max_tokens: int | None = 16
@@ -54,14 +52,14 @@ class CompletionRequest(_Lenient):
     return_weight_versions: bool | None = False
 
 
-class TokenizeCompletionRequest(_Lenient):
+class TokenizeCompletionRequest(LenientModel):
     model: str | None = None
     prompt: str
     add_special_tokens: bool = True
     return_token_strs: bool | None = False
 
 
-class TokenizeChatRequest(_Lenient):
+class TokenizeChatRequest(LenientModel):
     model: str | None = None
     messages: list[dict[str, Any]]
     tools: list[dict[str, Any]] | None = None
@@ -72,20 +70,13 @@ class TokenizeChatRequest(_Lenient):
     return_token_strs: bool | None = False
 
 
-class DetokenizeRequest(_Lenient):
+class DetokenizeRequest(LenientModel):
     model: str | None = None
     tokens: list[int]
 
 
-class WeightVersionRequest(_Lenient):
+class WeightVersionRequest(LenientModel):
     new_version: str
-
-
-class FaultRequest(_Lenient):
-    """`POST /scripted/fault` (test-double extension): flip health / failure rate."""
-
-    healthy: bool | None = None
-    fail_rate: float | None = Field(default=None, ge=0.0, le=1.0)
 
 
 def validation_error(exc: ValidationError, version: VllmVersion) -> ProtocolError:
@@ -110,3 +101,13 @@ def parse_body(model: type[M], body: Any, version: VllmVersion) -> M:
         return model.model_validate(body)
     except ValidationError as exc:
         raise validation_error(exc, version) from exc
+
+
+async def read_body(request: Request) -> Any:
+    """The JSON body; one that is not JSON is a vLLM-style 400."""
+    try:
+        return await request.json()
+    except ValueError as exc:
+        raise ProtocolError(
+            f"1 validation error:\n  body: JSON decode error ({exc})", err_type="Bad Request"
+        ) from exc

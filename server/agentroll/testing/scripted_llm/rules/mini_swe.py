@@ -16,9 +16,9 @@ import json
 import shlex
 from typing import Any
 
-from agentroll.testing.scripted_llm.agent_steps import call, offered_tools, step
 from agentroll.testing.scripted_llm.policy import Conversation, Reply, RuleContext
-from agentroll.testing.scripted_llm.swe_rule import find_swe_task
+from agentroll.testing.scripted_llm.rules.steps import call, offered_tools, step
+from agentroll.testing.scripted_llm.rules.swe import find_swe_task
 
 TASK_MARKER = "Please solve this issue:"
 SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"

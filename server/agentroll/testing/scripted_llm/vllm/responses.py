@@ -4,31 +4,21 @@ Non-streaming bodies carry every key of vLLM's full model dump (absent values as
 keys differ slightly per protocol version. Dicts, not pydantic models: this is the hot path.
 """
 
-import json
 import random
 from array import array
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.responses import Response
-
+from agentroll.testing.scripted_llm.common import version_ranges
 from agentroll.testing.scripted_llm.engine import Engine, Run
 from agentroll.testing.scripted_llm.generation import prompt_digest
-from agentroll.testing.scripted_llm.protocol import CompletionRequest
 from agentroll.testing.scripted_llm.sampling import (
     LOGPROB_FLOOR,
     Sample,
     logprob_for,
     top_logprobs,
 )
-
-
-def dumps(obj: Any) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def json_response(obj: Any, status: int = 200) -> Response:
-    return Response(dumps(obj), status_code=status, media_type="application/json")
+from agentroll.testing.scripted_llm.vllm.protocol import CompletionRequest
 
 
 @dataclass(slots=True)
@@ -82,19 +72,6 @@ def record(job: Job) -> None:
 def weight_versions(job: Job, s: Sample) -> list[dict[str, Any]]:
     """Half-open output-token ranges per weight version that produced them."""
     return version_ranges(job.engine, job.run, len(s.token_ids))
-
-
-def version_ranges(engine: Engine, run: Run | None, n: int) -> list[dict[str, Any]]:
-    """`n` output tokens split by the weight versions that were live during `run`."""
-    marks = run.versions if run else [(engine.weight_version, 0.0)]
-    starts = [0] + [min(int(frac * n), n) for _, frac in marks[1:]]
-    ends = [*starts[1:], n]
-    ranges = [
-        {"version": v, "start": a, "end": b}
-        for (v, _), a, b in zip(marks, starts, ends, strict=True)
-        if b > a
-    ]
-    return ranges
 
 
 def logprobs(job: Job, s: Sample, a: int, b: int, offset: int) -> dict[str, Any]:

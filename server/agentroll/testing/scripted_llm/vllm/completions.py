@@ -6,19 +6,19 @@ from typing import Any
 
 from starlette.responses import Response, StreamingResponse
 
+from agentroll.testing.scripted_llm.common import json_response
 from agentroll.testing.scripted_llm.engine import Engine
 from agentroll.testing.scripted_llm.errors import ProtocolError
 from agentroll.testing.scripted_llm.generation import check_context, check_prompt_ids, generate
-from agentroll.testing.scripted_llm.protocol import CompletionRequest, parse_body
-from agentroll.testing.scripted_llm.responses import (
+from agentroll.testing.scripted_llm.sampling import SamplingParams
+from agentroll.testing.scripted_llm.vllm.protocol import CompletionRequest, parse_body
+from agentroll.testing.scripted_llm.vllm.responses import (
     Job,
     full_response,
-    json_response,
     record,
     truncate,
 )
-from agentroll.testing.scripted_llm.sampling import SamplingParams
-from agentroll.testing.scripted_llm.streaming import error_stream, stream_completion
+from agentroll.testing.scripted_llm.vllm.streaming import error_stream, stream_completion
 
 
 def check_model(engine: Engine, model: str | None) -> None:

@@ -1,0 +1,1 @@
+"""The scripted backend's SGLang face: native routes, request models and /generate."""
