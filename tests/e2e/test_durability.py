@@ -6,10 +6,9 @@ import random
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
-from tests.integration.faults.support import drain, stored_jobs, wait_ready
+from tests.integration.faults.support import drain, math_jobs, stored_jobs, wait_ready
 
 from agentroll.server.launch import agentroll_process
 from agentroll.server.schema import Outcome
@@ -20,22 +19,6 @@ JOBS = 240
 KILLS = 8
 MAX_REQUEUES = 3
 PRESSURE_FILE_BYTES = 64 * 1024 * 1024
-
-
-def _jobs() -> list[dict[str, Any]]:
-    from agentroll.handlers.builtin.math import load_math_tasks
-
-    tasks = load_math_tasks()
-    return [
-        {
-            "job_id": f"d{i:03d}",
-            "group_id": f"g{i // 8}",
-            "handler": "math",
-            "instance": tasks[i % len(tasks)].instance(),
-            "sampling": {"seed": i, "max_tokens": 256},
-        }
-        for i in range(JOBS)
-    ]
 
 
 class DiskPressure:
@@ -94,7 +77,7 @@ def test_repeated_sigkills_under_disk_pressure_lose_and_duplicate_nothing(tmp_pa
                 client = wait_ready(server.url)
                 if life == 0:
                     client.add_backend({"id": "llm", "base_url": llm.url})
-                    client.submit(_jobs())
+                    client.submit(math_jobs(JOBS, "d", 8))
                 if life == KILLS:
                     results = drain(client, JOBS, timeout_s=300)
                     client.close()
@@ -109,8 +92,8 @@ def test_repeated_sigkills_under_disk_pressure_lose_and_duplicate_nothing(tmp_pa
                 client.close()
         assert pressure.fsyncs > 0
 
-    ids = [r["job_id"] for r in results]
-    assert sorted(ids) == sorted(j["job_id"] for j in _jobs())  # every job, exactly once
+    ids = sorted(r["job_id"] for r in results)
+    assert ids == sorted(j["job_id"] for j in math_jobs(JOBS, "d", 8))  # each exactly once
     assert [r["cursor"] for r in results] == list(range(1, JOBS + 1))  # gap-free cursor
     by_id = {r["job_id"]: r for r in results}
     for job_id, cursor in seen_by_trainer.items():  # delivered results never move or change

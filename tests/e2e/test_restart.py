@@ -5,7 +5,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.integration.faults.support import drain, wait_ready
+from tests.integration.faults.support import drain, math_jobs, wait_ready
 
 from agentroll.server.launch import agentroll_process
 from agentroll.server.schema import Outcome
@@ -14,22 +14,6 @@ from agentroll.testing.sandboxes import lease_ids, sandbox_pids
 pytestmark = pytest.mark.e2e
 
 JOBS = 200
-
-
-def _math_jobs() -> list[dict[str, object]]:
-    from agentroll.handlers.builtin.math import load_math_tasks
-
-    tasks = load_math_tasks()
-    return [
-        {
-            "job_id": f"j{i:03d}",
-            "group_id": f"g{i // 4}",
-            "handler": "math",
-            "instance": tasks[i % len(tasks)].instance(),
-            "sampling": {"seed": i, "max_tokens": 256},
-        }
-        for i in range(JOBS)
-    ]
 
 
 @pytest.mark.parametrize("on_restart", ["requeue", "infra_error"])
@@ -48,7 +32,7 @@ def test_sigkill_mid_run_then_restart_loses_nothing(tmp_path: Path, on_restart: 
         ) as first:
             client = wait_ready(first.url)
             client.add_backend({"id": "llm", "base_url": llm.url})
-            client.submit(_math_jobs())
+            client.submit(math_jobs(JOBS, "j", 4))
             # Few: meanwhile RUN drains the queue, and math grading's worker processes start on
             # the first answer math-verify must judge (seconds on a loaded machine).
             while client.status().results_cursor < 10:

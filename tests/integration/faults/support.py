@@ -56,3 +56,20 @@ def stored_jobs(db: Path) -> dict[str, tuple[str, str | None]]:
         error = json.loads(raw).get("error") if raw else None
         out[job_id] = (state, error["type"] if error else None)
     return out
+
+
+def math_jobs(n: int, prefix: str, group_size: int) -> list[dict[str, Any]]:
+    """`n` bundled math jobs (`PREFIX000`, ...) in GRPO groups of `group_size`, seeded."""
+    from agentroll.handlers.builtin.math import load_math_tasks
+
+    tasks = load_math_tasks()
+    return [
+        {
+            "job_id": f"{prefix}{i:03d}",
+            "group_id": f"g{i // group_size}",
+            "handler": "math",
+            "instance": tasks[i % len(tasks)].instance(),
+            "sampling": {"seed": i, "max_tokens": 256},
+        }
+        for i in range(n)
+    ]

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from rt_support import KINDS, make_config
 
+from agentroll.runtime.bwrap import BwrapRuntime
 from agentroll.runtime.core import BaseRuntime
 
 
@@ -34,3 +35,12 @@ async def runtime(kind: str, state_dir: Path) -> AsyncIterator[BaseRuntime]:
     finally:
         await rt.close()
         assert not rt.live
+
+
+@pytest.fixture
+async def bwrap(state_dir: Path) -> AsyncIterator[BwrapRuntime]:
+    """A bubblewrap runtime of its own, for tests that need that runtime's specifics."""
+    rt = make_config("bwrap", state_dir).build()
+    assert isinstance(rt, BwrapRuntime)
+    yield rt
+    await rt.close()

@@ -32,14 +32,6 @@ RUNTIMES_HERE = ["bwrap", "fake-apptainer", "local"]
 
 
 @pytest.fixture
-async def bwrap(state_dir: Path) -> AsyncIterator[BwrapRuntime]:
-    rt = make_config("bwrap", state_dir).build()
-    assert isinstance(rt, BwrapRuntime)
-    yield rt
-    await rt.close()
-
-
-@pytest.fixture
 async def sandbox(bwrap: BwrapRuntime) -> AsyncIterator[ProcessSandbox]:
     sb = await bwrap.start(SandboxSpec(), timeout=30)
     yield sb

@@ -5,11 +5,10 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from rt_support import HAVE_BWRAP, make_config, marked_pids
+from rt_support import HAVE_BWRAP, marked_pids
 
 from agentroll.runtime import Limits, SandboxSpec
 from agentroll.runtime.action.errors import ActionRequestError
@@ -20,14 +19,6 @@ pytestmark = [
     pytest.mark.skipif(not HAVE_BWRAP, reason="bwrap missing"),
 ]
 MiB = 1 << 20
-
-
-@pytest.fixture
-async def bwrap(state_dir: Path) -> AsyncIterator[BwrapRuntime]:
-    rt = make_config("bwrap", state_dir).build()
-    assert isinstance(rt, BwrapRuntime)
-    yield rt
-    await rt.close()
 
 
 async def healthy(rt: BwrapRuntime) -> None:
