@@ -142,6 +142,13 @@ def killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
 
 
+def kill_led_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL the process group that `proc` (started in a new session) leads, while it is
+    unreaped. Once reaped, its id may lead a stranger's group: then nothing is sent."""
+    if proc.returncode is None:
+        killpg(proc.pid, signal.SIGKILL)
+
+
 class ProcScanner:
     """Shares /proc scans between concurrent callers (200 teardowns need not scan 200 times).
 

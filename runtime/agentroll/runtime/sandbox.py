@@ -14,7 +14,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -58,7 +57,7 @@ async def spawn(*argv: str, **kwargs: Any) -> asyncio.subprocess.Process:
     except asyncio.CancelledError:
         with contextlib.suppress(Exception):
             proc = await start
-            procs.killpg(proc.pid, signal.SIGKILL)
+            procs.kill_led_group(proc)
             await proc.wait()
         raise
 
@@ -270,7 +269,7 @@ class ProcessSandbox:
         procs.kill([p for p in members if p != proc.pid])
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(proc.wait(), 2.0)
-        procs.killpg(proc.pid, signal.SIGKILL)
+        procs.kill_led_group(proc)
 
     async def upload(self, path: str, data: bytes) -> None:
         await self.tools.upload(path, data)
@@ -312,11 +311,14 @@ class ProcessSandbox:
                 self._kill_inner()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(proc.wait(), 1.0)
-            procs.killpg(proc.pid, signal.SIGKILL)
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(proc.wait(), 10)
+            if proc.returncode is None:
+                # Once reaped, its group id may be anyone's (another sandbox's launcher):
+                # what is left of ours is then found by its markers below.
+                procs.kill_led_group(proc)
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(proc.wait(), 10)
         survivors = await self.survivors()
         for _ in range(_VERIFY_ROUNDS):
             if not survivors:

@@ -184,7 +184,7 @@ async def run_cli(argv: Sequence[str], env: dict[str, str], log_path: Path, limi
         async with asyncio.timeout(limit_s):
             return await proc.wait()
     except BaseException:
-        procs.killpg(proc.pid, 9)
+        procs.kill_led_group(proc)
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         await asyncio.shield(asyncio.wait_for(proc.wait(), 5))
