@@ -242,8 +242,9 @@ async def test_abandoned_long_polls_are_released_at_once(agentroll_server: Serve
                 asyncio.create_task(http.get("/v1/jobs/slow/result", params={"wait": 60}))
                 for _ in range(40)
             ]
-            await asyncio.sleep(0.3)
-            assert len(asyncio.all_tasks()) > baseline + 80  # the waits are being held
+            async with asyncio.timeout(30):  # until the server holds every wait
+                while len(asyncio.all_tasks()) <= baseline + 80:
+                    await asyncio.sleep(0.05)
             for poll in polls:
                 poll.cancel()  # the trainer vanishes mid-wait
             await asyncio.gather(*polls, return_exceptions=True)
