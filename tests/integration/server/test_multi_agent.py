@@ -13,6 +13,7 @@ from tests.integration.server.multi_agent_support import (
     duet_job,
     registry,
 )
+from tests.integration.server.test_metrics import scrape
 
 from agentroll.server.schema import Outcome
 from agentroll.server.serving import RunningServer, start_in_loop
@@ -39,12 +40,13 @@ async def test_each_agents_trace_is_exactly_what_its_policys_backend_sampled(
     agentroll_server: ServerFactory, backends: tuple[RunningServer, RunningServer]
 ) -> None:
     alpha, beta = backends
-    async with agentroll_server(registry=registry()) as (_, client):
+    async with agentroll_server(registry=registry()) as (server, client):
         await client.add_backend({"id": "a0", "base_url": alpha.url, "policy": "alpha"})
         await client.add_backend({"id": "b0", "base_url": beta.url, "policy": "beta"})
         await client.submit([duet_job("d1", SPEAKER, LISTENER, group_id="g")])
         t = (await client.wait_for(["d1"], 30))["d1"]
         status = await client.status()
+        metrics = await scrape(server.url)
     alpha_log, beta_log = await backend_log(alpha.url), await backend_log(beta.url)
     assert t.outcome is Outcome.ok and t.reward == 1.0
     assert t.agents is not None and [a.name for a in t.agents] == ["speaker", "listener"]
@@ -70,6 +72,11 @@ async def test_each_agents_trace_is_exactly_what_its_policys_backend_sampled(
     assert alpha_status.completion_tokens == sum(len(c["token_ids"]) for c in alpha_log)
     assert beta_status.prompt_tokens == sum(len(c["prompt_token_ids"]) for c in beta_log)
     assert (alpha_status.in_flight, alpha_status.queued, alpha_status.paused) == (0, 0, False)
+    for policy, log in (("alpha", alpha_log), ("beta", beta_log)):
+        sampled = sum(len(c["token_ids"]) for c in log)
+        key = ("agentroll_policy_tokens_total", (("kind", "completion"), ("policy", policy)))
+        assert metrics[key] == sampled
+        assert metrics[("agentroll_policy_paused", (("policy", policy),))] == 0
 
 
 async def test_two_agents_on_one_policy_share_its_backends(

@@ -11,6 +11,7 @@ import pytest
 from tests.conftest import ServerFactory
 from tests.integration.server.multi_agent_support import agent, backend_log, duet_job, registry
 from tests.integration.server.test_exactly_once import service_of
+from tests.integration.server.test_metrics import scrape
 from tests.integration.server.test_weight_sync import assert_exact
 
 from agentroll.server.schema import Outcome
@@ -46,7 +47,7 @@ async def test_pausing_one_policy_leaves_the_other_generating(
     agentroll_server: ServerFactory, slow_backends: tuple[RunningServer, RunningServer], mode: str
 ) -> None:
     alpha, beta = slow_backends
-    async with agentroll_server(registry=registry(), pools={"run": 64}) as (_, client):
+    async with agentroll_server(registry=registry(), pools={"run": 64}) as (server, client):
         await client.add_backend({"id": "a0", "base_url": alpha.url, "policy": "alpha"})
         await client.add_backend({"id": "b0", "base_url": beta.url, "policy": "beta"})
         ids = [f"d{i}" for i in range(30)]
@@ -73,6 +74,10 @@ async def test_pausing_one_policy_leaves_the_other_generating(
         assert status.policies["alpha"].paused and not status.policies["beta"].paused
         assert status.policies["alpha"].queued > 0  # speakers wait at alpha's gate
         assert not status.paused and status.policy_version == 0  # the default policy: untouched
+        metrics = await scrape(server.url)
+        assert metrics[("agentroll_policy_paused", (("policy", "alpha"),))] == 1
+        assert metrics[("agentroll_policy_paused", (("policy", "beta"),))] == 0
+        assert metrics[("agentroll_policy_queued", (("policy", "alpha"),))] > 0
         async with httpx.AsyncClient(base_url=alpha.url) as http:
             await http.post("/update_weight_version", json={"new_version": "1"})
         resumed = await client.resume(policy_version=1, policy="alpha")
