@@ -115,14 +115,16 @@ TASK_RULES = ("swe", "code", "stem", "math")
 
 
 def default_rules() -> RuleRegistry:
-    """A fresh registry holding the built-in rules: `default`, `echo`, and one per bundled
-    task family: `math`, `code`, `swe`, `stem` (tool-using where the prompt offers tools)."""
+    """A fresh registry holding the built-in rules: `default`, `echo`, one per bundled task
+    family: `math`, `code`, `swe`, `stem` (tool-using where the prompt offers tools), and
+    `verify`, the verifier agent of `solve_verify` (put it before `math` in a chain)."""
     from agentroll.testing.scripted_llm.code_rule import code_rule
     from agentroll.testing.scripted_llm.math_rule import math_rule
     from agentroll.testing.scripted_llm.mini_swe_rule import mini_swe_rule
     from agentroll.testing.scripted_llm.redteam_rule import redteam_rule
     from agentroll.testing.scripted_llm.stem_rule import stem_rule
     from agentroll.testing.scripted_llm.swe_rule import swe_rule
+    from agentroll.testing.scripted_llm.verify_rule import verify_rule
 
     registry = RuleRegistry()
     registry.register("default", default_rule)
@@ -133,4 +135,5 @@ def default_rules() -> RuleRegistry:
     registry.register("stem", stem_rule)
     registry.register("mini_swe", mini_swe_rule)
     registry.register("redteam", redteam_rule)
+    registry.register("verify", verify_rule)
     return registry
