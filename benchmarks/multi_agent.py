@@ -197,7 +197,8 @@ def main() -> None:
         llm_args = ["scripted-llm", "--port", "0", "--latency-s", str(args.latency)]
         procs = {
             policy: [
-                stack.enter_context(agentroll_process(llm_args, Path(tmp), f"{policy}{i}"))
+                # niced: they stand in for GPU servers on other nodes, not this one's cores
+                stack.enter_context(agentroll_process(llm_args, Path(tmp), f"{policy}{i}", nice=10))
                 for i in range(args.backends_per_policy)
             ]
             for policy in POLICIES
