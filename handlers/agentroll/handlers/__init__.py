@@ -6,6 +6,7 @@ against `ctx.llm`) and `eval` (the reward); see `agentroll.handlers.base`.
 
 from agentroll.handlers.base import AgentHandler, ErrorDecision, classify_error
 from agentroll.handlers.context import (
+    AgentSession,
     LLMProxy,
     LLMSession,
     Message,
@@ -23,6 +24,7 @@ from agentroll.handlers.errors import (
     InfraError,
     LLMUnavailable,
     RegistryError,
+    UndeclaredAgent,
     UnknownHandlerError,
 )
 from agentroll.handlers.plugins import PluginRegistry
@@ -32,6 +34,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "AgentError",
     "AgentHandler",
+    "AgentSession",
     "ContextLengthExceeded",
     "DuplicateHandlerError",
     "ErrorDecision",
@@ -49,6 +52,7 @@ __all__ = [
     "Reward",
     "RolloutContext",
     "Turn",
+    "UndeclaredAgent",
     "UnknownHandlerError",
     "classify_error",
 ]

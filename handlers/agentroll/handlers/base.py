@@ -70,6 +70,9 @@ class AgentHandler(ABC):
     task whose grade is the state of a process the agent was asked to leave running."""
     instance_model: ClassVar[type[BaseModel] | None] = None
     """When set, task instances are validated against it at submission (a 400 if wrong)."""
+    agent_names: ClassVar[tuple[str, ...]] = ()
+    """A multi-agent handler's agents (`ctx.agents[name]`): a job for it must declare each of
+    them, or it is refused at submission."""
 
     def validate_instance(self, instance: dict[str, Any]) -> None:
         """Raise `ValueError` with a readable message if the instance is unusable."""

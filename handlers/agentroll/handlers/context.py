@@ -28,7 +28,11 @@ class Turn:
 @dataclass(slots=True)
 class Reward:
     value: float
+    """The episode's reward."""
     info: dict[str, Any] = field(default_factory=dict)
+    agents: dict[str, float] = field(default_factory=dict)
+    """Multi-agent jobs: a reward of its own per agent name (optional; agents left out are
+    trained on the episode's `value`)."""
 
 
 class LimitsView(Protocol):
@@ -76,6 +80,21 @@ class LLMSession(Protocol):
         Only `messages` changes; the recorded tokens never do.
         """
         ...
+
+
+@runtime_checkable
+class AgentSession(Protocol):
+    """One declared agent of a multi-agent job: its own token-recording session, sampling only
+    from the backends of its policy, recorded as its own trace."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def policy(self) -> str: ...
+    @property
+    def trainable(self) -> bool: ...
+    @property
+    def llm(self) -> LLMSession: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +175,12 @@ class RolloutContext(Protocol):
     def metadata(self) -> Mapping[str, Any]: ...
     @property
     def llm(self) -> LLMSession: ...
+    @property
+    def agents(self) -> Mapping[str, AgentSession]:
+        """The job's declared agents by name (empty for a single-agent job). Asking for an
+        undeclared one raises `InfraError` (cause `undeclared_agent`)."""
+        ...
+
     @property
     def state(self) -> dict[str, Any]: ...
     @property

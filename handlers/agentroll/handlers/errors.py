@@ -4,7 +4,8 @@
     ├── AgentError             the policy broke the protocol -> outcome agent_error
     │   └── ContextLengthExceeded      prompt + budget does not fit the model's context
     ├── InfraError             sandbox, backend or judge failed -> outcome infra_error
-    │   └── LLMUnavailable             no backend could serve a generation
+    │   ├── LLMUnavailable             no backend could serve a generation
+    │   └── UndeclaredAgent(InfraError, KeyError)  `ctx.agents[name]` for an agent the job lacks
     └── RegistryError(HandlerError, LookupError)
         ├── UnknownHandlerError(RegistryError, KeyError)
         └── DuplicateHandlerError(RegistryError, ValueError)
@@ -49,6 +50,16 @@ class InfraError(HandlerError):
 
 class LLMUnavailable(InfraError):
     cause = "llm_backend_unavailable"
+
+
+class UndeclaredAgent(InfraError, KeyError):
+    """A handler asked for an agent its job did not declare: the job and the handler disagree,
+    which is never the policy's doing. A `KeyError` too, so `in` and `.get()` work."""
+
+    cause = "undeclared_agent"
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
 
 
 class RegistryError(HandlerError, LookupError):

@@ -18,6 +18,7 @@ BUILTIN_HANDLERS: dict[str, str] = {
     "code": "agentroll.handlers.builtin.code:CodeHandler",
     "harness": "agentroll.handlers.builtin.harness:HarnessHandler",
     "math": "agentroll.handlers.builtin.math:MathHandler",
+    "solve_verify": "agentroll.handlers.builtin.solve_verify:SolveVerifyHandler",
     "stem": "agentroll.handlers.builtin.stem:StemHandler",
     "swe": "agentroll.handlers.builtin.swe:SweHandler",
 }

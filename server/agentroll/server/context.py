@@ -11,6 +11,7 @@ from typing import Any
 from agentroll.handlers import InfraError, ProxyLimits
 from agentroll.handlers.toolcalls import DEFAULT_PARSER, get_parser
 from agentroll.runtime import Runtime, Sandbox, SandboxError, SandboxSpec
+from agentroll.server.agents import JobAgents
 from agentroll.server.llm import TokenSession
 from agentroll.server.metrics import ServerMetrics
 from agentroll.server.proxy import ProxyCaps, RolloutProxy, open_proxy
@@ -34,6 +35,8 @@ class JobContext:
     llm: TokenSession
     deadline: float
     """`time.monotonic()` value of the job's overall deadline."""
+    agents: JobAgents = field(default_factory=JobAgents)
+    """A multi-agent job's declared agents, each with its own session (empty otherwise)."""
     runtime: Runtime | None = None
     state: dict[str, Any] = field(default_factory=dict)
     finish_reason: str | None = None

@@ -4,12 +4,15 @@ Starts the scripted vLLM-protocol backend (whose scripted policies use the tools
 explore, edit, run tests and submit, wrong at a seeded rate) and an agentroll server
 in-process on free loopback ports, registers the backend like a trainer would, and submits
 a mixed batch in GRPO-style groups: `swe` (bundled repositories with a real bug), `code`
-(hidden unit tests), `math` with a Python tool, and multiple-choice `stem`. Sandboxes are
-bubblewrap. Without bubblewrap the demo says so before it starts and runs only the families
-that need no sandbox (math without its tool, stem), never a policy's commands unisolated. It
+(hidden unit tests), `math` with a Python tool, multiple-choice `stem`, and `solve_verify`, a
+two-agent task (a trained solver and a frozen verifier, each on its own policy's backend: the
+same scripted server registered twice). Sandboxes are bubblewrap. Without bubblewrap the
+demo says so before it starts and runs only the families that need no sandbox (math without
+its tool, stem, solve_verify), never a policy's commands unisolated. It
 follows the results cursor with a progress bar, then prints a summary per task family (reward
 is `-` where no rollout earned one), the errors by type with an example, and one SWE
-trajectory: its turns, tool calls, diff and the tests that decided its reward.
+trajectory: its turns, tool calls, diff and the tests that decided its reward, and the
+two-agent episodes' traces per agent.
 """
 
 import asyncio
@@ -29,7 +32,7 @@ from agentroll.handlers.builtin.stem import load_stem_tasks
 from agentroll.handlers.builtin.swe import load_swe_tasks
 from agentroll.runtime import BwrapConfig
 from agentroll.server.api import create_app
-from agentroll.server.schema import JobRequest, SamplingParams, Trajectory
+from agentroll.server.schema import AgentSpec, JobRequest, SamplingParams, Trajectory
 from agentroll.server.serving import start_in_loop
 from agentroll.server.settings import Settings
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
@@ -37,9 +40,16 @@ from agentroll.testing.scripted_llm import create_app as create_scripted_app
 from agentroll.trainer_clients import AsyncRolloutClient
 
 RESULT_TIMEOUT_S = 600.0
-FAMILIES = ("swe", "code", "math", "stem")
+FAMILIES = ("swe", "code", "math", "stem", "solve_verify")
 NEEDS_SANDBOX = ("swe", "code")
-POLICY = "echo,swe,code,stem,math"
+POLICY = "echo,swe,code,stem,verify,math"
+AGENTS = {
+    "solve_verify": {
+        "solver": AgentSpec(policy="default"),
+        "verifier": AgentSpec(policy="verifier", trainable=False),
+    }
+}
+"""The agents each multi-agent family's jobs declare."""
 
 
 def _instances(sandboxes: bool) -> dict[str, Callable[[int], dict[str, Any]]]:
@@ -50,6 +60,7 @@ def _instances(sandboxes: bool) -> dict[str, Callable[[int], dict[str, Any]]]:
         "code": lambda i: code[i % len(code)].instance(),
         "math": lambda i: math[i % len(math)].instance(tools=sandboxes),
         "stem": lambda i: stem[i % len(stem)].instance(),
+        "solve_verify": lambda i: math[(i + 1) % len(math)].instance(),
     }
 
 
@@ -61,7 +72,7 @@ def plan_families(has_bwrap: bool) -> tuple[str, ...]:
         "bubblewrap (bwrap) is not installed, so this demo cannot run the task families that\n"
         f"need an isolated sandbox: {', '.join(NEEDS_SANDBOX)}. It runs "
         f"{', '.join(f for f in FAMILIES if f not in NEEDS_SANDBOX)} (math without its Python "
-        "tool) instead.\nTo run all four: `sudo apt-get install bubblewrap` (Debian/Ubuntu; "
+        "tool) instead.\nTo run them all: `sudo apt-get install bubblewrap` (Debian/Ubuntu; "
         "`make demo` in a checkout installs it).\n",
         file=sys.stderr,
     )
@@ -82,6 +93,7 @@ def _jobs(groups: int, group_size: int, families: tuple[str, ...]) -> list[JobRe
                     handler=family,
                     instance=instance,
                     group_id=group_id,
+                    agents=AGENTS.get(family),
                     sampling=SamplingParams(temperature=1.0, max_tokens=1024, seed=1000 * g + k),
                 )
             )
@@ -111,6 +123,11 @@ def _mean(values: list[float]) -> float:
     return statistics.fmean(values) if values else 0.0
 
 
+def _turns(t: Trajectory) -> int:
+    """Assistant turns of the rollout, every agent's together."""
+    return t.num_turns + sum(a.num_turns for a in t.agents or [])
+
+
 def _reward_cell(rewards: list[float]) -> str:
     """Mean reward, or `-` where no rollout earned one (an infra_error has no reward)."""
     return f"{statistics.fmean(rewards):>6.2f}" if rewards else f"{'-':>6}"
@@ -134,7 +151,7 @@ def _summary(results: list[Trajectory], families: tuple[str, ...]) -> None:
     for t in results:
         by_family[t.handler].append(t)
     header = (
-        f"{'family':<6} {'n':>3} {'reward':>6} {'outcomes':<22} {'turns':>5} {'init s':>6} "
+        f"{'family':<12} {'n':>3} {'reward':>6} {'outcomes':<22} {'turns':>5} {'init s':>6} "
         f"{'run s':>6} {'eval s':>6} {'llm s':>6} {'tools/ro':>8} {'ms/tool':>7}"
     )
     print(f"\n{header}\n{'-' * len(header)}")
@@ -153,8 +170,8 @@ def _summary(results: list[Trajectory], families: tuple[str, ...]) -> None:
             return _mean([getattr(t.timing, name).work_s for t in ts if getattr(t.timing, name)])
 
         print(
-            f"{family:<6} {len(group):>3} {_reward_cell(rewards)} {outcomes:<22} "
-            f"{_mean([t.num_turns for t in group]):>5.1f} {stage('init'):>6.2f} "
+            f"{family:<12} {len(group):>3} {_reward_cell(rewards)} {outcomes:<22} "
+            f"{_mean([_turns(t) for t in group]):>5.1f} {stage('init'):>6.2f} "
             f"{stage('run'):>6.2f} {stage('eval'):>6.2f} "
             f"{_mean([t.timing.llm_s for t in group]):>6.2f} {calls / len(group):>8.1f} "
             f"{tool_ms:>7.0f}"
@@ -193,6 +210,24 @@ def _swe_excerpt(results: list[Trajectory]) -> None:
             print(f"  {key}: {ok} passed, {bad} failed")
 
 
+def _agents_summary(results: list[Trajectory]) -> None:
+    """Per agent of the multi-agent episodes: its policy, whether it is trained, its reward."""
+    traces = [a for t in results for a in t.agents or []]
+    if not traces:
+        return
+    print("\nagents of the two-agent episodes (each trace exact for its own policy):")
+    for name in dict.fromkeys(a.name for a in traces):
+        mine = [a for a in traces if a.name == name]
+        rewards = [a.reward for a in mine if a.reward is not None]
+        trained = "trained" if mine[0].trainable else "frozen"
+        print(
+            f"  {name:<10} policy {mine[0].policy:<9} {trained:<7} {len(mine):>3} traces  "
+            f"reward {_reward_cell(rewards).strip():>5}  "
+            f"turns {_mean([a.num_turns for a in mine]):.1f}  "
+            f"sampled tokens {sum(sum(a.response_mask) for a in mine)}"
+        )
+
+
 async def _run(groups: int, group_size: int, latency_s: float, workdir: Path) -> int:
     backend = await start_in_loop(
         create_scripted_app(
@@ -206,6 +241,9 @@ async def _run(groups: int, group_size: int, latency_s: float, workdir: Path) ->
     try:
         async with AsyncRolloutClient(server.url) as client:
             await client.add_backend({"id": "scripted-0", "base_url": backend.url})
+            # The verifier's policy: here the same scripted server, as its own backend.
+            verifier = {"id": "scripted-verifier", "base_url": backend.url, "policy": "verifier"}
+            await client.add_backend(verifier)
             jobs = _jobs(groups, group_size, families)
             print(
                 f"submitting {len(jobs)} rollouts: {groups} groups of {group_size} over "
@@ -229,6 +267,7 @@ async def _run(groups: int, group_size: int, latency_s: float, workdir: Path) ->
             f"{dict(Counter(t.outcome.value for t in results))}"
         )
         _swe_excerpt(results)
+        _agents_summary(results)
         return 0 if all(t.outcome.value in ("ok", "agent_error") for t in results) else 1
     finally:
         await server.stop()

@@ -3,7 +3,7 @@
 from collections import Counter
 from collections.abc import Iterator
 
-from prometheus_client.core import Metric
+from prometheus_client.core import CounterMetricFamily, Metric
 
 from agentroll.server.metrics import gauge
 from agentroll.server.service import JobService
@@ -47,6 +47,7 @@ def live_gauges(service: JobService) -> Iterator[Metric]:
     accepting = gauge("agentroll_accepting_jobs", "1 while submissions are admitted.")
     accepting.add_metric([], 1.0 if service.accepting else 0.0)
     yield from (version, paused, accepting)
+    yield from _per_policy(service)
 
     held = gauge("agentroll_admission_waiting", "Jobs held back from INIT, by reason.", ["reason"])
     for reason in ("memory", "pids", "cpu"):
@@ -61,3 +62,25 @@ def live_gauges(service: JobService) -> Iterator[Metric]:
     sandboxes = gauge("agentroll_sandboxes_active", "Sandboxes this server owns now.")
     sandboxes.add_metric([], len(getattr(service.runtime, "live", ())))
     yield sandboxes
+
+
+def _per_policy(service: JobService) -> Iterator[Metric]:
+    """Each policy's pool, so that the agent whose backends are the bottleneck shows."""
+    labels = ["policy"]
+    in_flight = gauge("agentroll_policy_in_flight", "Generation calls in flight.", labels)
+    queued = gauge("agentroll_policy_queued", "Generation calls held back by a pause.", labels)
+    paused = gauge("agentroll_policy_paused", "1 while the policy's generation is paused.", labels)
+    version = gauge("agentroll_policy_current_version", "The policy's version now.", labels)
+    tokens = CounterMetricFamily(
+        "agentroll_policy_tokens",
+        "Tokens sent to and sampled from its backends.",
+        labels=[*labels, "kind"],
+    )
+    for name, policy in service.policies.statuses(service.backends.all()).items():
+        in_flight.add_metric([name], policy.in_flight)
+        queued.add_metric([name], policy.queued)
+        paused.add_metric([name], 1.0 if policy.paused else 0.0)
+        version.add_metric([name], policy.policy_version)
+        tokens.add_metric([name, "prompt"], policy.prompt_tokens)
+        tokens.add_metric([name, "completion"], policy.completion_tokens)
+    yield from (in_flight, queued, paused, version, tokens)

@@ -1,6 +1,6 @@
 """What a server restores at start and persists for the next one.
 
-At start: the policy version and pause state the previous server left (a server killed
+At start: each policy's version and pause state the previous server left (a server killed
 during a weight sync comes back paused, at the version it had), the registered backends,
 and every job it left unfinished — requeued (at most `max_requeues` times; beyond that the
 job ends `infra_error`/`requeue_limit`, so a rollout that kills its server is not replayed
@@ -8,15 +8,19 @@ forever) or reported `infra_error`/`server_restart`, as configured.
 """
 
 import logging
+from typing import Any
 
 from agentroll.server.jobs import LiveJob
+from agentroll.server.llm.policies import Policy
 from agentroll.server.pipeline import Verdict
 from agentroll.server.results import build_trajectory
-from agentroll.server.schema import JobRequest, Outcome
+from agentroll.server.schema import DEFAULT_POLICY, JobRequest, Outcome
 from agentroll.server.service import JobService
 from agentroll.server.store import JobRow
 
 log = logging.getLogger("agentroll.server")
+POLICY_KEY_PREFIX = "policy:"
+"""Control-table key of a non-default policy's state."""
 
 
 async def recover(service: JobService) -> None:
@@ -43,28 +47,41 @@ async def recover(service: JobService) -> None:
 
 
 async def restore_control(service: JobService) -> None:
+    """Each policy's version and pause state as the previous server left them."""
     saved = await service.store.control()
-    gate = service.gate
+    _restore(service.policies.default, saved)
+    for key, state in saved.items():
+        if key.startswith(POLICY_KEY_PREFIX) and isinstance(state, dict):
+            _restore(service.policies.get(key.removeprefix(POLICY_KEY_PREFIX)), state)
+
+
+def _restore(policy: Policy, saved: dict[str, Any]) -> None:
+    gate = policy.gate
     gate.policy_version = int(saved.get("policy_version", 0))
     if saved.get("paused"):
         gate.close(saved.get("pause_mode") or "wait")
         log.warning(
-            "generation stays paused (%s) as the previous server left it; resume to go on",
+            "generation of policy %s stays paused (%s) as the previous server left it; "
+            "resume to go on",
+            policy.name,
             gate.mode,
         )
 
 
-async def save_control(service: JobService, *, paused: bool | None = None) -> None:
-    """Persist the gate's policy version and pause state (or `paused`, about to be in
-    force). Raises `StoreError` when the store refuses the write."""
-    gate = service.gate
-    await service.store.save_control(
-        {
-            "policy_version": gate.policy_version,
-            "paused": gate.paused if paused is None else paused,
-            "pause_mode": gate.mode,
-        }
-    )
+async def save_control(service: JobService, policy: Policy, *, paused: bool | None = None) -> None:
+    """Persist a policy's version and pause state (or `paused`, about to be in force). The
+    default policy keeps the keys it always had; the others have one key each, so pausing
+    two policies at once never loses either write. Raises `StoreError` when the store
+    refuses the write."""
+    gate = policy.gate
+    state: dict[str, Any] = {
+        "policy_version": gate.policy_version,
+        "paused": gate.paused if paused is None else paused,
+        "pause_mode": gate.mode,
+    }
+    if policy.name != DEFAULT_POLICY:
+        state = {POLICY_KEY_PREFIX + policy.name: state}
+    await service.store.save_control(state)
 
 
 async def _fail_all(service: JobService, jobs: list[LiveJob], cause: str, message: str) -> None:

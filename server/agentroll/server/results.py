@@ -31,7 +31,9 @@ def build_trajectory(
     if ctx is not None:
         metadata.update(ctx.proxy_metadata())
         llm = ctx.recorded_llm()
-        timing.llm_s, timing.llm_calls = llm.llm_s, llm.llm_calls
+        sessions = [llm, *ctx.agents.sessions()]
+        timing.llm_s = sum(s.llm_s for s in sessions)
+        timing.llm_calls = sum(s.llm_calls for s in sessions)
         timing.sandbox_start_s = ctx.sandbox_start_s
         timing.tool_s, timing.tool_calls = ctx.tool_s, sum(ctx.tool_calls.values())
         timing.tool_startup_s = ctx.tool_startup_s
@@ -65,6 +67,8 @@ def build_trajectory(
             stage=verdict.error_stage,
         )
     reward = verdict.reward if verdict.outcome in SCORED_OUTCOMES else None
+    if ctx is not None and ctx.agents:
+        fields["agents"] = ctx.agents.traces(None if reward is None else reward.agents)
     return Trajectory(
         job_id=job.job_id,
         group_id=request.group_id,

@@ -12,13 +12,13 @@ import json
 import logging
 import time
 import uuid
-from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
 from agentroll.handlers import AgentHandler, HandlerRegistry
 from agentroll.runtime import Runtime
 from agentroll.server.admission import NodeAdmission
+from agentroll.server.agents import JobAgent, JobAgents
 from agentroll.server.backends import PersistedBackends
 from agentroll.server.context import JobContext
 from agentroll.server.errors import (
@@ -33,25 +33,25 @@ from agentroll.server.errors import (
 from agentroll.server.jobs import LiveJob
 from agentroll.server.llm import BackendPool, TokenSession
 from agentroll.server.llm.gate import GenerationGate
+from agentroll.server.llm.policies import Policies
 from agentroll.server.logs import job_id_var
 from agentroll.server.metrics import ServerMetrics
 from agentroll.server.pipeline import Pipeline, Refused, Verdict
 from agentroll.server.results import SCORED_OUTCOMES, STATUS_BY_OUTCOME, build_trajectory
 from agentroll.server.schema import (
-    AdmissionStatus,
+    DEFAULT_POLICY,
     JobRequest,
     JobState,
     JobView,
     Outcome,
     PoolsPatch,
-    StageStatus,
-    StatusResponse,
     SubmittedJob,
     Timing,
     Trajectory,
 )
 from agentroll.server.settings import Settings
 from agentroll.server.store import JobRow, JobStore, NewJob
+from agentroll.server.versions import stale_reason, stamped
 
 log = logging.getLogger("agentroll.server")
 TEMPLATE_CHECK_TIMEOUT_S = 10.0
@@ -98,12 +98,20 @@ class JobService:
         self.pipeline = Pipeline(settings.pools, admit=self._refuse_if_stale, node=self.admission)
         self.live: dict[str, LiveJob] = {}
         self.accepting = True
-        self.gate = GenerationGate()
-        self.max_policy_lag = settings.max_policy_lag
+        self.policies = Policies(settings.max_policy_lag)
         self._submit_lock = asyncio.Lock()
         self._results_event = asyncio.Event()
         self._closing = asyncio.Event()
         """Set at shutdown: wakes every long-poll so none holds the server up."""
+
+    @property
+    def gate(self) -> GenerationGate:
+        """The default policy's gate (the only one of a single-agent deployment)."""
+        return self.policies.default.gate
+
+    @property
+    def max_policy_lag(self) -> int | None:
+        return self.policies.default.max_policy_lag
 
     # -- start and stop -------------------------------------------------------------------
     def begin_shutdown(self) -> None:
@@ -139,6 +147,12 @@ class JobService:
             handler = self.registry.get(request.handler)  # UnknownHandlerError -> 400
             try:
                 handler.validate_instance(request.instance)
+                missing = [a for a in handler.agent_names if a not in (request.agents or {})]
+                if missing:
+                    raise ValueError(
+                        f"handler {request.handler!r} drives agents {list(handler.agent_names)}; "
+                        f"the job does not declare {missing}"
+                    )
             except ValueError as exc:
                 problems.append({"index": index, "job_id": request.job_id, "error": str(exc)})
         if problems:
@@ -160,13 +174,9 @@ class JobService:
         if len(self.live) + len(fresh) > self.settings.max_live_jobs:
             raise TooManyJobs(self.settings.max_live_jobs)
         now = time.time()
-        version = self.gate.policy_version
         # Stamped before the insert: the version a job was submitted under survives a restart.
         by_id = {
-            job_id: request.model_copy(
-                update={"job_id": job_id}
-                | ({"policy_version": version} if request.policy_version is None else {})
-            )
+            job_id: stamped(request.model_copy(update={"job_id": job_id}), self.policies)
             for job_id, request in zip(ids, requests, strict=True)
         }
         await self.store.insert_jobs(
@@ -201,25 +211,33 @@ class JobService:
         self.live[job.job_id] = job
         job.task = asyncio.create_task(self._lifecycle(job), name=f"job:{job.job_id}")
 
-    def _context(self, job: LiveJob) -> JobContext:
-        request = job.request
-        session = TokenSession(
+    def _session(self, request: JobRequest, policy: str) -> TokenSession:
+        return TokenSession(
             self.backends,
             sampling=request.sampling.model_dump(exclude_none=True),
             tags=frozenset(request.backend_tags),
             max_response_tokens=request.limits.max_response_tokens,
             max_context_tokens=request.limits.max_context_tokens,
-            gate=self.gate,
+            gate=self.policies.get(policy).gate,
             metrics=self.metrics,
             request_timeout_s=self.settings.llm_request_timeout_s,
             backend_wait_s=self.settings.backend_wait_s,
+            policy=policy,
         )
+
+    def _context(self, job: LiveJob) -> JobContext:
+        request = job.request
+        agents = {
+            name: JobAgent(name, spec.policy, spec.trainable, self._session(request, spec.policy))
+            for name, spec in (request.agents or {}).items()
+        }
         return JobContext(
             job_id=job.job_id,
             instance=request.instance,
             limits=request.limits,
             metadata=request.metadata,
-            llm=session,
+            llm=self._session(request, DEFAULT_POLICY),
+            agents=JobAgents(agents),
             deadline=job.started + request.limits.deadline_s,
             runtime=self.runtime,
             teardowns=self.teardowns,
@@ -349,27 +367,17 @@ class JobService:
                 m.stage_work_seconds.labels(stage).observe(timing.work_s)
 
     # -- policy versions ------------------------------------------------------------------
-    def _lag(self, job: LiveJob) -> int:
-        submitted = job.request.policy_version
-        return 0 if submitted is None else self.gate.policy_version - submitted
-
     def _refuse_if_stale(self, job: LiveJob) -> None:
-        if self.max_policy_lag is not None and self._lag(job) > self.max_policy_lag:
-            raise Refused(
-                "stale_policy",
-                f"policy version {job.request.policy_version} lags the current "
-                f"{self.gate.policy_version} by more than {self.max_policy_lag}",
-            )
+        reason = stale_reason(job, self.policies)
+        if reason is not None:
+            raise Refused("stale_policy", reason)
 
     def cancel_stale_running(self) -> list[str]:
         """Cancel started jobs whose policy now lags beyond the bound (cause stale_policy)."""
-        if self.max_policy_lag is None:
-            return []
-        lag = self.max_policy_lag
         stale = [
             j
             for j in self.live.values()
-            if j.state not in (JobState.queued,) and self._lag(j) > lag
+            if j.state is not JobState.queued and stale_reason(j, self.policies) is not None
         ]
         return [j.job_id for j in stale if self._cancel(j, "stale_policy")]
 
@@ -458,41 +466,6 @@ class JobService:
         finally:
             for waiter in waits:
                 waiter.cancel()
-
-    def status(self) -> StatusResponse:
-        p = self.pipeline
-        states = Counter(j.state.value for j in self.live.values())
-        return StatusResponse(
-            accepting=self.accepting,
-            paused=self.gate.paused,
-            policy_version=self.gate.policy_version,
-            max_policy_lag=self.max_policy_lag,
-            stages={
-                "init": StageStatus(
-                    capacity=p.init.capacity,
-                    busy=p.init.busy,
-                    queued=p.ready.queued + p.init.queued + sum(self.admission.waiting.values()),
-                ),
-                "run": StageStatus(capacity=p.run.capacity, busy=p.run.busy, queued=p.run.queued),
-                "eval": StageStatus(
-                    capacity=p.eval.capacity, busy=p.eval.busy, queued=p.eval.queued
-                ),
-            },
-            ready=states.get(JobState.ready.value, 0),
-            jobs_by_state=dict(states),
-            backends=self.backends.views(),
-            results_cursor=self.store.last_cursor,
-            admission=self._admission_status(),
-        )
-
-    def _admission_status(self) -> AdmissionStatus:
-        node = self.admission.reading
-        return AdmissionStatus(
-            waiting={reason: n for reason, n in self.admission.waiting.items() if n},
-            cpu_pressure=node.cpu_pressure,
-            memory_available_bytes=node.memory_available,
-            threads=node.threads,
-        )
 
     def resize(self, patch: PoolsPatch) -> None:
         self.pipeline.resize(**patch.model_dump())

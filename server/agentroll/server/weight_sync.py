@@ -1,14 +1,16 @@
-"""Pause and resume generation around a trainer's weight update, across every backend.
+"""Pause and resume generation around a trainer's weight update, one policy at a time.
 
-The gate in front of all generation calls is the barrier; the backends' own pause/resume
-endpoints are called where they exist, so `abort` returns partial tokens (vLLM 0.33) and
-`keep` parks requests inside the engine. Backends without them still never receive a new
-request while paused: the gate alone guarantees that.
+Each policy has its own gate in front of every generation call that samples from it (a
+single-agent deployment has one policy, `default`). Pausing a policy closes its gate and calls
+the pause/resume endpoints of *its* backends where they exist, so `abort` returns partial
+tokens (vLLM 0.33) and `keep` parks requests inside the engine; agents of other policies keep
+generating. Backends without those endpoints still never receive a new request of a paused
+policy: the gate alone guarantees that.
 
-The pause state and the policy version are persisted (a server killed mid-sync comes back
-paused, at the version it had). On resume the new version is in force *before* any backend
-is told to resume: tokens that parked requests sample with the new weights are stamped with
-it, whichever backend resumes first.
+A policy's pause state and version are persisted (a server killed mid-sync comes back paused,
+at the version it had). On resume the new version is in force *before* any backend is told to
+resume: tokens that parked requests sample with the new weights are stamped with it, whichever
+backend resumes first.
 """
 
 import asyncio
@@ -17,19 +19,20 @@ import time
 
 from agentroll.server import recovery
 from agentroll.server.errors import PauseTimeout, VersionConflict
-from agentroll.server.schema import PauseMode, PauseResponse
+from agentroll.server.llm.policies import Policy
+from agentroll.server.schema import DEFAULT_POLICY, PauseMode, PauseResponse
 from agentroll.server.service import JobService
 
 log = logging.getLogger("agentroll.server.weight_sync")
 BACKEND_CONTROL_TIMEOUT_S = 30.0
 
 
-async def _forward(service: JobService, action: str, *args: str) -> dict[str, str]:
-    """Call `pause`/`resume` on every backend; returns the failures by backend id."""
+async def _forward(service: JobService, policy: Policy, action: str, *args: str) -> dict[str, str]:
+    """Call `pause`/`resume` on every backend of `policy`; returns the failures by backend id."""
     calls = {}
     for backend in service.backends.all():
         control = getattr(backend.client, action, None)
-        if control is not None:
+        if control is not None and backend.policy == policy.name:
             calls[backend.id] = asyncio.wait_for(control(*args), BACKEND_CONTROL_TIMEOUT_S)
     results = await asyncio.gather(*calls.values(), return_exceptions=True)
     errors = {}
@@ -40,9 +43,10 @@ async def _forward(service: JobService, action: str, *args: str) -> dict[str, st
     return errors
 
 
-def _response(service: JobService, began: float, errors: dict[str, str]) -> PauseResponse:
-    gate = service.gate
+def _response(policy: Policy, began: float, errors: dict[str, str]) -> PauseResponse:
+    gate = policy.gate
     return PauseResponse(
+        policy=policy.name,
         paused=gate.paused,
         mode=gate.mode,
         policy_version=gate.policy_version,
@@ -52,43 +56,60 @@ def _response(service: JobService, began: float, errors: dict[str, str]) -> Paus
     )
 
 
-async def pause(service: JobService, mode: PauseMode, timeout_s: float) -> PauseResponse:
-    """Close the gate; return once quiet (wait, abort) or once backends parked (keep)."""
+async def pause(
+    service: JobService, mode: PauseMode, timeout_s: float, policy_name: str = DEFAULT_POLICY
+) -> PauseResponse:
+    """Close the policy's gate; return once quiet (wait, abort) or once its backends parked
+    (keep)."""
     began = time.monotonic()
-    service.gate.close(mode)
-    await recovery.save_control(service)  # before anything else: a crash from here on stays paused
+    policy = service.policies.get(policy_name)
+    policy.gate.close(mode)
+    # Before anything else: a crash from here on stays paused.
+    await recovery.save_control(service, policy)
     errors: dict[str, str] = {}
     if mode in ("abort", "keep"):
-        errors = await _forward(service, "pause", mode)
+        errors = await _forward(service, policy, "pause", mode)
     if mode == "abort":
         # Backends that aborted their requests themselves answer them with partial tokens;
         # only calls to the others are cancelled here (their tokens are sampled again).
-        done_by_backend = frozenset(b.id for b in service.backends.all() if b.id not in errors)
-        service.gate.abort_in_flight(spare=done_by_backend)
-    if mode != "keep" and not await service.gate.wait_quiet(timeout_s):
-        raise PauseTimeout(_response(service, began, errors))
-    return _response(service, began, errors)
+        done_by_backend = frozenset(
+            b.id for b in service.backends.all() if b.policy == policy.name and b.id not in errors
+        )
+        policy.gate.abort_in_flight(spare=done_by_backend)
+    if mode != "keep" and not await policy.gate.wait_quiet(timeout_s):
+        raise PauseTimeout(_response(policy, began, errors))
+    return _response(policy, began, errors)
 
 
 async def resume(
-    service: JobService, policy_version: int, max_policy_lag: int | None
+    service: JobService,
+    policy_version: int,
+    max_policy_lag: int | None,
+    policy_name: str = DEFAULT_POLICY,
 ) -> PauseResponse:
     began = time.monotonic()
-    if policy_version < service.gate.policy_version:
+    policy = service.policies.get(policy_name)
+    gate = policy.gate
+    if policy_version < gate.policy_version:
         raise VersionConflict(
-            f"policy_version {policy_version} is older than the current "
-            f"{service.gate.policy_version}"
+            f"policy_version {policy_version} is older than the current {gate.policy_version}"
+            + ("" if policy.name == DEFAULT_POLICY else f" of policy {policy.name!r}")
         )
-    gate = service.gate
     gate.policy_version = policy_version  # still closed: nothing new is dispatched yet
-    errors = await _forward(service, "resume") if gate.mode in ("abort", "keep") else {}
+    paused_in_backends = gate.mode in ("abort", "keep")
+    errors = await _forward(service, policy, "resume") if paused_in_backends else {}
     if max_policy_lag is not None:
-        service.max_policy_lag = max_policy_lag
+        policy.max_policy_lag = max_policy_lag
     # A store that refuses the write leaves the gate closed (the trainer retries resume).
-    await recovery.save_control(service, paused=False)
+    await recovery.save_control(service, policy, paused=False)
     gate.open(policy_version)
     if service.settings.cancel_stale_running:
         stale = service.cancel_stale_running()
         if stale:
-            log.info("cancelled %d running jobs behind policy %d", len(stale), policy_version)
-    return _response(service, began, errors)
+            log.info(
+                "cancelled %d running jobs behind policy %s version %d",
+                len(stale),
+                policy.name,
+                policy_version,
+            )
+    return _response(policy, began, errors)

@@ -31,9 +31,11 @@ def test_without_bubblewrap_it_says_so_up_front_and_runs_what_it_honestly_can(
     assert "bubblewrap (bwrap) is not installed" in err
     assert "cannot run the task families that\nneed an isolated sandbox: swe, code" in err
     assert "apt-get install bubblewrap" in err
-    assert "submitting 8 rollouts: 4 groups of 2 over math, stem" in out
+    assert "submitting 8 rollouts: 4 groups of 2 over math, stem, solve_verify" in out
     assert "outcomes {'ok': 8}" in out
     assert "infra_error" not in out
+    verifier = next(line for line in out.splitlines() if line.startswith("  verifier "))
+    assert verifier.split()[1:6] == ["policy", "verifier", "frozen", "2", "traces"]
 
 
 def test_the_summary_shows_a_missing_reward_and_the_errors_by_type(
@@ -57,4 +59,4 @@ def test_the_summary_shows_a_missing_reward_and_the_errors_by_type(
 
 
 def test_with_bubblewrap_every_family_runs() -> None:
-    assert demo.plan_families(has_bwrap=True) == ("swe", "code", "math", "stem")
+    assert demo.plan_families(has_bwrap=True) == ("swe", "code", "math", "stem", "solve_verify")

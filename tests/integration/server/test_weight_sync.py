@@ -10,7 +10,7 @@ from tests.conftest import ServerFactory
 from tests.integration.server.test_trajectory import Parrot
 
 from agentroll.handlers import HandlerRegistry
-from agentroll.server.schema import Outcome, Trajectory
+from agentroll.server.schema import AgentTrace, Outcome, Trajectory
 from agentroll.server.serving import RunningServer, start_in_loop
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
@@ -46,7 +46,7 @@ async def running(url: str) -> float:
     return float(line.split()[-1])
 
 
-def assert_exact(t: Trajectory, log: list[dict[str, Any]]) -> None:
+def assert_exact(t: Trajectory | AgentTrace, log: list[dict[str, Any]]) -> None:
     """Invariants 1 and 3 against the backend's own record of every call: each call's prompt
     is prompt_ids + everything recorded before it, and its ids are recorded verbatim (a call
     parked across an update is split into one segment per policy version)."""

@@ -1,7 +1,15 @@
 import pytest
 from pydantic import ValidationError
 
-from agentroll.server.schema import CancelFilter, JobRequest, Outcome, Segment, Trajectory
+from agentroll.server.schema import (
+    AgentTrace,
+    BackendSpec,
+    CancelFilter,
+    JobRequest,
+    Outcome,
+    Segment,
+    Trajectory,
+)
 
 
 def _trajectory(**fields: object) -> Trajectory:
@@ -47,3 +55,47 @@ def test_cancel_filter_needs_exactly_a_criterion() -> None:
     with pytest.raises(ValidationError, match="cannot be combined"):
         CancelFilter(all=True, group_id="g")
     assert CancelFilter(all=True).all
+
+
+def _trace(**fields: object) -> dict[str, object]:
+    return {"name": "critic", "policy": "p", "trainable": True, **fields}
+
+
+def test_every_agent_trace_holds_the_token_invariants() -> None:
+    seg = Segment(start=0, end=3, backend_id="b", policy_version=0, finish_reason="stop")
+    with pytest.raises(ValidationError, match="equal lengths"):
+        _trajectory(agents=[_trace(response_ids=[1, 2], response_mask=[1], response_logprobs=[0])])
+    with pytest.raises(ValidationError, match="outside response"):
+        AgentTrace.model_validate(
+            _trace(response_ids=[1], response_mask=[1], response_logprobs=[0.0], segments=[seg])
+        )
+
+
+def test_no_agent_of_an_infra_error_carries_a_reward_and_names_are_unique() -> None:
+    with pytest.raises(ValidationError, match="no reward"):
+        _trajectory(outcome="infra_error", status="failed", agents=[_trace(reward=0.0)])
+    with pytest.raises(ValidationError, match="unique"):
+        _trajectory(agents=[_trace(), _trace()])
+
+
+def test_agents_appear_only_in_multi_agent_records_and_requests() -> None:
+    single = _trajectory()
+    assert "agents" not in single.model_dump() and '"agents"' not in single.model_dump_json()
+    multi = _trajectory(agents=[_trace()])
+    assert multi.model_dump(mode="json")["agents"][0]["name"] == "critic"
+    request = JobRequest.model_validate({"handler": "m", "instance": {}})
+    assert "agents" not in request.model_dump(mode="json")
+    with_agents = JobRequest.model_validate(
+        {"handler": "m", "instance": {}, "agents": {"critic": {"policy": "p", "trainable": False}}}
+    )
+    assert with_agents.model_dump(mode="json")["agents"] == {
+        "critic": {"policy": "p", "trainable": False, "policy_version": None}
+    }
+
+
+def test_backends_serve_the_default_policy_unless_told_otherwise() -> None:
+    base = {"base_url": "http://127.0.0.1:1"}
+    assert BackendSpec.model_validate(base).policy == "default"
+    assert BackendSpec.model_validate({**base, "policy": "critic-v2"}).policy == "critic-v2"
+    with pytest.raises(ValidationError, match="policy"):
+        BackendSpec.model_validate({**base, "policy": "has space"})

@@ -97,22 +97,27 @@ def remove_backend(backend_id: str) -> Call[None]:
     return Call("DELETE", f"/v1/backends/{backend_id}", lambda _s, _b: None)
 
 
-def pause(mode: str, timeout_s: float) -> Call[PauseResponse]:
-    """Weight-sync barrier: stop dispatching generation (`wait` drains in-flight requests)."""
-    body = {"mode": mode, "timeout_s": timeout_s}
+def pause(mode: str, timeout_s: float, policy: str | None = None) -> Call[PauseResponse]:
+    """Weight-sync barrier: stop dispatching generation (`wait` drains in-flight requests);
+    `policy`: only that policy's (default: the `default` policy's)."""
+    body: dict[str, Any] = {"mode": mode, "timeout_s": timeout_s}
+    if policy is not None:
+        body["policy"] = policy
     return Call(
         "POST", "/v1/generation/pause", _model(PauseResponse), json=body, timeout_extra_s=timeout_s
     )
 
 
-def resume(policy_version: int, max_policy_lag: int | None) -> Call[PauseResponse]:
-    body = ResumeRequest(policy_version=policy_version, max_policy_lag=max_policy_lag)
-    return Call(
-        "POST",
-        "/v1/generation/resume",
-        _model(PauseResponse),
-        json=body.model_dump(exclude_none=True),
+def resume(
+    policy_version: int, max_policy_lag: int | None, policy: str | None = None
+) -> Call[PauseResponse]:
+    body = ResumeRequest(
+        policy_version=policy_version,
+        max_policy_lag=max_policy_lag,
+        **({} if policy is None else {"policy": policy}),
     )
+    json = body.model_dump(exclude_none=True, exclude_unset=True)  # `policy` only if named
+    return Call("POST", "/v1/generation/resume", _model(PauseResponse), json=json)
 
 
 def status() -> Call[StatusResponse]:

@@ -220,19 +220,24 @@ class AsyncRolloutClient:
         """The server's health, stage capacities, job counts and results cursor."""
         return await self.send(calls.status())
 
-    async def pause(self, mode: PauseMode = "wait", timeout_s: float = 60.0) -> PauseResponse:
+    async def pause(
+        self, mode: PauseMode = "wait", timeout_s: float = 60.0, *, policy: str | None = None
+    ) -> PauseResponse:
         """Stop generation on every backend of this server (around a weight update).
 
         `mode`: `wait` lets in-flight generations finish, `abort` stops them (the turn goes on
         after resume), `keep` parks them in the backends. An `ApiError` with status 504 if
-        the pause is not complete within `timeout_s`.
+        the pause is not complete within `timeout_s`. `policy`: pause only that policy's
+        backends and agents (default: the `default` policy, all a single-agent run has).
         """
-        return await self.send(calls.pause(mode, timeout_s))
+        return await self.send(calls.pause(mode, timeout_s, policy))
 
-    async def resume(self, policy_version: int, max_policy_lag: int | None = None) -> PauseResponse:
-        """Resume generation; segments sampled from now on carry `policy_version`.
-        `Conflict` if the version goes backwards."""
-        return await self.send(calls.resume(policy_version, max_policy_lag))
+    async def resume(
+        self, policy_version: int, max_policy_lag: int | None = None, *, policy: str | None = None
+    ) -> PauseResponse:
+        """Resume generation; segments sampled from now on carry `policy_version` (of
+        `policy`, default the `default` policy). `Conflict` if the version goes backwards."""
+        return await self.send(calls.resume(policy_version, max_policy_lag, policy))
 
     async def resize_pools(self, **sizes: int) -> PoolSizes:
         """Change stage pool sizes (e.g. `run=64`); the sizes now in force."""
@@ -363,15 +368,20 @@ class RolloutClient:
         """The server's health, stage capacities, job counts and results cursor."""
         return self.send(calls.status())
 
-    def pause(self, mode: PauseMode = "wait", timeout_s: float = 60.0) -> PauseResponse:
+    def pause(
+        self, mode: PauseMode = "wait", timeout_s: float = 60.0, *, policy: str | None = None
+    ) -> PauseResponse:
         """Stop generation on every backend of this server (see `AsyncRolloutClient.pause`
-        for the modes); an `ApiError` with status 504 if not paused within `timeout_s`."""
-        return self.send(calls.pause(mode, timeout_s))
+        for the modes and `policy`); an `ApiError` with status 504 if not paused within
+        `timeout_s`."""
+        return self.send(calls.pause(mode, timeout_s, policy))
 
-    def resume(self, policy_version: int, max_policy_lag: int | None = None) -> PauseResponse:
-        """Resume generation; segments sampled from now on carry `policy_version`.
-        `Conflict` if the version goes backwards."""
-        return self.send(calls.resume(policy_version, max_policy_lag))
+    def resume(
+        self, policy_version: int, max_policy_lag: int | None = None, *, policy: str | None = None
+    ) -> PauseResponse:
+        """Resume generation; segments sampled from now on carry `policy_version` (of
+        `policy`). `Conflict` if the version goes backwards."""
+        return self.send(calls.resume(policy_version, max_policy_lag, policy))
 
     def resize_pools(self, **sizes: int) -> PoolSizes:
         """Change stage pool sizes (e.g. `run=64`); the sizes now in force."""

@@ -5,7 +5,9 @@ one poll per job) and settles each sample:
 
 - `ok` / `agent_error`: usable (the reward is meaningful), unless its oldest segment's
   policy version lags the current one by more than `max_policy_lag`: then it is dropped
-  and resampled (stale="drop") or kept and listed in `Group.stale` (stale="flag");
+  and resampled (stale="drop") or kept and listed in `Group.stale` (stale="flag"). A
+  multi-agent episode is judged by each trainable agent's trace against the current version
+  of that agent's policy (`policy_versions`); frozen agents never make it stale;
 - an outcome in `retry_outcomes` (infra_error, timed_out, cancelled by someone else):
   resubmitted as `<group>-s<k>-r<attempt+1>` while the sample has retries left;
 - once n samples are usable the group is returned and its other live jobs (over-sampling
@@ -22,7 +24,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentroll.server.schema import JobRequest, Outcome, Trajectory
+from agentroll.server.schema import DEFAULT_POLICY, AgentTrace, JobRequest, Outcome, Trajectory
 from agentroll.trainer_clients.client import AsyncRolloutClient
 from agentroll.trainer_clients.errors import NoServerAvailable
 from agentroll.trainer_clients.groups import CollectorStats, Group, GroupSpec
@@ -81,6 +83,9 @@ class AsyncGroupCollector:
         self.poll_s = poll_s
         self.stats = CollectorStats()
         self._version: int | None = None
+        self.policy_versions: dict[str, int] = {}
+        """Current versions of named policies, as the trainer sets them; a policy missing
+        here is at the pool's last `resume(policy=...)` of it."""
         self._servers = servers
         self._pool_options = dict(pool_options or {})
         self._own_pool = not isinstance(servers, AsyncServerPool)
@@ -251,11 +256,28 @@ class AsyncGroupCollector:
             return
         await self._drop(live, index, outcome.value, retry=outcome in self.retry_outcomes)
 
+    def current_version(self, policy: str) -> int | None:
+        """The current version of `policy` (None: unknown, so nothing of it is stale)."""
+        if policy == DEFAULT_POLICY:
+            return self.policy_version
+        if policy in self.policy_versions:
+            return self.policy_versions[policy]
+        return None if self.pool is None else self.pool.policy_versions.get(policy)
+
     def _too_stale(self, trajectory: Trajectory) -> bool:
-        if self.max_policy_lag is None:
+        lag = self.max_policy_lag
+        if lag is None:
             return False
-        versions = trajectory.policy_versions or [s.policy_version for s in trajectory.segments]
-        return bool(versions) and self.policy_version - min(versions) > self.max_policy_lag
+        traces: list[Trajectory | AgentTrace] = [trajectory]
+        if trajectory.agents is not None:
+            traces = [a for a in trajectory.agents if a.trainable]
+        for trace in traces:
+            policy = trace.policy if isinstance(trace, AgentTrace) else DEFAULT_POLICY
+            versions = trace.policy_versions or [s.policy_version for s in trace.segments]
+            current = self.current_version(policy)
+            if versions and current is not None and current - min(versions) > lag:
+                return True
+        return False
 
     async def _drop(self, live: _Live, index: int, cause: str, *, retry: bool) -> None:
         live.dropped[cause] += 1

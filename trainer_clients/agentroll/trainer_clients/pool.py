@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agentroll.server.schema import (
+    DEFAULT_POLICY,
     BackendSpec,
     BackendView,
     JobRequest,
@@ -131,6 +132,8 @@ class AsyncServerPool:
         self.failovers: list[Failover] = []
         self.policy_version: int | None = None
         """The version of the last `resume`, or the newest any server reported at start."""
+        self.policy_versions: dict[str, int] = {}
+        """The same per policy, for every policy a `resume` or a server named."""
         self._queue: asyncio.Queue[Trajectory] = asyncio.Queue()
         self._stranded: list[JobRequest] = []
         self._tasks: set[asyncio.Task[Any]] = set()
@@ -157,6 +160,9 @@ class AsyncServerPool:
         self._note_status(member, status)
         if status.policy_version and (self.policy_version or 0) < status.policy_version:
             self.policy_version = status.policy_version  # joining a run already under way
+        for name, policy in status.policies.items():
+            if self.policy_versions.get(name, 0) <= policy.policy_version:
+                self.policy_versions[name] = policy.policy_version
         member.follower = asyncio.create_task(self._follow(member), name=f"follow:{member.url}")
 
     async def close(self) -> None:
@@ -398,18 +404,24 @@ class AsyncServerPool:
         await self.fan_out("remove_backend", lambda c: c.remove_backend(backend_id))
 
     async def pause(
-        self, mode: PauseMode = "wait", timeout_s: float = 60.0
+        self, mode: PauseMode = "wait", timeout_s: float = 60.0, *, policy: str | None = None
     ) -> dict[str, PauseResponse]:
-        """Weight-sync barrier: returns once every live server has paused generation (each
-        one's answer by URL; see `AsyncRolloutClient.pause` for the modes)."""
-        return await self.fan_out("pause", lambda c: c.pause(mode, timeout_s))
+        """Weight-sync barrier: returns once every live server has paused generation (of
+        `policy` only, when named); each one's answer by URL (see `AsyncRolloutClient.pause`
+        for the modes)."""
+        return await self.fan_out("pause", lambda c: c.pause(mode, timeout_s, policy=policy))
 
     async def resume(
-        self, policy_version: int, max_policy_lag: int | None = None
+        self, policy_version: int, max_policy_lag: int | None = None, *, policy: str | None = None
     ) -> dict[str, PauseResponse]:
-        """Resume every live server with the new policy version; each one's answer by URL."""
-        answers = await self.fan_out("resume", lambda c: c.resume(policy_version, max_policy_lag))
-        self.policy_version = policy_version
+        """Resume every live server with the new version (of `policy`, when named); each one's
+        answer by URL."""
+        answers = await self.fan_out(
+            "resume", lambda c: c.resume(policy_version, max_policy_lag, policy=policy)
+        )
+        self.policy_versions[policy or DEFAULT_POLICY] = policy_version
+        if policy in (None, DEFAULT_POLICY):
+            self.policy_version = policy_version
         return answers
 
     async def statuses(self) -> dict[str, StatusResponse]:

@@ -98,17 +98,19 @@ class ServerPool:
         """Unregister an inference server everywhere; `FanOutError` if some refused."""
         self.run(self.aio.remove_backend(backend_id))
 
-    def pause(self, mode: PauseMode = "wait", timeout_s: float = 60.0) -> dict[str, PauseResponse]:
-        """Weight-sync barrier: every live server paused; each answer by URL.
-        `FanOutError` if some did not pause."""
-        return self.run(self.aio.pause(mode, timeout_s), timeout_s + 60)
+    def pause(
+        self, mode: PauseMode = "wait", timeout_s: float = 60.0, *, policy: str | None = None
+    ) -> dict[str, PauseResponse]:
+        """Weight-sync barrier: every live server paused (`policy` only, when named); each
+        answer by URL. `FanOutError` if some did not pause."""
+        return self.run(self.aio.pause(mode, timeout_s, policy=policy), timeout_s + 60)
 
     def resume(
-        self, policy_version: int, max_policy_lag: int | None = None
+        self, policy_version: int, max_policy_lag: int | None = None, *, policy: str | None = None
     ) -> dict[str, PauseResponse]:
-        """Resume every live server with the new policy version; each answer by URL.
-        `FanOutError` if some refused."""
-        return self.run(self.aio.resume(policy_version, max_policy_lag))
+        """Resume every live server with the new version (of `policy`, when named); each
+        answer by URL. `FanOutError` if some refused."""
+        return self.run(self.aio.resume(policy_version, max_policy_lag, policy=policy))
 
     def statuses(self) -> dict[str, StatusResponse]:
         """Every live server's status by URL."""

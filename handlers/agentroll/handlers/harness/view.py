@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from agentroll.handlers.context import (
+    AgentSession,
     LimitsView,
     LLMProxy,
     LLMSession,
@@ -44,6 +45,10 @@ class TaskView:
     @property
     def llm(self) -> LLMSession:
         return self._ctx.llm
+
+    @property
+    def agents(self) -> Mapping[str, AgentSession]:
+        return self._ctx.agents
 
     @property
     def state(self) -> dict[str, Any]:

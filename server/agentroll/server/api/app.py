@@ -69,7 +69,9 @@ def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -
         app.state.metrics = metrics
         app.state.begin_shutdown = service.begin_shutdown
         health = asyncio.create_task(
-            backends.probe_forever(settings.health_interval_s, lambda: service.gate.paused),
+            backends.probe_forever(
+                settings.health_interval_s, lambda b: service.policies.get(b.policy).gate.paused
+            ),
             name="backend-health",
         )
         app.state.service = service

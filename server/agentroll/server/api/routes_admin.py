@@ -6,6 +6,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from agentroll.server.api.deps import Service
 from agentroll.server.schema import PoolSizes, PoolsPatch, StatusResponse
+from agentroll.server.status import server_status
 
 router = APIRouter(tags=["admin"])
 
@@ -32,7 +33,7 @@ async def metrics(request: Request) -> Response:
 
 @router.get("/v1/status", response_model=StatusResponse)
 async def status(service: Service) -> StatusResponse:
-    return service.status()
+    return server_status(service)
 
 
 @router.patch("/v1/admin/pools", response_model=PoolSizes)

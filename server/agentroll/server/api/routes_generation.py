@@ -1,4 +1,4 @@
-"""The weight-sync barrier: pause and resume generation across every backend."""
+"""The weight-sync barrier: pause and resume one policy's generation across its backends."""
 
 from fastapi import APIRouter
 
@@ -11,12 +11,14 @@ router = APIRouter(prefix="/v1/generation", tags=["generation"])
 
 @router.post("/pause", response_model=PauseResponse)
 async def pause(body: PauseRequest, service: Service) -> PauseResponse:
-    """Stop dispatching generation everywhere; see `mode`. The pause holds until resume
-    (504 `pause_timeout`, with the pause state as detail, when `timeout_s` passes first)."""
-    return await weight_sync.pause(service, body.mode, body.timeout_s)
+    """Stop dispatching `policy`'s generation (every backend of a single-agent deployment);
+    see `mode`. The pause holds until resume (504 `pause_timeout`, with the pause state as
+    detail, when `timeout_s` passes first). Other policies keep generating."""
+    return await weight_sync.pause(service, body.mode, body.timeout_s, body.policy)
 
 
 @router.post("/resume", response_model=PauseResponse)
 async def resume(body: ResumeRequest, service: Service) -> PauseResponse:
-    """Reopen generation with the new `policy_version` (stamped on every later segment)."""
-    return await weight_sync.resume(service, body.policy_version, body.max_policy_lag)
+    """Reopen `policy`'s generation with its new `policy_version` (stamped on every later
+    segment that policy samples)."""
+    return await weight_sync.resume(service, body.policy_version, body.max_policy_lag, body.policy)

@@ -54,6 +54,20 @@ class Flight:
 
 
 @dataclass
+class GateLoad:
+    """What passed the gate: answered generation calls and their tokens."""
+
+    generations: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def record(self, prompt_tokens: int, completion_tokens: int) -> None:
+        self.generations += 1
+        self.prompt_tokens += prompt_tokens
+        self.completion_tokens += completion_tokens
+
+
+@dataclass
 class PauseState:
     paused: bool
     mode: PauseMode | None
@@ -73,6 +87,9 @@ class GenerationGate:
         self._quiet = asyncio.Event()
         self._quiet.set()
         self._last_keep_epoch = -1
+        self.waiting = 0
+        """Generation calls held back by the pause now."""
+        self.load = GateLoad()
 
     @property
     def paused(self) -> bool:
@@ -88,8 +105,13 @@ class GenerationGate:
     @contextlib.asynccontextmanager
     async def dispatch(self) -> AsyncIterator[Flight]:
         """Hold a generation slot; waits while paused (bounded by the job's own deadline)."""
-        while not self._open.is_set():
-            await self._open.wait()
+        if not self._open.is_set():
+            self.waiting += 1
+            try:
+                while not self._open.is_set():
+                    await self._open.wait()
+            finally:
+                self.waiting -= 1
         flight = Flight(self.policy_version, self.epoch)
         self._flights.add(flight)
         self._quiet.clear()

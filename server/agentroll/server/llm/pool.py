@@ -1,8 +1,8 @@
 """Registered inference backends and the choice of one per generation call.
 
-Routing: least outstanding requests among backends that carry the requested tags, with
-session affinity so one trajectory's turns reuse the same backend's prefix cache while
-that backend has room.
+Routing: least outstanding requests among the backends of the session's policy that carry
+the requested tags, with session affinity so one trajectory's turns reuse the same backend's
+prefix cache while that backend has room.
 """
 
 import asyncio
@@ -20,7 +20,7 @@ from agentroll.server.llm.base import BackendClient
 from agentroll.server.llm.http import HTTPClient, HTTPTransportError
 from agentroll.server.llm.local_tokenizer import LocalChatTokenizer
 from agentroll.server.llm.registry import make_client
-from agentroll.server.schema import BackendSpec, BackendView
+from agentroll.server.schema import DEFAULT_POLICY, BackendSpec, BackendView
 
 
 @dataclass(eq=False)
@@ -52,6 +52,11 @@ class Backend:
         return self.healthy and not self.draining
 
     @property
+    def policy(self) -> str:
+        """The policy whose weights it serves."""
+        return self.spec.policy
+
+    @property
     def tokenizer_key(self) -> str:
         """What decides the token ids this backend's model reads and writes: its served model
         name and local tokenizer. Backends that serve different models must name them."""
@@ -64,6 +69,7 @@ class Backend:
             base_url=str(self.spec.base_url),
             model=self.spec.model,
             tags=sorted(self.tags),
+            policy=self.spec.policy,
             max_concurrency=self.spec.max_concurrency,
             in_flight=self.in_flight,
             requests_total=self.requests_total,
@@ -155,16 +161,15 @@ class BackendPool:
         if backend._failed_probes >= 2:
             backend.healthy = False
 
-    async def probe_forever(self, interval_s: float, paused: Callable[[], bool]) -> None:
-        """The health-check loop (runs for the server's life). While generation is paused for
-        a weight update, probes are skipped: an engine mid-update may not answer /health
+    async def probe_forever(self, interval_s: float, paused: Callable[[Backend], bool]) -> None:
+        """The health-check loop (runs for the server's life). A backend whose policy is paused
+        for a weight update is not probed: an engine mid-update may not answer /health
         (SGLang's runs a generation), and that is not a failure."""
         while True:
-            if not paused():
-                await asyncio.gather(
-                    *(self.probe(b, timeout_s=interval_s) for b in self.all()),
-                    return_exceptions=True,
-                )
+            await asyncio.gather(
+                *(self.probe(b, timeout_s=interval_s) for b in self.all() if not paused(b)),
+                return_exceptions=True,
+            )
             await asyncio.sleep(interval_s)
 
     def remove(self, backend_id: str) -> bool:
@@ -188,19 +193,22 @@ class BackendPool:
         affinity: str | None,
         exclude: frozenset[str] = frozenset(),
         tokenizer_key: str | None = None,
+        policy: str = DEFAULT_POLICY,
     ) -> Backend:
-        """The backend for the next call; `tokenizer_key` keeps a session on backends whose
-        token ids mean what its recorded ids mean."""
+        """The backend for the next call among those serving `policy`; `tokenizer_key` keeps a
+        session on backends whose token ids mean what its recorded ids mean."""
         matching = [
             b
             for b in self._backends.values()
-            if tags <= b.tags
+            if b.spec.policy == policy
+            and tags <= b.tags
             and b.id not in exclude
             and (tokenizer_key is None or b.tokenizer_key == tokenizer_key)
         ]
         candidates = [b for b in matching if b.routable]
         if not candidates:
-            wanted = f" with tags {sorted(tags)}" if tags else ""
+            wanted = f" for policy {policy!r}" if policy != DEFAULT_POLICY else ""
+            wanted += f" with tags {sorted(tags)}" if tags else ""
             if matching:
                 raise LLMUnavailable(
                     f"no healthy LLM backend{wanted} ({len(matching)} down or draining)",

@@ -11,7 +11,8 @@ It records a trajectory as token ids, never as text:
 Every generation attempt, a retry on another backend included, passes the pause gate, so no
 request reaches a backend during a weight sync. The session is pinned to backends of one
 tokenizer identity (`Backend.tokenizer_key`): ids sampled by one model are never continued
-by another.
+by another, and to the backends of its policy (`policy`): an agent samples only from the
+weights it was declared with.
 """
 
 import asyncio
@@ -33,7 +34,7 @@ from agentroll.server.llm.base import (
 from agentroll.server.llm.gate import Flight, GenerationAborted, GenerationGate
 from agentroll.server.llm.pool import Backend, BackendPool
 from agentroll.server.logs import backend_var
-from agentroll.server.schema import Segment
+from agentroll.server.schema import DEFAULT_POLICY, Segment
 
 if TYPE_CHECKING:
     from agentroll.server.metrics import ServerMetrics
@@ -70,8 +71,11 @@ class TokenSession:
         request_timeout_s: float,
         metrics: "ServerMetrics | None" = None,
         backend_wait_s: float = 0.0,
+        policy: str = DEFAULT_POLICY,
     ) -> None:
+        """`gate` must be `policy`'s: it pauses and stamps the versions of that policy only."""
         self._pool = pool
+        self.policy = policy
         self._sampling = sampling
         self._tags = tags
         self._max_response_tokens = max_response_tokens
@@ -319,6 +323,7 @@ class TokenSession:
             self._completion(prompt_ids, sampling), gated=True
         )
         assert flight is not None
+        self._gate.load.record(len(prompt_ids), len(completion.token_ids))
         return completion, backend, flight
 
     def describe_last_reply(self, message: Message) -> None:
@@ -370,7 +375,9 @@ class TokenSession:
         give_up = time.monotonic() + self._backend_wait_s
         while True:
             try:
-                return self._pool.choose(self._tags, self._affinity, exclude, self._tokenizer_key)
+                return self._pool.choose(
+                    self._tags, self._affinity, exclude, self._tokenizer_key, self.policy
+                )
             except LLMUnavailable:
                 left = give_up - time.monotonic()
                 if exclude or left <= 0:
@@ -388,7 +395,9 @@ class TokenSession:
         """The chosen backend, unless it went away or down while the try waited at the gate."""
         if backend.routable and self._pool.get(backend.id) is backend:
             return backend
-        return self._pool.choose(self._tags, self._affinity, frozenset(tried), self._tokenizer_key)
+        return self._pool.choose(
+            self._tags, self._affinity, frozenset(tried), self._tokenizer_key, self.policy
+        )
 
     async def _try(
         self, backend: Backend, fn: Callable[[BackendClient], Any], flight: Flight | None

@@ -7,7 +7,9 @@ Import-light on purpose: pydantic and the standard library only (no FastAPI), so
 from agentroll.server.schema.backends import BackendKind, BackendSpec, BackendView
 from agentroll.server.schema.errors import ErrorBody, ErrorEnvelope
 from agentroll.server.schema.jobs import (
+    DEFAULT_POLICY,
     AgentLimits,
+    AgentSpec,
     CancelFilter,
     CancelResponse,
     JobRequest,
@@ -23,6 +25,7 @@ from agentroll.server.schema.status import (
     PauseMode,
     PauseRequest,
     PauseResponse,
+    PolicyStatus,
     PoolSizes,
     PoolsPatch,
     ResultsPage,
@@ -32,6 +35,7 @@ from agentroll.server.schema.status import (
 )
 from agentroll.server.schema.trajectory import (
     TRAJECTORY_SCHEMA,
+    AgentTrace,
     ErrorInfo,
     Outcome,
     Segment,
@@ -41,9 +45,12 @@ from agentroll.server.schema.trajectory import (
 )
 
 __all__ = [
+    "DEFAULT_POLICY",
     "TRAJECTORY_SCHEMA",
     "AdmissionStatus",
     "AgentLimits",
+    "AgentSpec",
+    "AgentTrace",
     "BackendKind",
     "BackendSpec",
     "BackendView",
@@ -59,6 +66,7 @@ __all__ = [
     "PauseMode",
     "PauseRequest",
     "PauseResponse",
+    "PolicyStatus",
     "PoolSizes",
     "PoolsPatch",
     "ResultsPage",

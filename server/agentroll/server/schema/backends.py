@@ -4,7 +4,7 @@ from enum import StrEnum
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
-from agentroll.server.schema.jobs import IDENTIFIER
+from agentroll.server.schema.jobs import DEFAULT_POLICY, IDENTIFIER
 
 
 class BackendKind(StrEnum):
@@ -20,6 +20,11 @@ class BackendSpec(BaseModel):
     base_url: AnyHttpUrl
     model: str | None = Field(None, max_length=256, description="Served model name to request.")
     tags: list[str] = Field(default_factory=list, max_length=32)
+    policy: str = Field(
+        DEFAULT_POLICY,
+        pattern=IDENTIFIER,
+        description="The policy whose weights it serves: only agents of that policy use it.",
+    )
     max_concurrency: int = Field(1024, ge=1, le=100_000)
     tokenizer_path: str | None = Field(
         None,
@@ -35,6 +40,7 @@ class BackendView(BaseModel):
     base_url: str
     model: str | None
     tags: list[str]
+    policy: str = DEFAULT_POLICY
     max_concurrency: int
     in_flight: int
     requests_total: int

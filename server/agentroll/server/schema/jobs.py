@@ -15,7 +15,11 @@ from pydantic import (
 from agentroll.server.schema.trajectory import Timing, Trajectory
 
 IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
-"""Client-chosen ids (job, group, backend): printable, no spaces, at most 128 characters."""
+"""Client-chosen ids (job, group, backend, policy): printable, no spaces, at most 128 characters."""
+AGENT_NAME = r"^[A-Za-z][A-Za-z0-9_-]{0,63}$"
+DEFAULT_POLICY = "default"
+"""The policy of single-agent jobs, and of backends registered without one."""
+MAX_AGENTS = 16
 
 MAX_BATCH = 10_000
 MAX_NESTING = 32
@@ -91,6 +95,27 @@ class AgentLimits(BaseModel):
     deadline_s: float = Field(7200.0, gt=0, description="From submission, queues included.")
 
 
+class AgentSpec(BaseModel):
+    """One named agent of a multi-agent job: which policy samples for it, whether to train it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: str = Field(
+        DEFAULT_POLICY,
+        pattern=IDENTIFIER,
+        description="Its generations go only to backends registered with this `policy`.",
+    )
+    trainable: bool = Field(
+        True, description="False: a frozen agent; its trace is returned but not trained on."
+    )
+    policy_version: int | None = Field(
+        None, ge=0, description="That policy's version at submission (default: the server's)."
+    )
+
+
+AgentName = Annotated[str, StringConstraints(pattern=AGENT_NAME)]
+
+
 class JobRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -109,6 +134,14 @@ class JobRequest(BaseModel):
         None, ge=0, description="Trainer's policy version at submission (default: the server's)."
     )
     metadata: JSONObject = Field(default_factory=dict, description="Echoed in the result.")
+    agents: dict[AgentName, AgentSpec] | None = Field(
+        None,
+        exclude_if=lambda agents: agents is None,  # a single-agent request dumps as before
+        min_length=1,
+        max_length=MAX_AGENTS,
+        description="Named agents (`ctx.agents[name]`), each with its own policy and trace; "
+        "absent for a single-agent job.",
+    )
 
 
 class SubmitBatch(BaseModel):

@@ -5,6 +5,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentroll.server.schema.backends import BackendView
+from agentroll.server.schema.jobs import DEFAULT_POLICY, IDENTIFIER
 from agentroll.server.schema.trajectory import Trajectory
 
 
@@ -48,9 +49,16 @@ class PauseRequest(BaseModel):
         "kept, the turn continues after resume); keep: park them in the backends (vLLM keep).",
     )
     timeout_s: float = Field(60.0, gt=0, le=3600, description="For wait and abort: until quiet.")
+    policy: str = Field(
+        DEFAULT_POLICY,
+        pattern=IDENTIFIER,
+        description="Whose generation to pause: that policy's backends and the agents sampling "
+        "from it; the other policies keep generating.",
+    )
 
 
 class PauseResponse(BaseModel):
+    policy: str = DEFAULT_POLICY
     paused: bool
     mode: str | None
     policy_version: int
@@ -68,6 +76,24 @@ class ResumeRequest(BaseModel):
     max_policy_lag: int | None = Field(
         None, ge=0, description="If set: jobs older than current - lag are not started."
     )
+    policy: str = Field(
+        DEFAULT_POLICY, pattern=IDENTIFIER, description="The policy whose weights were updated."
+    )
+
+
+class PolicyStatus(BaseModel):
+    """One policy's generation: its weight-sync state and its load, to spot a bottleneck."""
+
+    paused: bool
+    mode: str | None = None
+    policy_version: int
+    max_policy_lag: int | None = None
+    backends: list[str] = Field(description="Ids of the backends registered for it.")
+    in_flight: int = Field(description="Generation calls on its backends now.")
+    queued: int = Field(description="Generation calls held back by its pause.")
+    generations: int = Field(description="Generation calls answered so far.")
+    prompt_tokens: int = Field(description="Prompt tokens sent to its backends so far.")
+    completion_tokens: int = Field(description="Tokens its backends sampled so far.")
 
 
 class AdmissionStatus(BaseModel):
@@ -92,6 +118,10 @@ class StatusResponse(BaseModel):
     results_cursor: int = Field(description="Cursor of the newest finished result.")
     admission: AdmissionStatus = Field(
         default_factory=AdmissionStatus, description="Why jobs wait before INIT, and the node."
+    )
+    policies: dict[str, PolicyStatus] = Field(
+        default_factory=dict,
+        description="Per policy; `paused` and `policy_version` above are the default policy's.",
     )
 
 

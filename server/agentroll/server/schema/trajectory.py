@@ -3,9 +3,11 @@
 Versioned: fields are added, never repurposed. The token fields obey the invariants of
 docs/design.md (invariants 1-4); the length invariant (2) and "infrastructure failure is never
 reward 0" are checked here, so a malformed trajectory cannot even be constructed on either side
-of the wire.
+of the wire. A multi-agent job's trajectory adds `agents`, one `AgentTrace` per agent, each
+held to the same invariants; a single-agent one never carries the key.
 """
 
+from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -63,6 +65,52 @@ class ErrorInfo(BaseModel):
     stage: Literal["queued", "init", "run", "eval"] | None = None
 
 
+def check_token_fields(
+    ids: Sequence[int], mask: Sequence[int], logprobs: Sequence[float], segments: Sequence[Segment]
+) -> None:
+    """Invariant 2, and segments inside the response; `ValueError` otherwise."""
+    n = len(ids)
+    if len(mask) != n or len(logprobs) != n:
+        raise ValueError(
+            "response_ids, response_mask and response_logprobs must have equal lengths "
+            f"(got {n}, {len(mask)}, {len(logprobs)})"
+        )
+    for seg in segments:
+        if not seg.start <= seg.end <= n:
+            raise ValueError(f"segment [{seg.start}, {seg.end}) outside response of {n}")
+
+
+class AgentTrace(BaseModel):
+    """One agent's own token stream in a multi-agent episode: the single-agent token fields,
+    with the same meaning and invariants, for what this agent's policy sampled."""
+
+    name: str
+    policy: str
+    trainable: bool = Field(description="False: a frozen agent; trainers leave it out.")
+    prompt_ids: list[int] = Field(default_factory=list)
+    response_ids: list[int] = Field(default_factory=list)
+    response_mask: list[int] = Field(default_factory=list)
+    response_logprobs: list[float] = Field(default_factory=list)
+    segments: list[Segment] = Field(
+        default_factory=list, description="policy_version: that policy's version when sampled."
+    )
+    policy_versions: list[int] = Field(default_factory=list)
+    num_turns: int = 0
+    reward: float | None = Field(
+        None, description="This agent's own reward, if the handler gives one (else the episode's)."
+    )
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _invariants(self) -> "AgentTrace":
+        check_token_fields(
+            self.response_ids, self.response_mask, self.response_logprobs, self.segments
+        )
+        return self
+
+
 class Trajectory(BaseModel):
     schema_version: Literal["agentroll.trajectory.v1"] = "agentroll.trajectory.v1"
     job_id: str
@@ -91,18 +139,24 @@ class Trajectory(BaseModel):
     error: ErrorInfo | None = None
     artifacts: dict[str, str] = Field(default_factory=dict)
     metadata: dict[str, Any] = Field(default_factory=dict)
+    agents: list[AgentTrace] | None = Field(
+        None,
+        exclude_if=lambda agents: agents is None,  # single-agent JSON exactly as before
+        description="Multi-agent jobs: one trace per declared agent. The token fields above "
+        "then hold only what went through `ctx.llm` (usually nothing).",
+    )
 
     @model_validator(mode="after")
     def _invariants(self) -> "Trajectory":
-        n = len(self.response_ids)
-        if len(self.response_mask) != n or len(self.response_logprobs) != n:
-            raise ValueError(
-                "response_ids, response_mask and response_logprobs must have equal lengths "
-                f"(got {n}, {len(self.response_mask)}, {len(self.response_logprobs)})"
-            )
-        if self.outcome is Outcome.infra_error and self.reward is not None:
+        check_token_fields(
+            self.response_ids, self.response_mask, self.response_logprobs, self.segments
+        )
+        agents = self.agents or []
+        if self.outcome is Outcome.infra_error and (
+            self.reward is not None or any(a.reward is not None for a in agents)
+        ):
             raise ValueError("an infra_error trajectory carries no reward")
-        for seg in self.segments:
-            if not seg.start <= seg.end <= n:
-                raise ValueError(f"segment [{seg.start}, {seg.end}) outside response of {n}")
+        names = [a.name for a in agents]
+        if len(set(names)) != len(names):
+            raise ValueError(f"agent names must be unique (got {names})")
         return self

@@ -37,7 +37,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-model-len", type=int, default=8192)
     parser.add_argument(
         "--policy",
-        default="echo,swe,code,stem,math",
+        default="echo,swe,code,stem,verify,math",
         help="comma-separated rule chain ('math' answers anything unknown, so it goes last)",
     )
     parser.add_argument("--wrong-rate", type=float, default=0.3)

@@ -36,7 +36,9 @@ class ScriptedLLMConfig(BaseModel):
     model: str = "policy"
     """The one served model name; requests naming another model get 404."""
     max_model_len: int = Field(default=8192, ge=16)
-    policy: list[str] = Field(default_factory=lambda: ["echo", "swe", "code", "stem", "math"])
+    policy: list[str] = Field(
+        default_factory=lambda: ["echo", "swe", "code", "stem", "verify", "math"]
+    )
     """Rule names tried in order (see `policy.RULES`); the `default` rule ends every chain.
     A comma-separated string is accepted too (`"echo,math"`)."""
     wrong_rate: float = Field(default=0.3, ge=0.0, le=1.0)

@@ -86,6 +86,7 @@ BUILTIN_RULES = {
     "stem": "agentroll.testing.scripted_llm.rules.stem:stem_rule",
     "mini_swe": "agentroll.testing.scripted_llm.rules.mini_swe:mini_swe_rule",
     "redteam": "agentroll.testing.scripted_llm.rules.redteam:redteam_rule",
+    "verify": "agentroll.testing.scripted_llm.rules.verify:verify_rule",
 }
 
 
@@ -137,7 +138,8 @@ TASK_RULES = ("swe", "code", "stem", "math")
 
 
 def default_rules() -> RuleRegistry:
-    """A fresh registry holding the built-in rules: `default`, `echo`, and one per bundled
-    task family: `math`, `code`, `swe`, `stem` (tool-using where the prompt offers tools),
-    `mini_swe` (the mini-swe-agent harness) and `redteam` (the attack catalogue)."""
+    """A fresh registry holding the built-in rules: `default`, `echo`, one per bundled task
+    family: `math`, `code`, `swe`, `stem` (tool-using where the prompt offers tools),
+    `mini_swe` (the mini-swe-agent harness), `redteam` (the attack catalogue) and `verify`,
+    the verifier agent of `solve_verify` (put it before `math` in a chain)."""
     return RuleRegistry(BUILTIN_RULES)

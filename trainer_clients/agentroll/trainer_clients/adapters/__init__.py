@@ -5,13 +5,20 @@
   responses right-padded so the response always starts at column `prompt_len`;
 - `grpo_advantages`: group-normalised advantages;
 - `to_verl`, `to_nemo_rl`, `to_openrlhf`: those trainers' field names and layouts, as
-  numpy arrays (wrap with `torch.from_numpy`); see deploy/README.md for the mapping tables.
+  numpy arrays (wrap with `torch.from_numpy`); see deploy/README.md for the mapping tables;
+- `pad_policy_batches` / `policy_trajectories` / `agent_view`: multi-agent episodes as one
+  batch per policy of the trainable agents' traces (see `adapters.agents`).
 """
 
 from agentroll.trainer_clients.adapters import _numpy
 
 _numpy.require_numpy()
 
+from agentroll.trainer_clients.adapters.agents import (  # noqa: E402
+    agent_view,
+    pad_policy_batches,
+    policy_trajectories,
+)
 from agentroll.trainer_clients.adapters.batch import (  # noqa: E402
     PaddedBatch,
     grpo_advantages,
@@ -21,4 +28,14 @@ from agentroll.trainer_clients.adapters.nemo_rl import to_nemo_rl  # noqa: E402
 from agentroll.trainer_clients.adapters.openrlhf import to_openrlhf  # noqa: E402
 from agentroll.trainer_clients.adapters.verl import to_verl  # noqa: E402
 
-__all__ = ["PaddedBatch", "grpo_advantages", "pad_batch", "to_nemo_rl", "to_openrlhf", "to_verl"]
+__all__ = [
+    "PaddedBatch",
+    "agent_view",
+    "grpo_advantages",
+    "pad_batch",
+    "pad_policy_batches",
+    "policy_trajectories",
+    "to_nemo_rl",
+    "to_openrlhf",
+    "to_verl",
+]

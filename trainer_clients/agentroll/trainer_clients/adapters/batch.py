@@ -81,6 +81,14 @@ def trainable(items: Sequence[Trajectory | Group]) -> list[Trajectory]:
     return out
 
 
+def require_rewards(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """`trajectories`, once each is known to carry a reward to train on (else `ValueError`)."""
+    for t in trajectories:
+        if t.outcome not in (Outcome.ok, Outcome.agent_error) or t.reward is None:
+            raise ValueError(f"{t.job_id}: outcome {t.outcome.value} has no reward to train on")
+    return trajectories
+
+
 def pad_batch(
     items: Sequence[Trajectory | Group],
     *,
@@ -90,12 +98,9 @@ def pad_batch(
 ) -> PaddedBatch:
     """Pad valid groups (or trajectories) into one batch; advantages are normalised per
     `group_id`. Trajectories without a usable reward (infra_error, ...) are refused."""
-    trajectories = trainable(items)
+    trajectories = require_rewards(trainable(items))
     if not trajectories:
         raise ValueError("nothing to batch")
-    for t in trajectories:
-        if t.outcome not in (Outcome.ok, Outcome.agent_error) or t.reward is None:
-            raise ValueError(f"{t.job_id}: outcome {t.outcome.value} has no reward to train on")
     P = max(len(t.prompt_ids) for t in trajectories)
     R = max(len(t.response_ids) for t in trajectories)
     if max_len is not None and max_len < P + R:

@@ -1,0 +1,73 @@
+"""Multi-agent episodes -> one batch per policy, of the agents that are trained.
+
+A multi-agent trajectory carries one `AgentTrace` per agent. Each *trainable* trace becomes a
+single-agent `Trajectory` view of its own (its token fields; its own reward, or the episode's
+when the handler gave none), so every adapter here applies to it unchanged. Frozen agents'
+traces, and agents that never spoke, are left out. A single-agent trajectory is its own view,
+under the `default` policy.
+
+GRPO statistics are per task *and* agent: a view's `group_id` is `<episode group>/<agent>`, so
+the solvers of one task's group are normalised against each other, and the critics of that
+group apart from them, even where both agents sample from the same policy. Its `job_id` is
+`<episode job>/<agent>`.
+
+    batches = pad_policy_batches(groups)          # {"solver": PaddedBatch, ...}
+    verl_data = to_verl(batches["solver"])
+"""
+
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+from agentroll.server.schema import DEFAULT_POLICY, AgentTrace, Trajectory
+from agentroll.trainer_clients.adapters.batch import (
+    PaddedBatch,
+    pad_batch,
+    require_rewards,
+    trainable,
+)
+from agentroll.trainer_clients.groups import Group
+
+
+def agent_view(episode: Trajectory, trace: AgentTrace) -> Trajectory:
+    """One agent's trace as a single-agent trajectory of its episode."""
+    return episode.model_copy(
+        update={
+            "job_id": f"{episode.job_id}/{trace.name}",
+            "group_id": f"{episode.group_id or episode.job_id}/{trace.name}",
+            "prompt_ids": trace.prompt_ids,
+            "response_ids": trace.response_ids,
+            "response_mask": trace.response_mask,
+            "response_logprobs": trace.response_logprobs,
+            "segments": trace.segments,
+            "policy_versions": trace.policy_versions,
+            "num_turns": trace.num_turns,
+            "messages": trace.messages,
+            "tools": trace.tools,
+            "reward": episode.reward if trace.reward is None else trace.reward,
+            "agents": None,
+        }
+    )
+
+
+def policy_trajectories(items: Sequence[Trajectory | Group]) -> dict[str, list[Trajectory]]:
+    """The trainable agents' views of valid groups (or trajectories), by policy."""
+    by_policy: dict[str, list[Trajectory]] = defaultdict(list)
+    for episode in require_rewards(trainable(items)):
+        if episode.agents is None:
+            by_policy[DEFAULT_POLICY].append(episode)
+            continue
+        for trace in episode.agents:
+            if trace.trainable and trace.prompt_ids:
+                by_policy[trace.policy].append(agent_view(episode, trace))
+    return dict(by_policy)
+
+
+def pad_policy_batches(
+    items: Sequence[Trajectory | Group], **pad_options: Any
+) -> dict[str, PaddedBatch]:
+    """One `PaddedBatch` per policy with anything to train (`pad_options`: `pad_batch`'s)."""
+    return {
+        policy: pad_batch(views, **pad_options)
+        for policy, views in policy_trajectories(items).items()
+    }
