@@ -7,7 +7,8 @@
     ├── TooManyJobs                               admitting would pass `max_live_jobs`
     ├── NotFound(ServerError, LookupError)
     │   ├── UnknownJob                            no job with that id
-    │   └── UnknownBackend                        no backend with that id
+    │   ├── UnknownBackend                        no backend with that id
+    │   └── UnknownPolicy                         a policy no backend serves and no job names
     ├── InvalidBackend(ServerError, ValueError)   a backend spec that cannot be used
     ├── BackendConflict(ServerError, ValueError)  a backend id registered with another spec
     ├── VersionConflict(ServerError, ValueError)  resume to an older policy version
@@ -90,6 +91,15 @@ class UnknownBackend(NotFound):
     def __init__(self, backend_id: str) -> None:
         super().__init__(f"no backend {backend_id!r}")
         self.backend_id = backend_id
+
+
+class UnknownPolicy(NotFound):
+    def __init__(self, name: str, known: Sequence[str]) -> None:
+        super().__init__(
+            f"no policy {name!r}: no registered backend serves it and no job names it "
+            f"(known: {', '.join(sorted(known))})"
+        )
+        self.name = name
 
 
 class InvalidBackend(ServerError, ValueError):

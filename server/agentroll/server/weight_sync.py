@@ -18,7 +18,7 @@ import logging
 import time
 
 from agentroll.server import recovery
-from agentroll.server.errors import PauseTimeout, VersionConflict
+from agentroll.server.errors import PauseTimeout, UnknownPolicy, VersionConflict
 from agentroll.server.llm.policies import Policy
 from agentroll.server.schema import DEFAULT_POLICY, PauseMode, PauseResponse
 from agentroll.server.service import JobService
@@ -43,6 +43,15 @@ async def _forward(service: JobService, policy: Policy, action: str, *args: str)
     return errors
 
 
+def _known_policy(service: JobService, name: str) -> Policy:
+    """The policy `name`; refused if nothing serves or uses it: a mistyped name must not
+    look paused while the policy meant keeps generating and is never versioned."""
+    served = {b.policy for b in service.backends.all()}
+    if name != DEFAULT_POLICY and name not in service.policies and name not in served:
+        raise UnknownPolicy(name, {p.name for p in service.policies} | served)
+    return service.policies.get(name)
+
+
 def _response(policy: Policy, began: float, errors: dict[str, str]) -> PauseResponse:
     gate = policy.gate
     return PauseResponse(
@@ -62,7 +71,7 @@ async def pause(
     """Close the policy's gate; return once quiet (wait, abort) or once its backends parked
     (keep)."""
     began = time.monotonic()
-    policy = service.policies.get(policy_name)
+    policy = _known_policy(service, policy_name)
     policy.gate.close(mode)
     # Before anything else: a crash from here on stays paused.
     await recovery.save_control(service, policy)
@@ -88,7 +97,7 @@ async def resume(
     policy_name: str = DEFAULT_POLICY,
 ) -> PauseResponse:
     began = time.monotonic()
-    policy = service.policies.get(policy_name)
+    policy = _known_policy(service, policy_name)
     gate = policy.gate
     if policy_version < gate.policy_version:
         raise VersionConflict(

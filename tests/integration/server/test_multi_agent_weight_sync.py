@@ -103,9 +103,11 @@ async def test_pausing_one_policy_leaves_the_other_generating(
 
 
 async def test_each_policys_pause_and_version_survive_a_restart(
-    agentroll_server: ServerFactory,
+    agentroll_server: ServerFactory, slow_backends: tuple[RunningServer, RunningServer]
 ) -> None:
     async with agentroll_server(registry=registry()) as (_, client):
+        for backend, policy in zip(slow_backends, ("alpha", "beta"), strict=True):
+            await client.add_backend({"id": policy, "base_url": backend.url, "policy": policy})
         await client.pause(policy="beta")
         await client.resume(policy_version=3, policy="beta")
         await client.pause(mode="keep", policy="beta")
@@ -125,9 +127,10 @@ async def test_each_policys_pause_and_version_survive_a_restart(
 
 
 async def test_resume_cannot_take_one_policy_back_in_version(
-    agentroll_server: ServerFactory,
+    agentroll_server: ServerFactory, slow_backends: tuple[RunningServer, RunningServer]
 ) -> None:
     async with agentroll_server(registry=registry()) as (server, client):
+        await client.add_backend({"id": "a", "base_url": slow_backends[0].url, "policy": "alpha"})
         await client.resume(policy_version=3, policy="alpha")
         async with httpx.AsyncClient(base_url=server.url) as http:
             r = await http.post(
@@ -138,6 +141,25 @@ async def test_resume_cannot_take_one_policy_back_in_version(
             "policy_version 2 is older than the current 3 of policy 'alpha'"
         )
         assert (await client.resume(policy_version=1)).policy_version == 1  # default: its own
+
+
+async def test_a_policy_nothing_serves_or_uses_cannot_be_paused(
+    agentroll_server: ServerFactory, slow_backends: tuple[RunningServer, RunningServer]
+) -> None:
+    """A mistyped name must not look paused while the policy meant keeps generating."""
+    async with agentroll_server(registry=registry()) as (server, client):
+        await client.add_backend({"id": "a", "base_url": slow_backends[0].url, "policy": "alpha"})
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            for action, body in (("pause", {}), ("resume", {"policy_version": 1})):
+                r = await http.post(f"/v1/generation/{action}", json={**body, "policy": "aplha"})
+                assert (r.status_code, r.json()["error"]["type"]) == (404, "not_found")
+                assert r.json()["error"]["message"] == (
+                    "no policy 'aplha': no registered backend serves it and no job names it "
+                    "(known: alpha, default)"
+                )
+        status = await client.status()
+        assert "aplha" not in status.policies and not status.policies["alpha"].paused
+        assert (await client.pause(policy="alpha")).paused  # the policy meant still can be
 
 
 async def test_staleness_is_judged_per_trainable_agent(
