@@ -40,7 +40,7 @@ Errors raised for the policy's or a handler's doing are the handler SDK's own
 and envelope types in one table (`agentroll.server.api.errors`).
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from agentroll.server.schema import PauseResponse
 
@@ -94,7 +94,7 @@ class UnknownBackend(NotFound):
 
 
 class UnknownPolicy(NotFound):
-    def __init__(self, name: str, known: Sequence[str]) -> None:
+    def __init__(self, name: str, known: Iterable[str]) -> None:
         super().__init__(
             f"no policy {name!r}: no registered backend serves it and no job names it "
             f"(known: {', '.join(sorted(known))})"
