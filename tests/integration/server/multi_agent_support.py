@@ -9,6 +9,7 @@ from tests.integration.server.test_trajectory import Parrot
 
 from agentroll.handlers import AgentHandler, HandlerRegistry, LLMSession, Reward, RolloutContext
 from agentroll.server.schema import AgentTrace, Trajectory
+from agentroll.trainer_clients import AsyncRolloutClient
 
 
 async def parrot(llm: LLMSession, words: Sequence[str]) -> None:
@@ -85,6 +86,12 @@ def duet_job(job_id: str, speaker: Sequence[str], listener: Sequence[str], **ext
         },
         **extra,
     }
+
+
+async def serve_policies(client: AsyncRolloutClient, alpha_url: str, beta_url: str) -> None:
+    """Register one backend for policy `alpha` (id a0) and one for `beta` (id b0)."""
+    await client.add_backend({"id": "a0", "base_url": alpha_url, "policy": "alpha"})
+    await client.add_backend({"id": "b0", "base_url": beta_url, "policy": "beta"})
 
 
 async def backend_log(url: str) -> list[dict[str, Any]]:

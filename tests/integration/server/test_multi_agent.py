@@ -12,6 +12,7 @@ from tests.integration.server.multi_agent_support import (
     backend_log,
     duet_job,
     registry,
+    serve_policies,
 )
 from tests.integration.server.test_metrics import scrape
 
@@ -41,8 +42,7 @@ async def test_each_agents_trace_is_exactly_what_its_policys_backend_sampled(
 ) -> None:
     alpha, beta = backends
     async with agentroll_server(registry=registry()) as (server, client):
-        await client.add_backend({"id": "a0", "base_url": alpha.url, "policy": "alpha"})
-        await client.add_backend({"id": "b0", "base_url": beta.url, "policy": "beta"})
+        await serve_policies(client, alpha.url, beta.url)
         await client.submit([duet_job("d1", SPEAKER, LISTENER, group_id="g")])
         t = (await client.wait_for(["d1"], 30))["d1"]
         status = await client.status()
@@ -194,8 +194,7 @@ async def test_a_reward_for_an_undeclared_agent_is_infra_error(
 ) -> None:
     alpha, beta = backends
     async with agentroll_server(registry=registry()) as (_, client):
-        await client.add_backend({"id": "a0", "base_url": alpha.url, "policy": "alpha"})
-        await client.add_backend({"id": "b0", "base_url": beta.url, "policy": "beta"})
+        await serve_policies(client, alpha.url, beta.url)
         job = {**duet_job("bug", SPEAKER[:1], LISTENER[:1]), "handler": "misrewarded"}
         await client.submit([job])
         t = (await client.wait_for(["bug"], 30))["bug"]

@@ -9,7 +9,13 @@ from typing import Any
 import httpx
 import pytest
 from tests.conftest import ServerFactory
-from tests.integration.server.multi_agent_support import agent, backend_log, duet_job, registry
+from tests.integration.server.multi_agent_support import (
+    agent,
+    backend_log,
+    duet_job,
+    registry,
+    serve_policies,
+)
 from tests.integration.server.test_exactly_once import service_of
 from tests.integration.server.test_metrics import scrape
 from tests.integration.server.test_weight_sync import assert_exact
@@ -48,8 +54,7 @@ async def test_pausing_one_policy_leaves_the_other_generating(
 ) -> None:
     alpha, beta = slow_backends
     async with agentroll_server(registry=registry(), pools={"run": 64}) as (server, client):
-        await client.add_backend({"id": "a0", "base_url": alpha.url, "policy": "alpha"})
-        await client.add_backend({"id": "b0", "base_url": beta.url, "policy": "beta"})
+        await serve_policies(client, alpha.url, beta.url)
         ids = [f"d{i}" for i in range(30)]
         await client.submit(  # distinct conversations: every prompt identifies its rollout
             [duet_job(i, [i, *PHRASES], [f"{i} again", *PHRASES]) for i in ids]
@@ -167,8 +172,7 @@ async def test_staleness_is_judged_per_trainable_agent(
 ) -> None:
     alpha, beta = slow_backends
     async with agentroll_server(registry=registry()) as (server, client):
-        await client.add_backend({"id": "a0", "base_url": alpha.url, "policy": "alpha"})
-        await client.add_backend({"id": "b0", "base_url": beta.url, "policy": "beta"})
+        await serve_policies(client, alpha.url, beta.url)
         await client.resume(policy_version=5, max_policy_lag=1, policy="alpha")
         stale = duet_job("stale", ["a"], ["b"])
         stale["agents"]["speaker"]["policy_version"] = 3
