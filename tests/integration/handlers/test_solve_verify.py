@@ -11,8 +11,11 @@ from tests.conftest import ServerFactory
 from tests.integration.handlers.harness import request_log, run_jobs, scripted_backend
 from tests.integration.server.multi_agent_support import agent, assert_trace_exact
 
+from agentroll.handlers.builtin.answers import MAX_ANSWER_CHARS
 from agentroll.handlers.builtin.math import load_math_tasks
 from agentroll.server.schema import Outcome, Trajectory
+from agentroll.testing.scripted_llm import Conversation, Reply, RuleContext, default_rules
+from agentroll.testing.scripted_llm.rules.math import find_math_task
 from agentroll.trainer_clients import AsyncRolloutClient
 
 pytestmark = pytest.mark.integration
@@ -103,3 +106,32 @@ async def test_a_verifier_that_never_gives_a_verdict_scores_zero(
     assert (t.outcome, t.reward) == (Outcome.ok, 1.0)  # the solver was right all along
     assert (agent(t, "solver").reward, agent(t, "verifier").reward) == (1.0, 0.0)
     assert [r["verdict"] for r in t.reward_info["rounds"]] == [None, None]
+
+
+def padded_answer_rule(conv: Conversation, ctx: RuleContext) -> Reply | None:
+    """A solver that pads the gold answer past the grader's length limit and then changes
+    it (`42<spaces>+1`): cut at the limit, it would read as the gold answer."""
+    task = find_math_task(conv.messages[1].content) if len(conv.messages) > 1 else None
+    if task is None:
+        return None
+    return Reply(f"\\boxed{{{task.answer}{' ' * MAX_ANSWER_CHARS}+1}}")
+
+
+async def test_an_answer_padded_past_the_limit_earns_the_solver_nothing(
+    agentroll_server: ServerFactory,
+) -> None:
+    """What is graded, and what the verifier judged, is the whole answer as sampled."""
+    rules = default_rules()
+    rules.register("padded", padded_answer_rule)
+    results, _, _ = await _run(
+        agentroll_server,
+        [solve_verify_job("padded", 0, max_rounds=1)],
+        solver={"wrong_rate": 0.0, "policy": "padded", "rules": rules},
+        verifier={"wrong_rate": 0.0, "policy": "verify,math"},
+    )
+    t = results["padded"]
+    assert (t.outcome, t.reward) == (Outcome.ok, 0.0)
+    assert (agent(t, "solver").reward, agent(t, "verifier").reward) == (0.0, 1.0)
+    (shown,) = t.reward_info["rounds"]
+    assert (shown["verdict"], shown["correct"]) == ("incorrect", False)
+    assert len(shown["answer"]) == MAX_ANSWER_CHARS  # reported bounded, graded whole

@@ -64,6 +64,11 @@ def parse_verdict(text: str) -> str | None:
     return found[-1].lower() if found else None
 
 
+def _shown(answer: str | None) -> str | None:
+    """An answer as reported in `reward_info` (bounded in size)."""
+    return answer[:MAX_ANSWER_CHARS] if answer is not None else None
+
+
 class SolveVerifyHandler(AgentHandler):
     name = "solve_verify"
     instance_model = SolveVerifyInstance
@@ -84,7 +89,9 @@ class SolveVerifyHandler(AgentHandler):
             if k:
                 await solver.add_messages([{"role": "user", "content": RETRY}])
             answer = extract_boxed((await solver.generate()).text)
-            rounds.append(Round(answer[:MAX_ANSWER_CHARS] if answer is not None else None))
+            # Kept whole: graded and shown to the verifier as sampled (an over-long answer is
+            # refused by the grader, never cut down to something that might match).
+            rounds.append(Round(answer))
             rounds[-1].verdict = await self._verify(verifier, task.question, answer, first=not k)
             if rounds[-1].verdict == "correct":
                 break
@@ -116,7 +123,10 @@ class SolveVerifyHandler(AgentHandler):
         ]
         info: dict[str, Any] = {
             "gold": gold,
-            "rounds": [asdict(r) | {"correct": ok} for r, ok in zip(rounds, correct, strict=True)],
+            "rounds": [
+                asdict(r) | {"answer": _shown(r.answer), "correct": ok}
+                for r, ok in zip(rounds, correct, strict=True)
+            ],
         }
         verifier = sum(right) / len(right) if right else 0.0
         return Reward(solved, info, agents={"solver": solved, "verifier": verifier})
