@@ -71,6 +71,25 @@ def request_fingerprint(request: JobRequest) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
+def _check_agents(request: JobRequest, drives: tuple[str, ...]) -> None:
+    """The job declares exactly the agents its handler drives: a missing one would fail
+    mid-rollout, and an extra one would sample nothing while the handler's tokens came from
+    another policy (the trainer would get an empty batch for the policy the job names)."""
+    declared = list(request.agents or {})
+    missing = [a for a in drives if a not in declared]
+    if missing:
+        raise ValueError(
+            f"handler {request.handler!r} drives agents {list(drives)}; "
+            f"the job does not declare {missing}"
+        )
+    extra = [a for a in declared if a not in drives]
+    if extra:
+        driven = f"drives agents {list(drives)}" if drives else "is single-agent"
+        raise ValueError(
+            f"handler {request.handler!r} {driven}; the job declares {extra}, which it never uses"
+        )
+
+
 class JobService:
     def __init__(
         self,
@@ -147,12 +166,7 @@ class JobService:
             handler = self.registry.get(request.handler)  # UnknownHandlerError -> 400
             try:
                 handler.validate_instance(request.instance)
-                missing = [a for a in handler.agent_names if a not in (request.agents or {})]
-                if missing:
-                    raise ValueError(
-                        f"handler {request.handler!r} drives agents {list(handler.agent_names)}; "
-                        f"the job does not declare {missing}"
-                    )
+                _check_agents(request, handler.agent_names)
             except ValueError as exc:
                 problems.append({"index": index, "job_id": request.job_id, "error": str(exc)})
         if problems:

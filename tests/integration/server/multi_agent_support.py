@@ -48,15 +48,23 @@ class Duet(AgentHandler):
 
 
 class Ghost(AgentHandler):
-    """Asks for an agent that its job may not have declared (`instance["agent"]`)."""
+    """Drives `speaker`, but asks for an agent it never declared (`instance["agent"]`)."""
 
     name: ClassVar[str] = "ghost"
+    agent_names: ClassVar[tuple[str, ...]] = ("speaker",)
 
     async def run(self, ctx: RolloutContext) -> None:
         await parrot(ctx.agents[ctx.instance["agent"]].llm, ["boo"])
 
     async def eval(self, ctx: RolloutContext) -> Reward:
         return Reward(1.0)
+
+
+class Stray(Ghost):
+    """A single-agent handler that asks for an agent all the same."""
+
+    name: ClassVar[str] = "stray"
+    agent_names: ClassVar[tuple[str, ...]] = ()
 
 
 class Misrewarded(Duet):
@@ -70,7 +78,7 @@ class Misrewarded(Duet):
 
 def registry() -> HandlerRegistry:
     r = HandlerRegistry()
-    for cls in (Duet, Ghost, Misrewarded, Parrot):
+    for cls in (Duet, Ghost, Stray, Misrewarded, Parrot):
         r.register(cls)
     return r
 

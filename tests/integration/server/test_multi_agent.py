@@ -139,7 +139,7 @@ async def test_a_handler_asking_for_an_undeclared_agent_is_infra_error(
                     "instance": {"agent": "narrator"},
                     "agents": {"speaker": {"policy": "alpha"}},
                 },
-                {"job_id": "single", "handler": "ghost", "instance": {"agent": "narrator"}},
+                {"job_id": "single", "handler": "stray", "instance": {"agent": "narrator"}},
             ]
         )
         done = await client.wait_for(["ghost", "single"], 30)
@@ -163,8 +163,13 @@ async def test_jobs_that_do_not_declare_the_handlers_agents_are_refused_at_submi
         single = {k: v for k, v in duet_job("single", SPEAKER, LISTENER).items() if k != "agents"}
         bad_name = duet_job("bad-name", SPEAKER, LISTENER)
         bad_name["agents"]["no spaces"] = {}
+        extra = {**duet_job("extra", SPEAKER, LISTENER), "handler": "parrot"}
+        extra["instance"] = {"words": ["a"]}
+        surplus = duet_job("surplus", SPEAKER, LISTENER)
+        surplus["agents"]["narrator"] = {"policy": "alpha"}
         async with httpx.AsyncClient(base_url=server.url) as http:
             refused = await http.post("/v1/jobs", json={"jobs": [lacking, single]})
+            unused = await http.post("/v1/jobs", json={"jobs": [extra, surplus]})
             malformed = await http.post("/v1/jobs", json={"jobs": [bad_name]})
             empty = await http.post(
                 "/v1/jobs", json={"jobs": [{**duet_job("empty", SPEAKER, LISTENER), "agents": {}}]}
@@ -182,6 +187,19 @@ async def test_jobs_that_do_not_declare_the_handlers_agents_are_refused_at_submi
             "single",
             "handler 'duet' drives agents ['speaker', 'listener']; "
             "the job does not declare ['speaker', 'listener']",
+        ),
+    ]
+    assert (unused.status_code, unused.json()["error"]["type"]) == (400, "invalid_instance")
+    assert [(p["job_id"], p["error"]) for p in unused.json()["error"]["detail"]] == [
+        (
+            "extra",
+            "handler 'parrot' is single-agent; the job declares ['speaker', 'listener'], "
+            "which it never uses",
+        ),
+        (
+            "surplus",
+            "handler 'duet' drives agents ['speaker', 'listener']; "
+            "the job declares ['narrator'], which it never uses",
         ),
     ]
     for answer in (malformed, empty):

@@ -77,12 +77,14 @@ async def test_pausing_one_policy_leaves_the_other_generating(
         assert len(await backend_log(alpha.url)) == alpha_calls  # nothing reached alpha
         status = await client.status()
         assert status.policies["alpha"].paused and not status.policies["beta"].paused
-        assert status.policies["alpha"].queued > 0  # speakers wait at alpha's gate
+        held = status.policies["alpha"]
+        # Speakers wait at alpha's gate; in keep mode they may all be parked in its engine.
+        assert held.queued > 0 or (mode == "keep" and held.in_flight > 0)
         assert not status.paused and status.policy_version == 0  # the default policy: untouched
         metrics = await scrape(server.url)
         assert metrics[("agentroll_policy_paused", (("policy", "alpha"),))] == 1
         assert metrics[("agentroll_policy_paused", (("policy", "beta"),))] == 0
-        assert metrics[("agentroll_policy_queued", (("policy", "alpha"),))] > 0
+        assert metrics[("agentroll_policy_queued", (("policy", "alpha"),))] >= held.queued  # grows
         async with httpx.AsyncClient(base_url=alpha.url) as http:
             await http.post("/update_weight_version", json={"new_version": "1"})
         resumed = await client.resume(policy_version=1, policy="alpha")
