@@ -11,6 +11,7 @@ from agentroll.trainer_clients import AsyncGroupCollector, Group
 np = pytest.importorskip("numpy", reason="the adapters need numpy (dev extra)")
 from agentroll.trainer_clients.adapters import (  # noqa: E402
     agent_view,
+    pad_batch,
     pad_policy_batches,
     policy_trajectories,
     to_verl,
@@ -122,6 +123,25 @@ def test_agent_view_keeps_the_trace_tokens_exactly() -> None:
     for field in ("prompt_ids", "response_ids", "response_mask", "response_logprobs"):
         assert getattr(view, field) == getattr(solver, field)
     assert view.segments == solver.segments and view.policy_versions == [3]
+
+
+def test_an_agents_view_carries_its_own_session_facts() -> None:
+    solver = trace("solver", "solver", 7, metadata={"mixed_version_segments": 1})
+    ep = episode("e", "g", 1.0, solver).model_copy(
+        update={"metadata": {"run": "r1", "llm_retries": 4, "mixed_version_segments": 0}}
+    )
+    assert agent_view(ep, solver).metadata == {"run": "r1", "mixed_version_segments": 1}
+
+
+def test_multi_agent_episodes_are_refused_where_they_would_train_on_nothing() -> None:
+    group = solver_verifier_group("g", [0.0, 1.0])
+    with pytest.raises(ValueError, match="batch them per policy with pad_policy_batches"):
+        pad_batch([group])
+    stray = episode("x", "g", 1.0, trace("solver", "solver", 7)).model_copy(
+        update={"prompt_ids": [1], "response_ids": [2], "response_mask": [1]}
+    )
+    with pytest.raises(ValueError, match="tokens outside its agents' traces"):
+        policy_trajectories([stray])
 
 
 def test_staleness_is_judged_per_trainable_agent() -> None:

@@ -28,9 +28,14 @@ from agentroll.trainer_clients.adapters.batch import (
 )
 from agentroll.trainer_clients.groups import Group
 
+# Facts about one token session: the episode's (its own `ctx.llm`) are not the agent's.
+_SESSION_KEYS = ("llm_retries", "mixed_version_segments")
+
 
 def agent_view(episode: Trajectory, trace: AgentTrace) -> Trajectory:
-    """One agent's trace as a single-agent trajectory of its episode."""
+    """One agent's trace as a single-agent trajectory of its episode (the episode's metadata
+    with the agent's own session facts)."""
+    shared = {k: v for k, v in episode.metadata.items() if k not in _SESSION_KEYS}
     return episode.model_copy(
         update={
             "job_id": f"{episode.job_id}/{trace.name}",
@@ -45,6 +50,7 @@ def agent_view(episode: Trajectory, trace: AgentTrace) -> Trajectory:
             "messages": trace.messages,
             "tools": trace.tools,
             "reward": episode.reward if trace.reward is None else trace.reward,
+            "metadata": {**shared, **trace.metadata},
             "agents": None,
         }
     )
@@ -57,6 +63,11 @@ def policy_trajectories(items: Sequence[Trajectory | Group]) -> dict[str, list[T
         if episode.agents is None:
             by_policy[DEFAULT_POLICY].append(episode)
             continue
+        if episode.prompt_ids or episode.response_ids:
+            # Sampled through the job's own session, not an agent's: no policy to train it.
+            raise ValueError(
+                f"{episode.job_id}: a multi-agent episode with tokens outside its agents' traces"
+            )
         for trace in episode.agents:
             if trace.trainable and trace.prompt_ids:
                 by_policy[trace.policy].append(agent_view(episode, trace))

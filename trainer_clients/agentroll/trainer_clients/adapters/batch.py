@@ -101,6 +101,11 @@ def pad_batch(
     trajectories = require_rewards(trainable(items))
     if not trajectories:
         raise ValueError("nothing to batch")
+    multi = [t.job_id for t in trajectories if t.agents is not None]
+    if multi:  # their tokens are in the agents' traces: padded here they would train on nothing
+        raise ValueError(
+            f"multi-agent episodes {multi[:3]}: batch them per policy with pad_policy_batches"
+        )
     P = max(len(t.prompt_ids) for t in trajectories)
     R = max(len(t.response_ids) for t in trajectories)
     if max_len is not None and max_len < P + R:
