@@ -134,3 +134,20 @@ async def test_warm_starts_the_kernel_before_the_first_cell(server: ServerProces
             await client.warm(["emacs"])
     finally:
         await client.close()
+
+
+async def test_warming_runs_a_cell_the_agent_never_sees(server: ServerProcess) -> None:
+    """Warm-up pays the kernel's first execution, which leaves no count, history or output:
+    the agent's first cell sees what it sees on a kernel its own call starts (IPython has
+    already counted and stored that cell when it runs)."""
+    client = ActionClient(server.socket)
+    await client.connect(20)
+    try:
+        await client.warm(["python"])
+        seen = await client.python(
+            "ip = get_ipython()\nprint(ip.execution_count, len(In), [i for i in In if i], Out)"
+        )
+    finally:
+        await client.close()
+    assert seen.error is None
+    assert seen.output.split(" ", 2)[:2] == ["2", "2"] and seen.output.endswith("{}\n")
