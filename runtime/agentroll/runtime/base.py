@@ -173,11 +173,6 @@ class Sandbox(Protocol):
         """
         ...
 
-    def prioritise(self, *, interactive: bool) -> None:
-        """CPU class of the agent's processes: interactive while the sandbox serves RUN, batch
-        otherwise (INIT, EVAL). Where the runtime has no CPU controller it does nothing."""
-        ...
-
     async def stop(self, *, grace_s: float = 2.0) -> None: ...
 
 

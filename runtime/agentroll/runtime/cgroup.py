@@ -5,13 +5,7 @@ cgroup v1 hierarchies or a v2 hierarchy with them delegated), every sandbox gets
 ``<our own cgroup>/agentroll/<sandbox id>`` in each: ``pids.max`` from ``max_processes`` (the
 kernel does not enforce RLIMIT_NPROC for a root server's sandboxes, whose uid maps to 0),
 a memory limit from ``max_total_memory_bytes`` (swap included, where accounted), and the
-CPU share by stage, so a fork bomb gets one sandbox's share of the CPU, never the node.
-
-**CPU classes.** A sandbox's CPU share is *interactive* (the controller's default: ``cpu.shares``
-1024, ``cpu.weight`` 100) only while it serves a rollout's RUN stage, where every tool call sits
-between two LLM turns; it is *batch*, an eighth of that, while it starts, is prepared (INIT) and
-is graded (EVAL). On a saturated node a short tool call is then not queued behind other
-rollouts' checkouts and test runs, while batch work still gets a share and never starves.
+default CPU share, so a fork bomb gets one sandbox's fair share of the CPU, never the node.
 
 Only the agent's processes live there -- the action server moves its tools in (it is handed
 open ``cgroup.procs`` descriptors) and ``exec`` joins before it runs -- while the server stays
@@ -38,8 +32,6 @@ _FILES = {
     "swap": ("memory.memsw.limit_in_bytes", "memory.swap.max"),
     "cpu": ("cpu.shares", "cpu.weight"),
 }
-#: CPU share per class: (cgroup v1 ``cpu.shares``, cgroup v2 ``cpu.weight``).
-CPU_SHARES = {"interactive": (1024, 100), "batch": (128, 12)}
 
 
 def find_bases(mountinfo: str, own: str) -> dict[str, tuple[Path, bool]]:
@@ -163,24 +155,11 @@ class SandboxCgroup:
         if memory is not None and swap is not None and swap.exists():
             # v1 counts memory and swap together, v2 swap alone: either way, no escape to swap.
             settings.append(("memory", "swap", 0 if "memory" in self._v2 else memory))
-        settings.append(("cpu", "cpu", self._cpu_share(interactive=False)))  # starts as batch
+        settings.append(("cpu", "cpu", 100 if "cpu" in self._v2 else 1024))  # the default share
         for ctrl, setting, value in settings:
             path = self._file(ctrl, setting)
             if path is not None and value is not None:
                 path.write_text(str(value))
-
-    def _cpu_share(self, *, interactive: bool) -> int:
-        return CPU_SHARES["interactive" if interactive else "batch"]["cpu" in self._v2]
-
-    def set_cpu_class(self, *, interactive: bool) -> None:
-        """Interactive (RUN) or batch (INIT, EVAL) CPU share; a cgroup already gone is skipped."""
-        path = self._file("cpu", "cpu")
-        if path is None:
-            return
-        try:
-            path.write_text(str(self._cpu_share(interactive=interactive)))
-        except OSError as exc:  # removed by a teardown racing this call: nothing to prioritise
-            log.debug("cannot set the CPU class of %s: %s", path, exc)
 
     def procs_files(self) -> list[Path]:
         return [p / "cgroup.procs" for p in self.paths]

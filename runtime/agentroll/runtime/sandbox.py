@@ -277,10 +277,6 @@ class ProcessSandbox:
     async def download(self, path: str) -> bytes:
         return await self.tools.download(path)
 
-    def prioritise(self, *, interactive: bool) -> None:
-        if self.cgroup is not None:
-            self.cgroup.set_cpu_class(interactive=interactive)
-
     async def stop_agent(self, *, timeout: float = 30.0) -> None:  # noqa: ASYNC109 (contract)
         """See ``Sandbox.stop_agent``: the action server kills them and waits until all are gone."""
         if self.stopped:

@@ -42,8 +42,6 @@ class JobContext:
     state: dict[str, Any] = field(default_factory=dict)
     finish_reason: str | None = None
     sandboxes: list[Sandbox] = field(default_factory=list)
-    interactive: bool = False
-    """Whether the rollout is in RUN: its sandboxes' CPU class (see `set_interactive`)."""
     sandbox_start_s: float = 0.0
     tool_s: float = 0.0
     tool_calls: Counter[str] = field(default_factory=Counter)
@@ -107,16 +105,8 @@ class JobContext:
             self.sandbox_start_s += time.monotonic() - began
         if self.metrics is not None:
             self.metrics.sandbox_start_seconds.observe(time.monotonic() - began)
-        sandbox.prioritise(interactive=self.interactive)
         self.sandboxes.append(sandbox)
         return sandbox
-
-    def set_interactive(self, on: bool) -> None:
-        """RUN's tool calls wait between LLM turns, so its sandboxes get the interactive CPU
-        share; INIT and EVAL are batch work (a sandbox opened later takes the current class)."""
-        self.interactive = on
-        for sandbox in self.sandboxes:
-            sandbox.prioritise(interactive=on)
 
     async def open_llm_proxy(
         self,

@@ -121,7 +121,6 @@ class Pipeline:
         finally:
             self.ready.release()
         run_failure: _StageFailed | None = None
-        ctx.set_interactive(True)
         try:
             await self._work(
                 job, "run", handler.run, handler.on_run_error, ctx, limits.run_timeout_s
@@ -131,7 +130,6 @@ class Pipeline:
                 raise
             run_failure = exc  # the policy's fault: still scored
         finally:
-            ctx.set_interactive(False)
             self.run.release()
         if handler.eval_sandbox == "fresh":
             ctx.release_sandboxes()  # EVAL starts its own; the agent's sandbox cannot leak in

@@ -6,7 +6,7 @@ from typing import ClassVar, Literal
 
 from agentroll.handlers import AgentHandler, HandlerRegistry, Reward, RolloutContext
 from agentroll.handlers.agent import ToolAgentHandler
-from agentroll.runtime import Sandbox, SandboxSpec
+from agentroll.runtime import SandboxSpec
 
 
 class Writer(AgentHandler):
@@ -111,35 +111,6 @@ class WarmPython(ToolAgentHandler):
         return Reward(float(ctx.state["alive"]["python"] is True))
 
 
-def cpu_share(sandbox: Sandbox) -> str | None:
-    """The CPU share the node gives the sandbox's agent processes (None: no CPU cgroup)."""
-    cgroup = getattr(sandbox, "cgroup", None)
-    if cgroup is None or "cpu" not in cgroup.dirs:
-        return None
-    name = "cpu.weight" if (cgroup.dirs["cpu"] / "cpu.weight").exists() else "cpu.shares"
-    return (cgroup.dirs["cpu"] / name).read_text().strip()
-
-
-class CpuClass(Writer):
-    """Records its sandbox's CPU share in each stage, and that of a sandbox opened in RUN."""
-
-    name: ClassVar[str] = "cpu-class"
-
-    async def init(self, ctx: RolloutContext) -> None:
-        await super().init(ctx)
-        assert ctx.sandbox is not None
-        ctx.state["shares"] = {"init": cpu_share(ctx.sandbox)}
-
-    async def run(self, ctx: RolloutContext) -> None:
-        assert ctx.sandbox is not None
-        extra = await ctx.open_sandbox()
-        ctx.state["shares"].update(run=cpu_share(ctx.sandbox), opened_in_run=cpu_share(extra))
-
-    async def eval(self, ctx: RolloutContext) -> Reward:
-        assert ctx.sandbox is not None
-        return Reward(1.0, {"shares": {**ctx.state["shares"], "eval": cpu_share(ctx.sandbox)}})
-
-
 class BadImage(Writer):
     name: ClassVar[str] = "bad-image"
 
@@ -149,7 +120,6 @@ class BadImage(Writer):
 
 def sandbox_registry() -> HandlerRegistry:
     registry = HandlerRegistry()
-    handlers = (Writer, FreshEval, Sleeper, ForkBomb, Lingerer, LingererKept, WarmPython, CpuClass)
-    for cls in (*handlers, BadImage):
+    for cls in (Writer, FreshEval, Sleeper, ForkBomb, Lingerer, LingererKept, WarmPython, BadImage):
         registry.register(cls)
     return registry

@@ -1,7 +1,6 @@
 """Rollouts in real bubblewrap sandboxes, owned and torn down by the server."""
 
 import asyncio
-import os
 import shutil
 from pathlib import Path
 
@@ -10,7 +9,6 @@ from tests.conftest import ServerFactory
 from tests.integration.server.sandbox_handlers import sandbox_registry
 
 from agentroll.runtime import BwrapConfig, procs
-from agentroll.runtime.cgroup import CPU_SHARES, SandboxCgroup
 from agentroll.server.schema import JobState, Outcome
 
 pytestmark = [
@@ -84,27 +82,6 @@ async def test_a_python_tool_is_started_during_init(
         t = (await client.wait_for(["warm"], 60))["warm"]
     assert (t.outcome, t.reward) == (Outcome.ok, 1.0), t.error
     assert t.timing.tool_startup_s > 0 and t.timing.tool_calls == 0
-
-
-async def test_run_gets_the_interactive_cpu_share_init_and_eval_the_batch_one(
-    agentroll_server: ServerFactory, tmp_path: Path
-) -> None:
-    """A tool call between two LLM turns is not queued behind other rollouts' start-up and
-    grading: the sandbox's agent processes get the default CPU share only in RUN."""
-    if os.geteuid() != 0 or "cpu" not in SandboxCgroup.controllers():
-        pytest.skip("needs a writable cpu cgroup (a root server)")
-    async with agentroll_server(registry=sandbox_registry(), **settings(tmp_path)) as (_, client):
-        await client.submit([{"job_id": "c", "handler": "cpu-class", "instance": {}}])
-        t = (await client.wait_for(["c"], 60))["c"]
-    assert t.outcome is Outcome.ok, t.error
-    v2 = SandboxCgroup.bases()["cpu"][1]
-    batch, interactive = (str(CPU_SHARES[c][v2]) for c in ("batch", "interactive"))
-    assert t.reward_info["shares"] == {
-        "init": batch,
-        "run": interactive,
-        "opened_in_run": interactive,
-        "eval": batch,
-    }
 
 
 async def test_sandbox_that_cannot_start_is_infra_error(
