@@ -156,17 +156,19 @@ class PythonSession:
         """Start the kernel now (idempotent), so the first cell costs what any other does."""
         async with self._lock:
             if self._km is None:
+                began = time.monotonic()
                 await self._start()
-                await self._warm_cell()
+                await self._warm_cell(began + START_TIMEOUT_S)
 
-    async def _warm_cell(self) -> None:
+    async def _warm_cell(self, deadline: float) -> None:
         # A kernel's first execution pays one-time set-up of its own (about half as much again
-        # as a later cell): paid here, by a cell that leaves no history, output or count.
+        # as a later cell): paid here, by a cell that leaves no history, output or count. Best
+        # effort, within the start's own time: a kernel that dies here (the task's preparation
+        # used up its memory) is dropped and the first call starts a fresh one, as it would
+        # without warm-up; one still busy with the cell finishes it before the first call's.
         msg_id = self._kc.execute("pass", silent=False, store_history=False)
-        deadline = time.monotonic() + START_TIMEOUT_S
-        if await self._collect(msg_id, _Collected(0), deadline, interruptible=False) != "idle":
+        if await self._collect(msg_id, _Collected(0), deadline, interruptible=False) == "dead":
             await self._discard()
-            raise RuntimeError("the python kernel did not run its first cell")
 
     async def run(self, code: str, *, time_limit: float, max_output_chars: int) -> dict[str, Any]:
         async with self._lock:
