@@ -15,12 +15,18 @@ from tests.conftest import ServerFactory
 from tests.integration.handlers.attacks import POLICY, attack_rules, job, write
 from tests.integration.handlers.harness import rollout_service, run_jobs, scripted_backend
 from tests.support.images import CACHE
-from tests.support.task_images import needs_task_build, task_bases
+from tests.support.task_images import BUILD_TIMEOUT_S, needs_task_build, task_bases
 
 from agentroll.handlers.builtin.harbor import source
 from agentroll.server.schema import Outcome
 
-pytestmark = [pytest.mark.integration, *needs_task_build]
+# On a machine without cached images the first test builds the bases, then the task images:
+# minutes each on 2 cores, past pytest's default limit; the builds have their own timeouts.
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.timeout(2 * BUILD_TIMEOUT_S),
+    *needs_task_build,
+]
 
 BUNDLED = source.bundled_tasks()
 FIXED_STATS = (BUNDLED["fix-script"] / "solution" / "solve.sh").read_text()
