@@ -1,18 +1,19 @@
 """A probe rollout for `saturation.py`: its python calls, first and later, timed in RUN.
 
 The server resolves it by its `module:Class` name (`python_probe:PythonProbe`; `saturation.py`
-puts this folder on the server's PYTHONPATH). INIT opens a sandbox and warms the python tool as
-the tool-using handlers do; RUN makes `CALLS` python calls, a simulated LLM turn apart, through
-the same action server the agent loop uses; EVAL reports each call's latency in
-`reward_info["python_ms"]`. So the first call is compared with later ones of the same rollout,
-under the same load, on the same path.
+puts this folder on the server's PYTHONPATH). INIT is the tool-using handlers' own (a sandbox,
+the python tool warmed while the task is prepared); RUN makes `CALLS` python calls, a
+simulated LLM turn apart, through the same action server the agent loop uses; EVAL reports
+each call's latency in `reward_info["python_ms"]`. So the first call is compared with later
+ones of the same rollout, under the same load, on the same path.
 """
 
 import asyncio
 import time
 from typing import ClassVar
 
-from agentroll.handlers import AgentHandler, Reward, RolloutContext
+from agentroll.handlers import Reward, RolloutContext
+from agentroll.handlers.agent import ToolAgentHandler
 
 CALLS = 4
 CELL = "print(sum(range(1, 21)))"
@@ -20,13 +21,12 @@ TURN_S = 0.2
 """The pause between two calls, standing for an LLM turn."""
 
 
-class PythonProbe(AgentHandler):
+class PythonProbe(ToolAgentHandler):
     name: ClassVar[str] = "python-probe"
+    default_tools = ("python", "submit")
 
-    async def init(self, ctx: RolloutContext) -> None:
-        sandbox = await ctx.open_sandbox()
-        for tool, seconds in (await sandbox.tools.warm(["python"])).items():
-            ctx.record_tool_startup(tool, seconds)
+    def task_prompt(self, ctx: RolloutContext) -> str:
+        return "unused: RUN makes its calls itself"
 
     async def run(self, ctx: RolloutContext) -> None:
         assert ctx.sandbox is not None

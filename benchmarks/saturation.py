@@ -32,6 +32,10 @@ PROBE_HANDLER = "python_probe:PythonProbe"
 BENCHMARKS = Path(__file__).resolve().parent
 
 
+def _median(values: list[float]) -> float:
+    return statistics.median(values) if values else 0.0
+
+
 def _pct(values: list[float], q: int) -> float:
     if len(values) < 2:
         return values[0] if values else 0.0
@@ -88,7 +92,7 @@ def figures(results: list[Trajectory], elapsed: float) -> dict[str, float]:
         if t.handler in ("math", PROBE_HANDLER) and t.timing.tool_startup_s
     ]
     return {
-        "kernel_startup_ms": statistics.median(startup) if startup else 0.0,
+        "kernel_startup_ms": _median(startup),
         "rollouts_per_min": 60 * len(results) / elapsed,
         "infra_error_share": outcomes.get(Outcome.infra_error, 0) / max(len(results), 1),
         "infra_errors": outcomes.get(Outcome.infra_error, 0),
@@ -97,9 +101,9 @@ def figures(results: list[Trajectory], elapsed: float) -> dict[str, float]:
         "p99_s": _pct(totals, 99),
         "admission_p50_s": _pct(admission, 50),
         "admission_p99_s": _pct(admission, 99),
-        "math_python_ms": statistics.median(math_python) if math_python else 0.0,
-        "first_python_ms": statistics.median(first) if first else 0.0,
-        "later_python_ms": statistics.median(later) if later else 0.0,
+        "math_python_ms": _median(math_python),
+        "first_python_ms": _median(first),
+        "later_python_ms": _median(later),
         "probes": len(probes),
     }
 
