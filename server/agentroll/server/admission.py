@@ -7,10 +7,19 @@ queueing. Before a job's INIT, the node is read (cheap `/proc` reads, at most ev
 
 - **memory**: less than `memory_reserve` of the node's memory is available;
 - **pids**: the node's threads are above `pids_ceiling` of what the kernel allows;
-- **cpu**: tasks waited for a CPU more than `cpu_pressure_max` % of the last 10 s (PSI,
-  `/proc/pressure/cpu`; the 1-minute load per CPU where the kernel has no PSI) *and* at least
-  `starts_when_busy` jobs (default: one per CPU) are already in INIT — a saturated node keeps
-  starting a few rollouts, never a flood.
+- **cpu**: the node is busy — tasks waited for a CPU more than `cpu_pressure_max` % of the
+  time since the previous reading (PSI, `/proc/pressure/cpu`; the 1-minute load per CPU where
+  the kernel has no PSI) — and at least `starts_when_busy` jobs (default: one per CPU) are
+  already in INIT, so a saturated node keeps starting a few rollouts, never a flood; or the
+  live rollouts (admitted and not yet finished) have reached `live_limit`.
+
+`live_limit` is the node's measured capacity. Past a point, more live rollouts on a CPU-bound
+node add no throughput, only latency (the same work is shared by more of them: every tool call
+waits longer for a CPU). So the limit adapts to CPU pressure at each reading: while the node is
+busy it drops to `LIVE_DECREASE` of the rollouts live (never below `live_when_busy`, default
+four per CPU); while it is not and the limit is what holds jobs back, it grows by
+`LIVE_INCREASE`. A node whose rollouts mostly wait for their LLM shows no pressure, and its
+limit grows to whatever the pools allow.
 
 The configured pools still apply on top. The wait is the job's INIT queue time, and the
 reasons jobs wait are in `GET /v1/status` (`admission`) and the metrics. When nothing is in
@@ -30,6 +39,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 SAMPLE_INTERVAL_S = 0.5
 RECHECK_S = 0.25
+LIVE_DECREASE = 0.8
+LIVE_INCREASE = 1.25
+LIVE_PER_CPU_WHEN_BUSY = 4
 
 
 class AdmissionSettings(BaseModel):
@@ -48,11 +60,17 @@ class AdmissionSettings(BaseModel):
         80.0,
         gt=0,
         le=100,
-        description="CPU pressure (% of the last 10 s tasks waited for a CPU) that makes the "
-        "node busy: then only `starts_when_busy` jobs may be in INIT.",
+        description="CPU pressure (% of the time tasks waited for a CPU) that makes the node "
+        "busy: then only `starts_when_busy` jobs may be in INIT, and the live limit shrinks.",
     )
     starts_when_busy: int | None = Field(
         None, ge=1, description="Jobs in INIT at once on a busy node (default: one per CPU)."
+    )
+    live_when_busy: int | None = Field(
+        None,
+        ge=1,
+        description="Live rollouts a busy node still keeps: the floor of the adaptive live "
+        "limit (default: four per CPU).",
     )
 
 
@@ -65,6 +83,8 @@ class NodeReading:
     memory_total: int
     threads: int
     threads_max: int
+    cpu_wait_us: int | None = None
+    """PSI `some total`: µs runnable tasks have waited for a CPU since boot (None: no PSI)."""
 
 
 def read_node() -> NodeReading:
@@ -74,8 +94,9 @@ def read_node() -> NodeReading:
     try:
         some = Path("/proc/pressure/cpu").read_text().splitlines()[0].split()
         pressure = float(some[1].removeprefix("avg10="))
+        wait_us: int | None = int(some[4].removeprefix("total="))
     except (OSError, IndexError, ValueError):
-        pressure = min(100.0, 100.0 * float(loadavg[0]) / cpus)
+        pressure, wait_us = min(100.0, 100.0 * float(loadavg[0]) / cpus), None
     meminfo = dict(
         (line.split(":")[0], int(line.split()[1]) * 1024)
         for line in Path("/proc/meminfo").read_text().splitlines()
@@ -89,11 +110,23 @@ def read_node() -> NodeReading:
         memory_total=meminfo["MemTotal"],
         threads=int(loadavg[3].split("/")[1]),
         threads_max=min(threads_max, pid_max),
+        cpu_wait_us=wait_us,
     )
 
 
+def pressure_between(before: NodeReading | None, after: NodeReading, seconds: float) -> float:
+    """CPU pressure over the `seconds` between two readings, from PSI's running total: an
+    admission decision must see the sandboxes it just started, not a 10 s average of the
+    past. The reading's own figure where there is no earlier one or no PSI."""
+    if before is None or before.cpu_wait_us is None or after.cpu_wait_us is None or seconds <= 0:
+        return after.cpu_pressure
+    waited_s = (after.cpu_wait_us - before.cpu_wait_us) / 1e6
+    return min(100.0, max(0.0, 100.0 * waited_s / seconds))
+
+
 class NodeAdmission:
-    """The gate in front of INIT. `admit()` waits until the node has room for one more job."""
+    """The gate in front of INIT. `admit()` waits until the node has room for one more job;
+    each reading it takes moves `live_limit` (see the module's doc)."""
 
     def __init__(
         self,
@@ -101,42 +134,73 @@ class NodeAdmission:
         *,
         sample: Callable[[], NodeReading] = read_node,
         cpus: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings
         self._sample = sample
-        self._starts_when_busy = settings.starts_when_busy or cpus or os.cpu_count() or 1
+        self._clock = clock
+        cpus = cpus or os.cpu_count() or 1
+        self._starts_when_busy = settings.starts_when_busy or cpus
+        self._live_floor = settings.live_when_busy or LIVE_PER_CPU_WHEN_BUSY * cpus
+        self.live_limit = float(self._live_floor)
+        """Live rollouts the node has room for now (measured; see the module's doc)."""
+        self.cpu_pressure = 0.0
+        """% of the time between the last two readings that tasks waited for a CPU."""
         self._reading: NodeReading | None = None
         self._read_at = -SAMPLE_INTERVAL_S
+        self._limit_moved_at = self._read_at
         self.waiting: Counter[str] = Counter()
         """Jobs waiting now, by the reason they wait."""
 
     @property
     def reading(self) -> NodeReading:
-        now = time.monotonic()
+        now = self._clock()
         if self._reading is None or now - self._read_at >= SAMPLE_INTERVAL_S:
-            self._reading, self._read_at = self._sample(), now
+            reading = self._sample()
+            self.cpu_pressure = pressure_between(self._reading, reading, now - self._read_at)
+            self._reading, self._read_at = reading, now
         return self._reading
 
-    def refusal(self, starting: int) -> str | None:
-        """Why one more job may not start INIT now (`starting`: jobs in INIT), or None."""
+    @property
+    def busy(self) -> bool:
+        return self.cpu_pressure > self.settings.cpu_pressure_max
+
+    def refusal(self, starting: int, live: int) -> str | None:
+        """Why one more job may not start INIT now (`starting`: jobs in INIT, `live`: jobs
+        admitted and not finished), or None."""
         s, node = self.settings, self.reading
+        self._move_live_limit(live)
         if node.memory_available < s.memory_reserve * node.memory_total:
             return "memory"
         if node.threads > s.pids_ceiling * node.threads_max:
             return "pids"
-        if node.cpu_pressure > s.cpu_pressure_max and starting >= self._starts_when_busy:
+        if (self.busy and starting >= self._starts_when_busy) or live >= self.live_limit:
             return "cpu"
         return None
 
-    async def admit(self, starting: Callable[[], int], idle: Callable[[], bool]) -> None:
+    def _move_live_limit(self, live: int) -> None:
+        """Once per reading: shrink towards what runs while the node is busy, grow while the
+        limit, not the node, is what holds jobs back."""
+        if self._limit_moved_at == self._read_at:
+            return
+        self._limit_moved_at = self._read_at
+        if self.busy:
+            shrunk = min(self.live_limit, live) * LIVE_DECREASE
+            self.live_limit = max(float(self._live_floor), shrunk)
+        elif live >= self.live_limit:
+            self.live_limit *= LIVE_INCREASE
+
+    async def admit(
+        self, starting: Callable[[], int], live: Callable[[], int], idle: Callable[[], bool]
+    ) -> None:
         """Wait until the node has room (or nothing runs at all); cancellable at any point."""
         if not self.settings.enabled:
             return
-        reason = self.refusal(starting())
+        reason = self.refusal(starting(), live())
         while reason is not None and not idle():
             self.waiting[reason] += 1
             try:
                 await asyncio.sleep(RECHECK_S)
             finally:
                 self.waiting[reason] -= 1
-            reason = self.refusal(starting())
+            reason = self.refusal(starting(), live())

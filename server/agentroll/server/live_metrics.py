@@ -53,11 +53,15 @@ def live_gauges(service: JobService) -> Iterator[Metric]:
     for reason in ("memory", "pids", "cpu"):
         held.add_metric([reason], service.admission.waiting.get(reason, 0))
     node = service.admission.reading
-    pressure = gauge("agentroll_node_cpu_pressure", "% of the last 10 s tasks waited for a CPU.")
-    pressure.add_metric([], node.cpu_pressure)
+    pressure = gauge("agentroll_node_cpu_pressure", "% of the time tasks waited for a CPU.")
+    pressure.add_metric([], service.admission.cpu_pressure)
     available = gauge("agentroll_node_memory_available_bytes", "Memory available on the node.")
     available.add_metric([], node.memory_available)
-    yield from (held, pressure, available)
+    live = gauge("agentroll_jobs_live", "Jobs admitted to INIT and not yet finished.")
+    live.add_metric([], service.pipeline.live)
+    limit = gauge("agentroll_admission_live_limit", "Live jobs the node has room for (measured).")
+    limit.add_metric([], int(service.admission.live_limit))
+    yield from (held, pressure, available, live, limit)
 
     sandboxes = gauge("agentroll_sandboxes_active", "Sandboxes this server owns now.")
     sandboxes.add_metric([], len(getattr(service.runtime, "live", ())))

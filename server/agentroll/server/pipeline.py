@@ -72,6 +72,8 @@ class Pipeline:
         self.init = StageLimiter("init", pools.init)
         self.run = StageLimiter("run", pools.run)
         self.eval = StageLimiter("eval", pools.eval)
+        self.live = 0
+        """Jobs the node admitted (past `node`) and not yet finished."""
 
     def resize(self, **sizes: int | None) -> None:
         for name, limiter in (
@@ -104,10 +106,24 @@ class Pipeline:
             return Verdict(Outcome.timed_out, None, "deadline_exceeded", message, stage)
 
     async def _stages(self, job: LiveJob, handler: AgentHandler, ctx: JobContext) -> Verdict:
-        limits = job.request.limits
         await self._enter(job, "init", self.ready)
         try:
             await self._wait_for_node(job)
+        except BaseException:
+            self.ready.release()
+            raise
+        self.live += 1
+        try:
+            return await self._admitted_stages(job, handler, ctx)
+        finally:
+            self.live -= 1
+
+    async def _admitted_stages(
+        self, job: LiveJob, handler: AgentHandler, ctx: JobContext
+    ) -> Verdict:
+        """The stages of a job the node admitted; it holds a ready slot until it runs."""
+        limits = job.request.limits
+        try:
             await self._enter(job, "init", self.init)
             try:
                 self._admit(job)
@@ -169,7 +185,7 @@ class Pipeline:
             return
         waited_from = time.monotonic()
         try:
-            await self.node.admit(lambda: self.init.busy, self._idle)
+            await self.node.admit(lambda: self.init.busy, lambda: self.live, self._idle)
         finally:
             job.stage_timing("init").queue_s += time.monotonic() - waited_from
 

@@ -36,7 +36,9 @@ def _admission_status(service: JobService) -> AdmissionStatus:
     node = service.admission.reading
     return AdmissionStatus(
         waiting={reason: n for reason, n in service.admission.waiting.items() if n},
-        cpu_pressure=node.cpu_pressure,
+        cpu_pressure=service.admission.cpu_pressure,
+        live=service.pipeline.live,
+        live_limit=int(service.admission.live_limit),
         memory_available_bytes=node.memory_available,
         threads=node.threads,
     )

@@ -208,3 +208,36 @@ async def test_jobs_wait_for_the_node_and_say_why(agentroll_server: ServerFactor
         done = await client.wait_for(["first", "held-0", "held-1", "held-2"], 30)
     assert {t.outcome for t in done.values()} == {Outcome.ok}
     assert all(done[f"held-{i}"].timing.init.queue_s > 0.1 for i in range(3))
+
+
+async def test_a_busy_node_keeps_its_live_rollouts_at_its_measured_capacity(
+    agentroll_server: ServerFactory,
+) -> None:
+    """Under CPU pressure new jobs queue once the live limit is reached (more would only share
+    the same CPUs more thinly); none fails, and they start as live ones finish."""
+    gates = Gates()
+    busy = NodeReading(95.0, 20 << 30, 24 << 30, 500, 30_000)
+    admission = {"live_when_busy": 3, "starts_when_busy": 10}
+    async with agentroll_server(registry=make_registry(gates), admission=admission) as (
+        server,
+        client,
+    ):
+        service = server.server.config.app.state.service
+        service.admission._sample = lambda: busy
+        await asyncio.sleep(SAMPLE_INTERVAL_S)  # readings are at most this old
+        await client.submit([job(f"j-{i}", block=["run"]) for i in range(7)])
+        async with asyncio.timeout(10):
+            while (await client.status()).admission.waiting.get("cpu") != 4:
+                await asyncio.sleep(0.05)
+        status = await client.status()
+        assert (status.admission.live, status.admission.live_limit) == (3, 3)
+        assert status.stages["run"].busy == 3 and status.admission.cpu_pressure == 95.0
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            metrics = (await http.get("/metrics")).text
+        assert "agentroll_jobs_live 3.0" in metrics
+        assert "agentroll_admission_live_limit 3.0" in metrics
+        gates.open["run"].set()
+        done = await client.wait_for([f"j-{i}" for i in range(7)], 30)
+        assert (await client.status()).admission.live == 0
+    assert {t.outcome for t in done.values()} == {Outcome.ok}
+    assert sum(t.timing.init.queue_s > 0.1 for t in done.values()) >= 4

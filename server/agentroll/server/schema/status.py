@@ -101,7 +101,13 @@ class AdmissionStatus(BaseModel):
         default_factory=dict,
         description="Jobs held back from INIT now, by reason: `memory`, `pids`, `cpu`.",
     )
-    cpu_pressure: float = Field(0.0, description="% of the last 10 s tasks waited for a CPU.")
+    cpu_pressure: float = Field(
+        0.0, description="% of the time between the last two readings tasks waited for a CPU."
+    )
+    live: int = Field(0, description="Jobs admitted to INIT and not yet finished.")
+    live_limit: int = Field(
+        0, description="Live jobs the node has room for: measured, it adapts to CPU pressure."
+    )
     memory_available_bytes: int = 0
     threads: int = Field(0, description="Threads on the node now.")
 
