@@ -15,11 +15,14 @@ queueing. Before a job's INIT, the node is read (cheap `/proc` reads, at most ev
 
 `live_limit` is the node's measured capacity. Past a point, more live rollouts on a CPU-bound
 node add no throughput, only latency (the same work is shared by more of them: every tool call
-waits longer for a CPU). So the limit adapts to CPU pressure at each reading: while the node is
-busy it drops to `LIVE_DECREASE` of the rollouts live (never below `live_when_busy`, default
-four per CPU); while it is not and the limit is what holds jobs back, it grows by
-`LIVE_INCREASE`. A node whose rollouts mostly wait for their LLM shows no pressure, and its
-limit grows to whatever the pools allow.
+waits longer for a CPU). So the limit adapts to CPU pressure at each reading: while the node
+has been busy for a while (PSI's 10 s average above `cpu_pressure_max`: a sandbox start is a
+blip, not saturation) it drops to `LIVE_DECREASE` of the smaller of itself and the rollouts
+live, never below `live_when_busy` (default four per CPU); while the node is not busy now and
+the limit is what holds jobs back, it grows by `LIVE_INCREASE`. It starts at the floor, so a
+burst of jobs is let in as the node shows room for it, not all at once. A node whose rollouts
+mostly wait for their LLM shows no pressure, and its limit grows to whatever the pools allow.
+"CPUs" are those this process may run on (its affinity: a Slurm allocation, a cpuset).
 
 The configured pools still apply on top. The wait is the job's INIT queue time, and the
 reasons jobs wait are in `GET /v1/status` (`admission`) and the metrics. When nothing is in
@@ -30,7 +33,7 @@ node, and waiting would not free it.
 import asyncio
 import os
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -139,18 +142,20 @@ class NodeAdmission:
         self.settings = settings
         self._sample = sample
         self._clock = clock
-        cpus = cpus or os.cpu_count() or 1
+        cpus = cpus or len(os.sched_getaffinity(0)) or 1
         self._starts_when_busy = settings.starts_when_busy or cpus
         self._live_floor = settings.live_when_busy or LIVE_PER_CPU_WHEN_BUSY * cpus
-        self.live_limit = float(self._live_floor)
+        self.live_limit = self._live_floor
         """Live rollouts the node has room for now (measured; see the module's doc)."""
         self.cpu_pressure = 0.0
         """% of the time between the last two readings that tasks waited for a CPU."""
         self._reading: NodeReading | None = None
         self._read_at = -SAMPLE_INTERVAL_S
         self._limit_moved_at = self._read_at
-        self.waiting: Counter[str] = Counter()
-        """Jobs waiting now, by the reason they wait."""
+        self._line: deque[asyncio.Event] = deque()
+        """Jobs waiting, in arrival order; the head's event is set: it is its turn to check."""
+        self._holding: str | None = None
+        """Why the head of the line waits."""
 
     @property
     def reading(self) -> NodeReading:
@@ -179,28 +184,50 @@ class NodeAdmission:
         return None
 
     def _move_live_limit(self, live: int) -> None:
-        """Once per reading: shrink towards what runs while the node is busy, grow while the
-        limit, not the node, is what holds jobs back."""
-        if self._limit_moved_at == self._read_at:
+        """Once per reading: shrink towards what runs while the node stays busy, grow while
+        the limit, not the node, is what holds jobs back."""
+        if self._limit_moved_at == self._read_at or self._reading is None:
             return
         self._limit_moved_at = self._read_at
-        if self.busy:
-            shrunk = min(self.live_limit, live) * LIVE_DECREASE
-            self.live_limit = max(float(self._live_floor), shrunk)
-        elif live >= self.live_limit:
-            self.live_limit *= LIVE_INCREASE
+        if self._reading.cpu_pressure > self.settings.cpu_pressure_max:
+            shrunk = int(min(self.live_limit, live) * LIVE_DECREASE)
+            self.live_limit = max(self._live_floor, shrunk)
+        elif not self.busy and live >= self.live_limit:
+            self.live_limit = max(self.live_limit + 1, int(self.live_limit * LIVE_INCREASE))
 
     async def admit(
         self, starting: Callable[[], int], live: Callable[[], int], idle: Callable[[], bool]
     ) -> None:
-        """Wait until the node has room (or nothing runs at all); cancellable at any point."""
+        """Wait until the node has room (or nothing runs at all); cancellable at any point.
+        First come, first admitted: only the job at the head of the line checks, so a job
+        is never overtaken by one that arrived later (which could starve it)."""
         if not self.settings.enabled:
             return
-        reason = self.refusal(starting(), live())
-        while reason is not None and not idle():
-            self.waiting[reason] += 1
-            try:
+        if not self._line and self._room(starting(), live(), idle):
+            return
+        turn = asyncio.Event()
+        self._line.append(turn)
+        self._line[0].set()
+        try:
+            await turn.wait()
+            # polled: the node's readings change with nothing here to signal it
+            while not self._room(starting(), live(), idle):  # noqa: ASYNC110
                 await asyncio.sleep(RECHECK_S)
-            finally:
-                self.waiting[reason] -= 1
-            reason = self.refusal(starting(), live())
+        finally:
+            self._line.remove(turn)
+            if self._line:
+                self._line[0].set()
+            if not self._line:
+                self._holding = None
+
+    def _room(self, starting: int, live: int, idle: Callable[[], bool]) -> bool:
+        reason = self.refusal(starting, live)
+        self._holding = None if reason is None or idle() else reason
+        return self._holding is None
+
+    @property
+    def waiting(self) -> Counter[str]:
+        """Jobs waiting now, by the reason they wait (the one the head of the line waits for)."""
+        if not self._line or self._holding is None:
+            return Counter()
+        return Counter({self._holding: len(self._line)})

@@ -57,7 +57,7 @@ def live_gauges(service: JobService) -> Iterator[Metric]:
     pressure.add_metric([], service.admission.cpu_pressure)
     available = gauge("agentroll_node_memory_available_bytes", "Memory available on the node.")
     available.add_metric([], node.memory_available)
-    live = gauge("agentroll_jobs_live", "Jobs admitted to INIT and not yet finished.")
+    live = gauge("agentroll_admission_live", "Jobs admitted to INIT and not yet finished.")
     live.add_metric([], service.pipeline.live)
     limit = gauge("agentroll_admission_live_limit", "Live jobs the node has room for (measured).")
     limit.add_metric([], int(service.admission.live_limit))

@@ -234,8 +234,10 @@ async def test_a_busy_node_keeps_its_live_rollouts_at_its_measured_capacity(
         assert status.stages["run"].busy == 3 and status.admission.cpu_pressure == 95.0
         async with httpx.AsyncClient(base_url=server.url) as http:
             metrics = (await http.get("/metrics")).text
-        assert "agentroll_jobs_live 3.0" in metrics
+        assert "agentroll_admission_live 3.0" in metrics
         assert "agentroll_admission_live_limit 3.0" in metrics
+        declared = [line.split()[2] for line in metrics.splitlines() if line.startswith("# TYPE")]
+        assert len(declared) == len(set(declared))  # a name declared twice fails the scrape
         gates.open["run"].set()
         done = await client.wait_for([f"j-{i}" for i in range(7)], 30)
         assert (await client.status()).admission.live == 0

@@ -67,12 +67,17 @@ def test_pressure_is_measured_since_the_previous_reading_not_over_10_s() -> None
     assert admission.refusal(2, 2) == "cpu" and admission.busy
 
 
-def test_the_live_limit_shrinks_while_the_node_is_busy_and_grows_only_when_it_binds() -> None:
+def test_the_live_limit_shrinks_while_the_node_stays_busy_and_grows_only_when_it_binds() -> None:
     node, clock = [reading()], [0.0]
     admission = gate(node, clock)
+    waited_us = [0]
 
-    def next_reading(cpu: float, live: int, checks: int = 1) -> float:
-        node[0] = reading(cpu=cpu)
+    def next_reading(
+        cpu: float, live: int, checks: int = 1, waiting_now: float | None = None
+    ) -> int:
+        """`cpu`: PSI's 10 s average; `waiting_now`: % of this interval tasks waited."""
+        waited_us[0] += int(5_000 * (cpu if waiting_now is None else waiting_now))
+        node[0] = reading(cpu=cpu, cpu_wait_us=waited_us[0])
         clock[0] += SAMPLE_INTERVAL_S
         for _ in range(checks):  # the waiting jobs each check; one reading moves it once
             admission.refusal(0, live)
@@ -80,9 +85,11 @@ def test_the_live_limit_shrinks_while_the_node_is_busy_and_grows_only_when_it_bi
 
     assert admission.live_limit == 8  # four per CPU to begin with
     assert next_reading(10.0, 8, checks=5) == 10  # not busy, the limit binds: grows by 1/4
-    assert next_reading(10.0, 10) == 12.5
-    assert next_reading(10.0, 3) == 12.5  # it does not bind: nothing to learn
-    assert next_reading(95.0, 12) == pytest.approx(9.6)  # busy: 0.8 of what is live
+    assert next_reading(10.0, 10) == 12
+    assert next_reading(10.0, 3) == 12  # it does not bind: nothing to learn
+    # a blip (sandboxes starting): busy now, not over 10 s: no growth, and no shrinking
+    assert next_reading(10.0, 12, waiting_now=95.0) == 12 and admission.busy
+    assert next_reading(95.0, 12) == 9  # busy for a while: 0.8 of what is live
     assert next_reading(95.0, 9) == 8  # never below the floor
     assert next_reading(95.0, 40) == 8  # even if more are live (admitted before it was busy)
 
@@ -117,3 +124,28 @@ def test_the_node_reading_comes_from_proc() -> None:
     node = read_node()
     assert 0 < node.memory_available <= node.memory_total
     assert 0 < node.threads < node.threads_max and 0 <= node.cpu_pressure <= 100
+
+
+async def test_jobs_are_admitted_in_the_order_they_came() -> None:
+    """Only the head of the line checks for room: a later job never overtakes (or starves)
+    an earlier one, and a job cancelled while it waits gives the turn on."""
+    admission = gate([reading(cpu=95.0)], live_when_busy=1)
+    live, order = [1], []
+
+    async def job(name: str) -> None:
+        await admission.admit(lambda: 0, lambda: live[0], lambda: False)
+        order.append(name)
+        live[0] += 1
+
+    tasks = {name: asyncio.create_task(job(name)) for name in ("a", "b", "c", "d")}
+    await asyncio.sleep(0.3)
+    assert order == [] and admission.waiting == {"cpu": 4}
+    tasks["b"].cancel()
+    for expected in (["a"], ["a", "c"], ["a", "c", "d"]):
+        live[0] = 0  # one finished
+        async with asyncio.timeout(5):
+            while order != expected:
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)  # and no one else got in meanwhile
+        assert order == expected
+    assert admission.waiting == {}
