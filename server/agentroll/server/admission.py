@@ -174,7 +174,7 @@ class NodeAdmission:
         """Why one more job may not start INIT now (`starting`: jobs in INIT, `live`: jobs
         admitted and not finished), or None."""
         s, node = self.settings, self.reading
-        self._move_live_limit(live)
+        self._move_live_limit(node, live)
         if node.memory_available < s.memory_reserve * node.memory_total:
             return "memory"
         if node.threads > s.pids_ceiling * node.threads_max:
@@ -183,13 +183,13 @@ class NodeAdmission:
             return "cpu"
         return None
 
-    def _move_live_limit(self, live: int) -> None:
-        """Once per reading: shrink towards what runs while the node stays busy, grow while
-        the limit, not the node, is what holds jobs back."""
-        if self._limit_moved_at == self._read_at or self._reading is None:
+    def _move_live_limit(self, node: NodeReading, live: int) -> None:
+        """Once per reading: shrink towards what runs while the node stays busy (`node`'s
+        10 s average), grow while the limit, not the node, is what holds jobs back."""
+        if self._limit_moved_at == self._read_at:
             return
         self._limit_moved_at = self._read_at
-        if self._reading.cpu_pressure > self.settings.cpu_pressure_max:
+        if node.cpu_pressure > self.settings.cpu_pressure_max:
             shrunk = int(min(self.live_limit, live) * LIVE_DECREASE)
             self.live_limit = max(self._live_floor, shrunk)
         elif not self.busy and live >= self.live_limit:
@@ -217,7 +217,7 @@ class NodeAdmission:
             self._line.remove(turn)
             if self._line:
                 self._line[0].set()
-            if not self._line:
+            else:
                 self._holding = None
 
     def _room(self, starting: int, live: int, idle: Callable[[], bool]) -> bool:

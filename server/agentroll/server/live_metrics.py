@@ -60,7 +60,7 @@ def live_gauges(service: JobService) -> Iterator[Metric]:
     live = gauge("agentroll_admission_live", "Jobs admitted to INIT and not yet finished.")
     live.add_metric([], service.pipeline.live)
     limit = gauge("agentroll_admission_live_limit", "Live jobs the node has room for (measured).")
-    limit.add_metric([], int(service.admission.live_limit))
+    limit.add_metric([], service.admission.live_limit)
     yield from (held, pressure, available, live, limit)
 
     sandboxes = gauge("agentroll_sandboxes_active", "Sandboxes this server owns now.")

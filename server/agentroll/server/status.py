@@ -38,7 +38,7 @@ def _admission_status(service: JobService) -> AdmissionStatus:
         waiting={reason: n for reason, n in service.admission.waiting.items() if n},
         cpu_pressure=service.admission.cpu_pressure,
         live=service.pipeline.live,
-        live_limit=int(service.admission.live_limit),
+        live_limit=service.admission.live_limit,
         memory_available_bytes=node.memory_available,
         threads=node.threads,
     )
