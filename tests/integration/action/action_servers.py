@@ -1,15 +1,24 @@
 """Start and stop real action servers (subprocesses on temporary sockets) for the tests."""
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 SERVER_CMD = (sys.executable, "-m", "agentroll.runtime.action")
+FREEZER = Path("/sys/fs/cgroup/freezer")
+needs_freezer = pytest.mark.skipif(
+    not os.access(FREEZER / "cgroup.procs", os.W_OK),
+    reason="needs the cgroup v1 freezer, writable (root): make test runs as root there",
+)
 
 
 @dataclass
@@ -76,3 +85,29 @@ def pid_alive(pid: int) -> bool:
             return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+@contextlib.contextmanager
+def frozen(pid: int) -> Iterator[None]:
+    """Hold ``pid`` frozen (cgroup v1 freezer): a SIGKILL sent meanwhile stays pending, as it
+    does for a process on a busy node that has not run since it was killed."""
+    group = FREEZER / f"agentroll-test-{os.getpid()}-{pid}"
+    group.mkdir()
+    try:
+        (group / "cgroup.procs").write_text(str(pid))
+        (group / "freezer.state").write_text("FROZEN")
+        for _ in range(500):
+            if (group / "freezer.state").read_text().strip() == "FROZEN":
+                break
+            time.sleep(0.01)
+        yield
+    finally:
+        (group / "freezer.state").write_text("THAWED")
+        with contextlib.suppress(OSError):  # gone by now, if it was killed
+            (FREEZER / "cgroup.procs").write_text(str(pid))
+        for _ in range(500):
+            try:
+                group.rmdir()
+                break
+            except OSError:  # a killed process leaves its group once it has exited
+                time.sleep(0.01)

@@ -135,3 +135,37 @@ async def test_bash_killed_between_calls_is_reported(server: ServerProcess) -> N
         assert "after the previous command" in res.output
     finally:
         await client.close()
+
+
+async def test_a_command_sent_to_a_dying_bash_runs_once_in_a_new_one(
+    server: ServerProcess,
+) -> None:
+    """`kill -9 -1` from the Python tool: bash may still look alive when the next call comes
+    (SIGKILL is delivered when it next runs, late on a busy node). Stopped, then killed once the
+    call is under way, bash dies before it reads the command: a new bash runs it, once."""
+    client = ActionClient(server.socket)
+    await client.connect(20)
+    try:
+        bash_pid = int((await client.bash("echo $$")).output)
+        os.kill(bash_pid, signal.SIGSTOP)
+        call = asyncio.create_task(client.bash("echo ran >> runs.txt; echo next-call", timeout=20))
+        await asyncio.sleep(0.5)  # the call has reached the stopped bash (or is about to)
+        os.kill(bash_pid, signal.SIGKILL)
+        res = await asyncio.wait_for(call, 30)
+        assert "next-call" in res.output, res.output
+        assert res.session_restarted and res.exit_code == 0
+        assert "[bash was killed by signal 9 (SIGKILL" in res.output
+        assert (await client.bash("cat runs.txt")).output == "ran\n"  # once, not twice
+    finally:
+        await client.close()
+
+
+async def test_a_command_that_kills_its_own_bash_is_not_run_again(server: ServerProcess) -> None:
+    client = ActionClient(server.socket)
+    await client.connect(20)
+    try:
+        res = await client.bash("echo ran >> runs.txt; kill -9 $$", timeout=20)
+        assert res.session_restarted and "[bash was killed by signal 9 (SIGKILL" in res.output
+        assert (await client.bash("cat runs.txt")).output == "ran\n"
+    finally:
+        await client.close()

@@ -2,11 +2,13 @@
 
 import asyncio
 import json
+import os
+import signal
 import tempfile
 from pathlib import Path
 
 import pytest
-from action_servers import ServerProcess, start_server
+from action_servers import ServerProcess, frozen, needs_freezer, start_server
 
 from agentroll.runtime.action import ActionClient, ActionRequestError
 
@@ -99,6 +101,29 @@ async def test_kernel_death_is_reported_and_recovered(server: ServerProcess) -> 
         assert result.kernel_restarted and not result.timed_out
         assert "kernel died" in result.output
         assert (await client.python("1 + 1")).output == "2\n"
+    finally:
+        await client.close()
+
+
+@needs_freezer
+async def test_code_sent_to_a_kernel_killed_a_moment_ago_runs_in_a_new_one(
+    server: ServerProcess,
+) -> None:
+    """`kill -9 -1` from bash: on a busy node the kernel may not have run to its death when
+    the next python call comes. Held frozen with the SIGKILL pending, it is found doomed, and
+    a new kernel runs the code instead of the dying one losing it."""
+    client = ActionClient(server.socket)
+    await client.connect(20)
+    try:
+        kernel_pid = int((await client.python("import os\nos.getpid()")).output)
+        with frozen(kernel_pid):
+            os.kill(kernel_pid, signal.SIGKILL)
+            call = asyncio.create_task(client.python("print('ran')", timeout=30))
+            await asyncio.sleep(0.5)  # the call meets the doomed kernel (thawed only after)
+        result = await asyncio.wait_for(call, 60)
+        assert result.output.startswith("ran\n"), result.output
+        assert result.kernel_restarted
+        assert "died after the previous call: it was killed by signal 9" in result.output
     finally:
         await client.close()
 

@@ -21,7 +21,13 @@ from agentroll.trainer_clients import AsyncRolloutClient
 
 pytestmark = pytest.mark.integration
 
-TIMEOUTS = {"llm_request_timeout_s": 3.0, "health_interval_s": 0.5}
+SETTINGS = {
+    "llm_request_timeout_s": 3.0,
+    "health_interval_s": 0.5,
+    # Every job live at once, however busy the node: the test needs generations in flight on
+    # the backend it hangs, not the live limit a busy node would otherwise keep them under.
+    "admission": {"live_when_busy": 64},
+}
 
 
 def math_jobs(n: int) -> list[dict[str, Any]]:
@@ -60,7 +66,7 @@ async def test_hung_backend_mid_generation_fails_over(
         agentroll_process(argv, tmp_path, "victim") as victim,
         agentroll_process(argv, tmp_path, "survivor") as survivor,
     ):
-        async with agentroll_server(**TIMEOUTS) as (_, client):
+        async with agentroll_server(**SETTINGS) as (_, client):
             await client.add_backend({"id": "victim", "base_url": victim.url})
             await client.add_backend({"id": "survivor", "base_url": survivor.url})
             batch = math_jobs(24)
@@ -88,7 +94,7 @@ async def test_only_backend_hangs_then_infra_error_not_reward_zero(
 ) -> None:
     argv = ["scripted-llm", "--port", "0", "--latency-s", "30"]
     with agentroll_process(argv, tmp_path, "only") as only:
-        async with agentroll_server(**TIMEOUTS) as (_, client):
+        async with agentroll_server(**SETTINGS) as (_, client):
             await client.add_backend({"id": "only", "base_url": only.url})
             batch = math_jobs(12)
             await client.submit(batch)

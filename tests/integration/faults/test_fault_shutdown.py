@@ -51,6 +51,7 @@ def test_sigterm_under_load_drains_cancels_and_persists(tmp_path: Path) -> None:
         "AGENTROLL_POOLS__RUN": "64",
         "AGENTROLL_POOLS__INIT": "16",
         "AGENTROLL_POOLS__READY_BUFFER": "32",
+        "AGENTROLL_ADMISSION__LIVE_WHEN_BUSY": "300",  # a busy RUN pool however busy the node
         "AGENTROLL_SHUTDOWN_GRACE_S": str(GRACE_S),
         "AGENTROLL_SANDBOX": json.dumps({"type": "bwrap", "state_dir": str(state_dir)}),
     }

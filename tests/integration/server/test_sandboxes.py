@@ -114,10 +114,10 @@ async def test_200_cancelled_sandboxed_rollouts_leave_no_process(
     before = sandbox_processes()
     pools = {"init": 16, "run": 64, "ready_buffer": 32}
     ids = [f"s{i}" for i in range(200)]
-    async with agentroll_server(registry=sandbox_registry(), pools=pools, **settings(tmp_path)) as (
-        _,
-        client,
-    ):
+    admission = {"live_when_busy": 64}  # 40 in RUN however busy the node is
+    async with agentroll_server(
+        registry=sandbox_registry(), pools=pools, admission=admission, **settings(tmp_path)
+    ) as (_, client):
         await client.submit([{"job_id": i, "handler": "sleeper", "instance": {}} for i in ids])
         async with asyncio.timeout(120):  # cancel with jobs in every state: queued .. run
             while (await client.status()).jobs_by_state.get("run", 0) < 40:

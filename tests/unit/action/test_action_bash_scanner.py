@@ -27,6 +27,16 @@ def test_sentinel_of_an_abandoned_command_is_dropped_not_matched() -> None:
     assert scanner.finish()[0] == "part one\npart two\n"
 
 
+def test_the_start_marker_says_the_line_began_and_is_not_output() -> None:
+    scanner = Scanner(1000, NONCE)
+    scanner.feed(b"__AR_ffffffffffffffff_go__\n")  # an older line's: not this one's start
+    assert not scanner.started
+    scanner.feed(f"__AR_{NONCE}_go__\nout\n".encode())
+    assert scanner.started and not scanner.found
+    scanner.feed(f"__AR_{NONCE}_0__\n".encode())
+    assert scanner.found and scanner.finish()[0] == "out\n"
+
+
 def test_crlf_and_invalid_utf8_are_normalised() -> None:
     scanner = Scanner(1000, NONCE)
     scanner.feed(b"a\r\nb\xff\xc3")

@@ -1,10 +1,11 @@
 """How the action server names what it applies and what happened (pure functions)."""
 
 import resource
+import subprocess
 
 import pytest
 
-from agentroll.runtime.action.children import describe_exit
+from agentroll.runtime.action.children import describe_exit, doomed
 from agentroll.runtime.action.guard import parse_rlimit
 
 
@@ -21,3 +22,15 @@ def test_exits_are_described_for_the_agent() -> None:
     assert describe_exit(-9) == "was killed by signal 9 (SIGKILL, e.g. out of memory or kill -9)"
     assert describe_exit(-15) == "was killed by signal 15 (SIGTERM)"
     assert describe_exit(None) == "exited"
+
+
+def test_a_process_is_doomed_once_it_exits_not_before() -> None:
+    proc = subprocess.Popen(["sleep", "30"])
+    try:
+        assert not doomed(proc.pid)  # alive, nothing pending
+        proc.kill()
+        assert doomed(proc.pid)  # from the moment it is sent: pending, exiting, then a zombie
+    finally:
+        proc.kill()
+        proc.wait(10)
+    assert doomed(proc.pid)  # reaped: gone

@@ -10,8 +10,11 @@ The pty master is read with ``loop.add_reader``; bytes flow into a scanner that 
 sentinel and keeps a bounded head/tail of everything before it.
 
 Bash is the agent's: the agent may kill it, during a command or between two (``kill -9 -1``
-from the Python tool). Either way the call reports how bash ended and that a new one, with
-reset state, ran the command; the call never fails for it.
+from the Python tool). Killed between two, the next call reports how bash ended and that a new
+one, with reset state, ran the command; the call never fails for it. A SIGKILL lands when its
+target next runs, so a bash killed by the previous call may still look alive when the next one
+comes; each line therefore prints a start marker first, and a bash that ends before printing it
+never ran the command, which a new bash then runs, once.
 """
 
 from __future__ import annotations
@@ -30,7 +33,12 @@ from ptyprocess import PtyProcess
 
 from agentroll.runtime.action.children import Children, describe_exit
 from agentroll.runtime.action.regular import open_regular
-from agentroll.runtime.action.shell_io import Scanner, ansi_c_quote, sentinel_command
+from agentroll.runtime.action.shell_io import (
+    Scanner,
+    ansi_c_quote,
+    sentinel_command,
+    start_command,
+)
 
 BASH_ARGV = ("bash", "--noprofile", "--norc", "--noediting")
 # Keeps tools from waiting on a human: no pagers, no prompts, no colours.
@@ -54,6 +62,7 @@ SIGINT_GRACE_S = 1.0  # for the foreground job to die after SIGINT
 KILL_GRACE_S = 1.0  # after SIGKILL of the foreground job
 RECOVERY_TIMEOUT_S = 2.0  # for bash to answer the recovery sentinel
 RESET_NOTE = "working directory, variables and functions were reset"
+RAN_IN_NEW_BASH = f"a new bash session ran this one: {RESET_NOTE}"
 
 
 def _quiet_tty() -> None:
@@ -242,8 +251,7 @@ class BashSession:
                 # directly: the pty's end of file may still wait in the event loop.
                 status = await self._reap()
                 notes.append(
-                    f"[bash {describe_exit(status)} after the previous command; a new bash "
-                    f"session ran this one: {RESET_NOTE}]"
+                    f"[bash {describe_exit(status)} after the previous command; {RAN_IN_NEW_BASH}]"
                 )
                 restarted = True
             if not self.running:
@@ -276,18 +284,29 @@ class BashSession:
         notes: list[str],
         restarted: bool,
     ) -> dict[str, Any]:
-        nonce = secrets.token_hex(8)
-        scanner = Scanner(limit, nonce)
-        self._scanner = scanner
-        self._last_output = started
         deadline = started + time_limit
-        self._restore_tty()
-        try:
-            line = self._command_line(command, nonce)
-        except OSError as exc:  # its state folder is in the agent's reach (a full /tmp, say)
-            return self._result(f"[the command could not be staged: {exc.strerror}]", started)
-        await self._write(line, deadline)
-        outcome = await self._wait(scanner, deadline, quiet_s)
+        while True:
+            nonce = secrets.token_hex(8)
+            scanner = Scanner(limit, nonce)
+            self._scanner = scanner
+            self._last_output = time.monotonic()
+            self._restore_tty()
+            try:
+                line = self._command_line(command, nonce)
+            except OSError as exc:  # its state folder is in the agent's reach (a full /tmp)
+                return self._result(f"[the command could not be staged: {exc.strerror}]", started)
+            await self._write(line, deadline)
+            outcome = await self._wait(scanner, deadline, quiet_s)
+            if outcome != "eof" or scanner.started or restarted:
+                break
+            # Bash died before the line began (killed by the agent's last call, but still
+            # alive when this one came): the command never ran, so a new bash runs it.
+            status = await self._reap()
+            notes.append(f"[bash {describe_exit(status)} before this command; {RAN_IN_NEW_BASH}]")
+            with contextlib.suppress(OSError):  # a long command's file, never read
+                os.unlink(self._command_file(nonce))
+            await self._respawn()
+            restarted = True
         exit_code: int | None = scanner.exit_code
         timed_out = outcome in ("timeout", "quiet")
         if outcome == "eof":
@@ -337,20 +356,23 @@ class BashSession:
             "session_restarted": False,
         }
 
+    def _command_file(self, nonce: str) -> str:
+        return os.path.join(self._state_dir, f"bash-command-{nonce}")
+
     def _command_line(self, command: str, nonce: str) -> bytes:
-        line = f"eval {ansi_c_quote(command)}; {sentinel_command(nonce)}\n".encode(
-            "utf-8", errors="replace"
-        )
-        if len(line) <= MAX_LINE_BYTES:
-            return line
+        line = f"{start_command(nonce)}; eval {ansi_c_quote(command)}; {sentinel_command(nonce)}\n"
+        encoded = line.encode("utf-8", errors="replace")
+        if len(encoded) <= MAX_LINE_BYTES:
+            return encoded
         # A fresh name, created exclusively: nothing the agent planted (a FIFO) is opened.
-        path = os.path.join(self._state_dir, f"bash-command-{nonce}")
+        path = self._command_file(nonce)
         os.makedirs(self._state_dir, mode=0o700, exist_ok=True)  # the agent may have removed it
         fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as fh:
             fh.write(command.replace("\x00", ""))
         return (
-            f"IFS= read -r -d '' __ar_cmd < {ansi_c_quote(path)}; eval \"$__ar_cmd\"; "
+            f"{start_command(nonce)}; IFS= read -r -d '' __ar_cmd < {ansi_c_quote(path)}; "
+            f'eval "$__ar_cmd"; '
             f"{sentinel_command(nonce)}; unset __ar_cmd; rm -f {ansi_c_quote(path)}\n"
         ).encode()
 

@@ -32,6 +32,33 @@ def _stat(pid: int) -> tuple[str, int] | None:
     return fields[0].decode(), int(fields[1])
 
 
+_PF_EXITING = 0x4  # a task flag (include/linux/sched.h), set as it begins to exit
+_SIGKILL_BIT = 1 << (signal.SIGKILL - 1)
+
+
+def doomed(pid: int) -> bool:
+    """Whether ``pid`` is gone or on its way out: exiting, a zombie, or a SIGKILL pending.
+
+    A SIGKILL lands only when its target next runs, late on a busy node, so a process the
+    agent killed a moment ago can still look alive to ``waitpid``.
+    """
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        with open(f"/proc/{pid}/status", "rb") as f:
+            status = f.read()
+    except OSError:
+        return True
+    fields = stat[stat.rindex(b")") + 2 :].split()
+    if fields[0] in (b"Z", b"X") or int(fields[6]) & _PF_EXITING:
+        return True
+    pending = 0
+    for line in status.splitlines():
+        if line.startswith((b"SigPnd:", b"ShdPnd:")):
+            pending |= int(line.split()[1], 16)
+    return bool(pending & _SIGKILL_BIT)
+
+
 def _pids() -> list[int]:
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
 

@@ -5,7 +5,8 @@ action server itself becomes ready fast). It talks over ZeroMQ ``ipc`` sockets w
 in the server's private state directory -- no TCP port, nothing in a shared /tmp.
 
 The kernel is the agent's: when it dies (killed by the agent's own processes, out of memory),
-the call reports how it ended, a fresh kernel is started and the call returns normally. It is
+the call reports how it ended, a fresh kernel is started and the call returns normally; killed
+between two calls, the fresh kernel runs the second call's code. It is
 confined to the agent's limits only once it is ready: its own start (threads, imports) must
 not fail because the agent has used up its processes or memory.
 """
@@ -22,7 +23,7 @@ import time
 from collections.abc import Mapping
 from typing import IO, Any
 
-from agentroll.runtime.action.children import Children, describe_exit
+from agentroll.runtime.action.children import Children, describe_exit, doomed
 from agentroll.runtime.action.regular import open_regular
 from agentroll.runtime.action.truncate import HeadTailBuffer, truncate_text
 
@@ -30,6 +31,7 @@ START_TIMEOUT_S = 60.0
 INTERRUPT_GRACE_S = 3.0
 SHUTDOWN_TIMEOUT_S = 5.0
 LIVENESS_POLL_S = 0.5  # how often a long execution checks that the kernel is still alive
+DEATH_WAIT_S = 2.0  # for a kernel found with a SIGKILL pending to finish dying
 MAX_IPC_PATH = 100  # AF_UNIX paths are limited to 107 bytes; jupyter adds "-<n>"
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
@@ -174,15 +176,21 @@ class PythonSession:
         async with self._lock:
             started = time.monotonic()
             notes: list[str] = []
+            restarted = False
             if self._km is None:
                 await self._start()
+            elif await self._killed_since_last_call():
+                ended, restarted = await self._replace_dead_kernel(), True
+                notes.append(
+                    f"[the Python kernel died after the previous call: it {ended}; a new kernel"
+                    " ran this code and state was lost]"
+                )
             self._interrupt_requested = False
             collected = _Collected(max_output_chars)
             msg_id = self._kc.execute(
                 code, store_history=True, allow_stdin=False, stop_on_error=False
             )
             outcome = await self._collect(msg_id, collected, started + time_limit)
-            restarted = False
             if outcome in ("timeout", "interrupt"):
                 await self._km.interrupt_kernel()
                 grace = time.monotonic() + INTERRUPT_GRACE_S
@@ -197,12 +205,9 @@ class PythonSession:
                     restarted = True
                     notes.append("[the kernel did not stop; it was restarted and state was lost]")
             elif outcome == "dead":
-                status = await self._km.provisioner.poll()
-                await self._restart()
-                restarted = True
+                ended, restarted = await self._replace_dead_kernel(), True
                 notes.append(
-                    f"[the Python kernel died: it {describe_exit(status)}; it was restarted "
-                    "and state was lost]"
+                    f"[the Python kernel died: it {ended}; it was restarted and state was lost]"
                 )
             text, truncated = collected.output.text()
             if notes:
@@ -220,6 +225,28 @@ class PythonSession:
                 "interrupted": outcome == "interrupt",
                 "kernel_restarted": restarted,
             }
+
+    async def _replace_dead_kernel(self) -> str:
+        """Start a new kernel in place of the dead one; how that one ended, for the agent."""
+        status = await self._km.provisioner.poll()
+        await self._restart()
+        return describe_exit(status)
+
+    async def _killed_since_last_call(self) -> bool:
+        """By the agent's `kill -9 -1` from bash, say: then a new kernel runs this call's code.
+
+        Asked of the process, not only `waitpid`: a kernel killed a moment ago may not have
+        run to its death yet, and would take the code with it.
+        """
+        provisioner: Any = self._km.provisioner
+        if not doomed(provisioner.pid):
+            return not await self._km.is_alive()
+        deadline = time.monotonic() + DEATH_WAIT_S  # for its exit status, to tell the agent
+        while await provisioner.poll() is None:
+            if time.monotonic() >= deadline:
+                break  # the restart kills it
+            await asyncio.sleep(0.01)
+        return True
 
     async def _collect(
         self, msg_id: str, collected: _Collected, deadline: float, *, interruptible: bool = True
