@@ -161,6 +161,8 @@ def print_report(cfg: SoakConfig, r: SoakReport) -> None:
     fd_delta = r.idle_fds_after - r.idle_fds_before
     _line("submitted / received once", f"{r.submitted}/{r.received}", "equal", not lost)
     _line("lost or duplicated results", str(lost), "0", not lost)
+    infra = r.outcomes.get("infra_error", 0)
+    _line("infra_error (pauses, churn: not faults)", str(infra), "0", not infra)
     _line("infra_error with a reward", str(r.infra_with_reward), "0", not r.infra_with_reward)
     _line("leaked processes and leases (idle)", str(leaked), "0", not leaked)
     _line("sandbox dirs left after shutdown", str(len(r.leftover_sandbox_dirs)), "0",
