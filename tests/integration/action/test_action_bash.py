@@ -51,6 +51,21 @@ async def test_commands_longer_than_a_tty_line(client: ActionClient) -> None:
     assert result.output.strip() == "10001" and result.exit_code == 0
 
 
+async def test_long_commands_run_in_a_shell_with_errexit_set(server: ServerProcess) -> None:
+    """`set -e` is the agent's to set; staging a long command must not trip it."""
+    client = ActionClient(server.socket)
+    await client.connect(20)
+    try:
+        await client.bash("set -euo pipefail")
+        long_arg = "x" * 10_000
+        result = await client.bash(f"echo {long_arg} | wc -c")
+        assert (result.output, result.exit_code) == ("10001\n", 0)
+        assert not result.session_restarted
+        assert (await client.bash("echo $-")).output.count("e") == 1  # still set
+    finally:
+        await client.close()
+
+
 async def test_non_interactive_environment(client: ActionClient) -> None:
     result = await client.bash("echo $TERM $PAGER $GIT_PAGER; set -o | grep -w history")
     lines = result.output.splitlines()

@@ -7,6 +7,7 @@ namespace's init; what they show holds for every runtime.
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import tempfile
@@ -133,6 +134,27 @@ async def test_bash_killed_between_calls_is_reported(server: ServerProcess) -> N
         assert res.output.startswith(f"{server.workdir}\n")  # the new shell ran the command
         assert "[bash was killed by signal 9 (SIGKILL" in res.output
         assert "after the previous command" in res.output
+    finally:
+        await client.close()
+
+
+async def test_a_long_command_that_cannot_be_staged_still_reports_the_restart(
+    server: ServerProcess,
+) -> None:
+    """The agent killed bash, then put a file where long commands are staged."""
+    client = ActionClient(server.socket)
+    await client.connect(20)
+    try:
+        bash_pid = int((await client.bash("echo $$")).output)
+        (state_dir,) = server.socket.parent.glob(".agentroll-action-*")
+        os.kill(bash_pid, signal.SIGKILL)
+        shutil.rmtree(state_dir)
+        state_dir.write_text("planted")
+        res = await client.bash(f"echo {'x' * 10_000}")
+        assert res.session_restarted and res.exit_code is None
+        assert "[bash was killed by signal 9 (SIGKILL" in res.output
+        assert "[the command could not be staged" in res.output
+        assert (await client.bash("echo short")).output == "short\n"
     finally:
         await client.close()
 

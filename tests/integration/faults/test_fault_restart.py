@@ -60,6 +60,7 @@ def test_sigkill_with_jobs_in_every_state(tmp_path: Path, on_restart: str) -> No
         "AGENTROLL_POOLS__RUN": "24",
         "AGENTROLL_POOLS__EVAL": "6",
         "AGENTROLL_POOLS__READY_BUFFER": "12",
+        "AGENTROLL_ADMISSION__LIVE_WHEN_BUSY": "300",  # 62 held jobs live however busy the node
         "AGENTROLL_ON_RESTART": on_restart,
         "AGENTROLL_SANDBOX": json.dumps({"type": "bwrap", "state_dir": str(state_dir)}),
     }

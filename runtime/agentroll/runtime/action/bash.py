@@ -31,7 +31,7 @@ from typing import Any
 
 from ptyprocess import PtyProcess
 
-from agentroll.runtime.action.children import Children, describe_exit
+from agentroll.runtime.action.children import Children, describe_exit, doomed
 from agentroll.runtime.action.regular import open_regular
 from agentroll.runtime.action.shell_io import (
     Scanner,
@@ -246,9 +246,12 @@ class BashSession:
                 if self.running and not await self._recover(Scanner(4096, "0" * 16)):
                     restarted = True
                     notes.append("[the previous command was abandoned; bash was restarted]")
-            if self._proc is not None and (self._eof or not self._proc.isalive()):
+            if self._proc is not None and (
+                self._eof or not self._proc.isalive() or doomed(self._proc.pid)
+            ):
                 # Killed since the last call (by the agent's own processes): say so. Asked
-                # directly: the pty's end of file may still wait in the event loop.
+                # directly: the pty's end of file may still wait in the event loop, and a
+                # SIGKILL still pending (a busy node) leaves bash looking alive.
                 status = await self._reap()
                 notes.append(
                     f"[bash {describe_exit(status)} after the previous command; {RAN_IN_NEW_BASH}]"
@@ -294,14 +297,19 @@ class BashSession:
             try:
                 line = self._command_line(command, nonce)
             except OSError as exc:  # its state folder is in the agent's reach (a full /tmp)
-                return self._result(f"[the command could not be staged: {exc.strerror}]", started)
+                notes.append(f"[the command could not be staged: {exc.strerror}]")
+                return self._unstaged(notes, started, restarted)
             await self._write(line, deadline)
             outcome = await self._wait(scanner, deadline, quiet_s)
             if outcome != "eof" or scanner.started or restarted:
                 break
             # Bash died before the line began (killed by the agent's last call, but still
-            # alive when this one came): the command never ran, so a new bash runs it.
+            # alive when this one came): the command never ran, so a new bash runs it. An
+            # end of file from a bash still alive proves nothing, so that is not retried, nor
+            # is a call out of time.
             status = await self._reap()
+            if status is None or time.monotonic() >= deadline:
+                break
             notes.append(f"[bash {describe_exit(status)} before this command; {RAN_IN_NEW_BASH}]")
             with contextlib.suppress(OSError):  # a long command's file, never read
                 os.unlink(self._command_file(nonce))
@@ -344,23 +352,25 @@ class BashSession:
         }
 
     @staticmethod
-    def _result(text: str, started: float) -> dict[str, Any]:
-        """A call that never reached bash: what happened, as the observation."""
+    def _unstaged(notes: list[str], started: float, restarted: bool) -> dict[str, Any]:
+        """A call that never reached bash: what happened (a restart too), as the observation."""
         return {
-            "output": text,
+            "output": "\n".join(notes),
             "exit_code": None,
             "timed_out": False,
             "truncated": False,
             "duration_s": round(time.monotonic() - started, 6),
             "interrupted": False,
-            "session_restarted": False,
+            "session_restarted": restarted,
         }
 
     def _command_file(self, nonce: str) -> str:
         return os.path.join(self._state_dir, f"bash-command-{nonce}")
 
     def _command_line(self, command: str, nonce: str) -> bytes:
-        line = f"{start_command(nonce)}; eval {ansi_c_quote(command)}; {sentinel_command(nonce)}\n"
+        # `&&`: a start marker that could not be written (a hung-up tty) means no command.
+        start, end = start_command(nonce), sentinel_command(nonce)
+        line = f"{start} && eval {ansi_c_quote(command)}; {end}\n"
         encoded = line.encode("utf-8", errors="replace")
         if len(encoded) <= MAX_LINE_BYTES:
             return encoded
@@ -370,10 +380,12 @@ class BashSession:
         fd = open_regular(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as fh:
             fh.write(command.replace("\x00", ""))
+        # `read -d ''` fails at the end of the file by design: `|| :` keeps the agent's own
+        # `set -e` from ending bash on it.
         return (
-            f"{start_command(nonce)}; IFS= read -r -d '' __ar_cmd < {ansi_c_quote(path)}; "
-            f'eval "$__ar_cmd"; '
-            f"{sentinel_command(nonce)}; unset __ar_cmd; rm -f {ansi_c_quote(path)}\n"
+            f"{start} && {{ IFS= read -r -d '' __ar_cmd < {ansi_c_quote(path)} || :; "
+            f'eval "$__ar_cmd"; }}; '
+            f"{end}; unset __ar_cmd; rm -f {ansi_c_quote(path)}\n"
         ).encode()
 
     def _restore_tty(self) -> None:
