@@ -84,7 +84,9 @@ async def idle_memory(rt: BaseRuntime, n: int) -> float:
     await asyncio.sleep(1.0)
     all_procs = procs.scan()
     total = sum(
-        pss_kib(p) for sb in sandboxes for p in procs.select(all_procs, sb.id, pidns=sb.pidns)
+        pss_kib(p)
+        for sb in sandboxes
+        for p in procs.select(all_procs, sb.id, pidns=sb.pidns.inode if sb.pidns else None)
     )
     await asyncio.gather(*(sb.stop() for sb in sandboxes))
     return total / n / 1024

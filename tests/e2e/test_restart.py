@@ -35,9 +35,16 @@ def test_sigkill_mid_run_then_restart_loses_nothing(tmp_path: Path, on_restart: 
             client.submit(math_jobs(JOBS, "j", 4))
             # Few: meanwhile RUN drains the queue, and math grading's worker processes start on
             # the first answer math-verify must judge (seconds on a loaded machine).
-            while client.status().results_cursor < 10:
+            # Admission lets jobs in at its readings, so RUN can be empty for a moment: wait
+            # for a moment when some are in it.
+            deadline = time.monotonic() + 60
+            while True:
+                status = client.status()
+                states = status.jobs_by_state
+                if status.results_cursor >= 10 and states.get("run", 0) > 0:
+                    break
+                assert time.monotonic() < deadline, states
                 time.sleep(0.02)
-            states = client.status().jobs_by_state
             before = client.results(after=0, limit=1000).results
             first.kill()  # SIGKILL: no shutdown hook runs
             client.close()

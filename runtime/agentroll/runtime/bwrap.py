@@ -36,7 +36,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agentroll.runtime import hostroot
+from agentroll.runtime import hostroot, procs
 from agentroll.runtime.base import SandboxSpec
 from agentroll.runtime.cgroup import SandboxCgroup
 from agentroll.runtime.core import BaseRuntime
@@ -246,13 +246,14 @@ class BwrapRuntime(BaseRuntime):
             for fd in (write_fd, *cgroup_fds):
                 os.close(fd)
         info = await _read_info(read_fd, deadline)
-        sb.pidns = info.get("pid-namespace")
+        inode = info.get("pid-namespace")
         child = info.get("child-pid")
         if child is None:
             raise SandboxStartError(
                 f"bwrap exited before starting sandbox {sb.id}: {sb.log_tail() or '(no output)'}"
             )
-        sb.init = InitHandle(child, sb.pidns)
+        sb.init = InitHandle(child, inode)
+        sb.pidns = procs.PidNamespace.of(child, inode) if inode is not None else None
         self.record(sb)
         loop = asyncio.get_running_loop()
         await sb.wait_ready(max(deadline - loop.time(), 0.1))

@@ -117,7 +117,10 @@ class BaseRuntime:
         lease.pid = sandbox.pid
         lease.pid_start = procs.start_time(sandbox.pid) if sandbox.pid else None
         lease.pgid = sandbox.pid
-        lease.pidns = sandbox.pidns
+        ns = sandbox.pidns
+        lease.pidns, lease.pidns_member, lease.pidns_member_start = (
+            (ns.inode, ns.member, ns.member_start) if ns else (None, None, None)
+        )
         lease.cgroups = [str(p) for p in sandbox.cgroup.paths] if sandbox.cgroup else []
         marker = sandbox.cmdline_marker()
         if marker:

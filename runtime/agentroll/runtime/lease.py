@@ -34,6 +34,9 @@ class Lease:
     pid_start: int | None = None
     pgid: int | None = None
     pidns: int | None = None
+    #: A process of that namespace (pid, start time): the number counts only while it lives.
+    pidns_member: int | None = None
+    pidns_member_start: int | None = None
     #: The sandbox's cgroup directories (one per hierarchy).
     cgroups: list[str] = field(default_factory=list)
     address: str | None = None
@@ -43,6 +46,12 @@ class Lease:
 
     def owner_alive(self) -> bool:
         return procs.is_alive(self.owner_pid, self.owner_start)
+
+    def namespace(self) -> procs.PidNamespace | None:
+        """None for a lease without the member (written by an older server): never counted."""
+        if self.pidns is None or self.pidns_member is None or self.pidns_member_start is None:
+            return None
+        return procs.PidNamespace(self.pidns, self.pidns_member, self.pidns_member_start)
 
 
 def current_owner() -> tuple[int, int | None]:
@@ -106,7 +115,7 @@ async def reap(
         for _ in range(5):
             pids = await scanner.find(
                 lease.sandbox_id,
-                pidns=lease.pidns,
+                pidns=lease.namespace(),
                 cmdline_marker=marker.encode() if marker else None,
             )
             pids = sorted(set(pids) | set(cgroup.pids()))

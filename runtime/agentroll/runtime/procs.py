@@ -3,7 +3,9 @@
 A process belongs to sandbox ``S`` when any of these hold:
 
 * its environment has ``AGENTROLL_SANDBOX_ID=S`` (set on the launcher and inside the sandbox);
-* it lives in the sandbox's PID namespace (recorded at start; a process cannot leave it);
+* it lives in the sandbox's PID namespace (recorded at start; a process cannot leave it),
+  counted only while a process known to be in it lives: the kernel gives a freed namespace's
+  number to the next namespace made, at once, so a dead sandbox's number soon names another's;
 * its command line contains a runtime-specific marker (an Apptainer instance name).
 
 Never a broad process name. Scans read /proc synchronously, so async callers go through
@@ -41,6 +43,30 @@ def pidns_of(pid: int) -> int | None:
     except OSError:
         return None
     return int(link[link.index("[") + 1 : -1])
+
+
+@dataclass(frozen=True, slots=True)
+class PidNamespace:
+    """A PID namespace by its number, with a member (pid and start time) that vouches for it.
+
+    A namespace lives while any of its processes does, so while the member lives the number
+    is this namespace's. Once the member (the sandbox's init) is gone, the kernel has killed
+    everything else in the namespace too, and the number may already be another sandbox's.
+    """
+
+    inode: int
+    member: int
+    member_start: int
+
+    @classmethod
+    def of(cls, pid: int, inode: int) -> PidNamespace | None:
+        """The namespace ``inode`` vouched for by ``pid``; None if ``pid`` is not in it (now)."""
+        started = start_time(pid)
+        ns = None if started is None else cls(inode, pid, started)
+        return ns if ns is not None and ns.alive() else None
+
+    def alive(self) -> bool:
+        return is_alive(self.member, self.member_start) and pidns_of(self.member) == self.inode
 
 
 def _stat_fields(pid: int | str) -> list[bytes] | None:
@@ -171,7 +197,14 @@ class ProcScanner:
             return self._result
 
     async def find(
-        self, sandbox_id: str, *, pidns: int | None = None, cmdline_marker: bytes | None = None
+        self,
+        sandbox_id: str,
+        *,
+        pidns: PidNamespace | None = None,
+        cmdline_marker: bytes | None = None,
     ) -> list[int]:
+        # The namespace's number names it in this scan only if its member outlived the scan.
+        vouched = pidns is not None and pidns.alive()
         procs = await self.snapshot()
-        return select(procs, sandbox_id, pidns=pidns, cmdline_marker=cmdline_marker)
+        inode = pidns.inode if vouched and pidns is not None and pidns.alive() else None
+        return select(procs, sandbox_id, pidns=inode, cmdline_marker=cmdline_marker)

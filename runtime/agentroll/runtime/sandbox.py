@@ -89,7 +89,7 @@ class ProcessSandbox:
         self._proc: asyncio.subprocess.Process | None = None
         self._tools: ActionClient | None = None
         self._stop_task: asyncio.Task[None] | None = None
-        self.pidns: int | None = None
+        self.pidns: procs.PidNamespace | None = None
 
     # ----- what backends provide -------------------------------------------------------
     def exec_argv(self, argv: Sequence[str]) -> list[str]:

@@ -277,8 +277,9 @@ class SingularityRuntime(BaseRuntime):
             raise SandboxStartError(f"instance start failed (exit {rc}): {sb.log_tail()}")
         try:
             instance_pid = int(pid_file.read_text().split()[0])
-            sb.pidns = procs.pidns_of(instance_pid)
-            sb.instance = InitHandle(instance_pid, sb.pidns)
+            inode = procs.pidns_of(instance_pid)
+            sb.instance = InitHandle(instance_pid, inode)
+            sb.pidns = procs.PidNamespace.of(instance_pid, inode) if inode is not None else None
         except (OSError, ValueError, IndexError):
             log.warning("sandbox %s: no readable pid file from instance start", sb.id)
         command = action_server_argv(python, spec.workdir, spec.limits)

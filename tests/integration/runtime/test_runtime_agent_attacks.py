@@ -241,7 +241,8 @@ async def test_stop_agent_leaves_only_the_server(sandbox: ProcessSandbox) -> Non
 
 
 def _pidns_members(sb: BwrapSandbox) -> list[int]:
-    return sorted(p.pid for p in procs.scan() if p.pidns == sb.pidns)
+    assert sb.pidns is not None
+    return sorted(p.pid for p in procs.scan() if p.pidns == sb.pidns.inode)
 
 
 async def test_exec_after_the_init_died_is_a_clear_error(sandbox: ProcessSandbox) -> None:
