@@ -27,8 +27,10 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("bwrap") is None, reason="make test installs bubblewrap"),
 ]
 HONEST = 12
-HEALTHZ_BOUND_S = 2.0
-"""Generous: the attacks this guards against stalled the server for tens of seconds."""
+HEALTHZ_BOUND_S = 10.0
+"""The attacks this guards against stalled the server for tens of seconds. An idle 2-core
+machine sees ~0.2 s at worst; a CI run on a fresh clone saw 3.7 s once, so the bound leaves
+room for a busy node without letting such a stall through."""
 
 
 @pytest.fixture(scope="module")
