@@ -13,7 +13,7 @@ import json
 import logging
 import os
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from agentroll.runtime import procs
@@ -77,13 +77,18 @@ class LeaseStore:
 
     def all(self) -> list[Lease]:
         out = []
+        known = {f.name for f in fields(Lease)}
         for p in sorted(self.dir.glob("*.json")):
             try:
                 data = json.loads(p.read_text())
+                if not isinstance(data, dict):
+                    raise ValueError("not a JSON object")
                 if "cgroup" in data:  # written by a server that had one pids cgroup
                     old = data.pop("cgroup")
                     data["cgroups"] = [old] if old else []
-                out.append(Lease(**data))
+                # A newer server's fields are dropped, not fatal: its orphans are still
+                # reaped by the markers this version knows.
+                out.append(Lease(**{k: v for k, v in data.items() if k in known}))
             except (OSError, ValueError, TypeError) as exc:
                 log.warning("ignoring unreadable lease %s: %s", p, exc)
         return out

@@ -122,6 +122,19 @@ async def test_reap_removes_only_leases_of_dead_owners(tmp_path: Path) -> None:
     assert not state.sandbox_dir("dead1").exists() and state.sandbox_dir("live1").exists()
 
 
+def test_a_lease_from_a_newer_server_is_read_without_its_new_fields(tmp_path: Path) -> None:
+    state = StateDir(tmp_path)
+    path = LeaseStore(state).path("newer")
+    path.write_text(
+        '{"sandbox_id": "newer", "runtime": "bwrap", "owner_instance": "x", "owner_pid": 1,'
+        ' "owner_start": 1, "pidns": 5, "a_marker_from_the_future": "?"}'
+    )
+    (lease,) = LeaseStore(state).all()
+    assert (lease.sandbox_id, lease.pidns, lease.namespace()) == ("newer", 5, None)
+    LeaseStore(state).path("junk").write_text("[1, 2]")
+    assert [lease.sandbox_id for lease in LeaseStore(state).all()] == ["newer"]
+
+
 def test_marker_selection() -> None:
     ps = [
         procs.ProcInfo(10, 1, "abc", b"x"),
