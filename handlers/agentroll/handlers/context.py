@@ -55,6 +55,8 @@ class LimitsView(Protocol):
     def max_response_tokens(self) -> int: ...
     @property
     def eval_timeout_s(self) -> float: ...
+    @property
+    def deadline_s(self) -> float: ...
 
 
 @runtime_checkable
@@ -247,6 +249,13 @@ class RolloutContext(Protocol):
 
     def time_left(self) -> float:
         """Seconds until the job's overall deadline."""
+        ...
+
+    def agent_time(self) -> float:
+        """Seconds of the deadline the agent's doing has used so far: the work of RUN (its
+        turns, tool calls and generations, waits for a paused or slow backend included) and of
+        EVAL (grading what it left). The rest went to the server: queues, admission, INIT.
+        A grader that fits its limit into the deadline shortens it by this time only."""
         ...
 
     def set_finish_reason(self, reason: str) -> None:

@@ -4,7 +4,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,8 @@ class JobContext:
     llm: TokenSession
     deadline: float
     """`time.monotonic()` value of the job's overall deadline."""
+    agent_clock: Callable[[], float]
+    """The seconds of the deadline the agent's doing has used so far (`LiveJob.agent_seconds`)."""
     agents: JobAgents = field(default_factory=JobAgents)
     """A multi-agent job's declared agents, each with its own session (empty otherwise)."""
     runtime: Runtime | None = None
@@ -62,6 +64,9 @@ class JobContext:
 
     def time_left(self) -> float:
         return max(0.0, self.deadline - time.monotonic())
+
+    def agent_time(self) -> float:
+        return self.agent_clock()
 
     async def ask_judge(
         self,

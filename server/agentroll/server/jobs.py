@@ -24,6 +24,8 @@ class LiveJob:
     finishing: bool = False
     """The result is being persisted; too late to cancel."""
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    working_since: float | None = None
+    """Monotonic time the current stage's work began (None while the job waits)."""
 
     def stage_timing(self, stage: str) -> StageTiming:
         current = getattr(self.timing, stage)
@@ -32,3 +34,12 @@ class LiveJob:
             setattr(self.timing, stage, current)
         assert isinstance(current, StageTiming)
         return current
+
+    def agent_seconds(self) -> float:
+        """The work of RUN and EVAL so far: the part of the deadline the agent's doing used
+        (its turns, and the grading of what it left). Queues, admission and INIT are the
+        server's."""
+        done = sum(t.work_s for t in (self.timing.run, self.timing.eval) if t is not None)
+        if self.state in (JobState.run, JobState.eval) and self.working_since is not None:
+            done += time.monotonic() - self.working_since
+        return done

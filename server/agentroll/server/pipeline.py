@@ -211,7 +211,7 @@ class Pipeline:
     ) -> T:
         job.state = JobState(stage)
         stage_var.set(stage)
-        began = time.monotonic()
+        began = job.working_since = time.monotonic()
         try:
             async with asyncio.timeout(timeout_s) as stage_timer:
                 return await fn(ctx)
@@ -224,6 +224,7 @@ class Pipeline:
         except Exception as exc:
             raise self._failure(stage, on_error, ctx, exc) from exc
         finally:
+            job.working_since = None
             job.stage_timing(stage).work_s += time.monotonic() - began
 
     @staticmethod

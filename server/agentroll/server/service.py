@@ -262,6 +262,7 @@ class JobService:
             llm=self._session(request, DEFAULT_POLICY),
             agents=JobAgents(agents),
             deadline=job.started + request.limits.deadline_s,
+            agent_clock=job.agent_seconds,
             runtime=self.runtime,
             teardowns=self.teardowns,
             metrics=self.metrics,

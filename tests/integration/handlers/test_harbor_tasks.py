@@ -5,6 +5,7 @@ process rewriting it, or plants its own tests — which earns 0 or the real scor
 forged one. A verifier that writes no reward, or a malformed one, is `infra_error` with the
 test output; one that outruns its time limit scores 0."""
 
+import asyncio
 import json
 import shutil
 from pathlib import Path
@@ -18,7 +19,7 @@ from tests.support.images import CACHE
 from tests.support.task_images import BUILD_TIMEOUT_S, needs_task_build, task_bases
 
 from agentroll.handlers.builtin.harbor import source
-from agentroll.server.schema import Outcome
+from agentroll.server.schema import JobState, Outcome
 
 # On a machine without cached images the first test builds the bases, then the task images:
 # minutes each on 2 cores, past pytest's default limit; the builds have their own timeouts.
@@ -142,6 +143,50 @@ async def test_bundled_tasks_are_solved_and_never_forged(
         Outcome.ok, 0.0, "verifier_timeout",
     )  # fmt: skip
     assert "started" in hung.reward_info["verifier"]["output_tail"]
+
+
+HELLO = "echo 'Hello, Harbor!' > /app/greeting.txt"
+SLOW_VERIFIER = "sleep 5\n" + (BUNDLED["hello-file"] / "tests" / "test.sh").read_text()
+DEADLINE_S = 130.0  # EVAL keeps a 90 s margin: waiting ~40 s leaves the old clip 1-2 s
+
+
+async def test_a_job_the_server_kept_waiting_still_gets_its_whole_verifier(
+    bases: None, agentroll_server: ServerFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One RUN worker: `waited` sits ~40 s in the RUN queue behind `blocker`, so its deadline
+    leaves EVAL less than its margin plus the verifier's 5 s. That time was the server's:
+    the verifier still gets its 10 s limit and the right answer scores 1 (clipped to what the
+    deadline left, it used to score 0). `dawdled` spent the same time itself (`sleep 40` in
+    RUN): its verifier gets only what the deadline leaves, and a verifier cut short is a 0."""
+    monkeypatch.setenv(source.CACHE_ENV, str(CACHE))
+    attacks = {"blocker": ["sleep 40", HELLO], "waited": [HELLO], "dawdled": ["sleep 40", HELLO]}
+    jobs = {name: harbor_job(name, task_copy(tmp_path, "hello-file", name, SLOW_VERIFIER))
+            for name in attacks}  # fmt: skip
+    for name in ("waited", "dawdled"):
+        jobs[name]["limits"] = {"deadline_s": DEADLINE_S}
+    async with (
+        scripted_backend(0.0, attack_rules(attacks), policy=POLICY) as backend,
+        rollout_service(agentroll_server, tmp_path, backend, pools={"run": 1}) as client,
+    ):
+        await client.submit([jobs["blocker"]])
+        async with asyncio.timeout(2 * BUILD_TIMEOUT_S):  # its INIT may build the image
+            while (await client.job("blocker")).state is not JobState.run:
+                await asyncio.sleep(0.2)
+        for name in ("waited", "dawdled"):  # in this order: `waited` is next in line for RUN
+            await client.submit([jobs[name]])
+            async with asyncio.timeout(60):
+                while (await client.job(name)).state in (JobState.queued, JobState.init):
+                    await asyncio.sleep(0.2)
+        results = await client.wait_for(list(jobs), 300)
+
+    blocker, waited, dawdled = results["blocker"], results["waited"], results["dawdled"]
+    assert (blocker.outcome, blocker.reward) == (Outcome.ok, 1.0), blocker.error
+    assert (waited.outcome, waited.reward) == (Outcome.ok, 1.0), (waited.error, waited.reward_info)
+    assert waited.timing.run is not None and waited.timing.run.queue_s > 30
+    assert waited.reward_info["verifier"]["timed_out"] is False
+    assert (dawdled.outcome, dawdled.reward, dawdled.reward_info["reason"]) == (
+        Outcome.ok, 0.0, "verifier_timeout",
+    )  # fmt: skip
 
 
 def terminal_bench_1_task(tmp_path: Path, attack: str) -> Path:

@@ -21,6 +21,8 @@ class Gates:
         self.open: dict[str, asyncio.Event] = defaultdict(asyncio.Event)
         self.entered: dict[str, list[str]] = defaultdict(list)
         self.cleaned: list[str] = []
+        self.agent_time: dict[str, dict[str, float]] = defaultdict(dict)
+        """Per job, `ctx.agent_time()` as each stage ended."""
 
 
 def make_registry(gates: Gates) -> HandlerRegistry:
@@ -34,6 +36,7 @@ def make_registry(gates: Gates) -> HandlerRegistry:
                 if stage in inst.get("block", []):
                     await gates.open[stage].wait()
                 await asyncio.sleep(float(inst.get(f"{stage}_s", 0)))
+                gates.agent_time[ctx.job_id][stage] = ctx.agent_time()
                 fail = inst.get("fail", {})
                 if fail.get("stage") == stage:
                     kind = fail["kind"]

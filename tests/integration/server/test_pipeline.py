@@ -59,6 +59,34 @@ async def test_outcomes_map_failures_without_fake_zero_rewards(
     assert "run" not in gates.entered or "infra-init" not in gates.entered["run"]
 
 
+async def test_agent_time_is_runs_work_not_the_servers_waits(
+    agentroll_server: ServerFactory,
+) -> None:
+    """`ctx.agent_time()`: the share of the deadline the agent's doing used (the work of RUN
+    and EVAL, counted while they go on), never the INIT and queue time the server took.
+    Graders size their limits on it, so a server's delay cannot shorten them into a 0."""
+    gates = Gates()
+    held_s = 2.0
+    pools = {"init": 2, "run": 1, "eval": 2, "ready_buffer": 4}
+    async with agentroll_server(registry=make_registry(gates), pools=pools) as (_, client):
+        timed = job("timed", block=["init"], run_s=0.3, eval_s=0.2)
+        await client.submit([job("holder", block=["run"]), timed])
+        await eventually(lambda: "holder" in gates.entered["run"])
+        await asyncio.sleep(held_s)  # "timed" is held in INIT...
+        gates.open["init"].set()
+        await eventually(lambda: "init" in gates.agent_time["timed"])
+        await asyncio.sleep(held_s)  # ...then waits for the one RUN worker
+        gates.open["run"].set()
+        done = await client.wait_for(["holder", "timed"], 30)
+    assert {t.outcome for t in done.values()} == {Outcome.ok}
+    timing = done["timed"].timing
+    assert timing.init is not None and timing.init.work_s >= held_s
+    assert timing.run is not None and timing.run.queue_s >= held_s
+    seen = gates.agent_time["timed"]
+    assert seen["init"] == 0.0
+    assert seen["run"] >= 0.3 and seen["run"] + 0.2 <= seen["eval"] < held_s
+
+
 async def test_slow_eval_does_not_stop_init_and_run(agentroll_server: ServerFactory) -> None:
     gates = Gates()
     pools = {"init": 2, "run": 2, "eval": 1, "ready_buffer": 4}

@@ -277,3 +277,49 @@ def test_harbor_image_cli_names_the_task_it_cannot_build(
     err = capsys.readouterr().err
     assert "nope: no bundled task 'nope'; bundled: fix-script, hello-file, word-stats" in err
     assert f"{broken}: {broken}: missing tests/test.sh" in err
+
+
+@dataclasses.dataclass
+class _Limits:
+    deadline_s: float
+    eval_timeout_s: float = 600.0
+
+
+@dataclasses.dataclass
+class _Clock:
+    """The two clocks `verifier_time` reads: the job's limits and the agent's own time."""
+
+    limits: _Limits
+    agent_s: float
+    left_s: float
+
+    def agent_time(self) -> float:
+        return self.agent_s
+
+    def time_left(self) -> float:
+        return self.left_s
+
+
+@pytest.mark.parametrize(
+    ("limits", "agent_s", "left_s", "expected"),
+    [
+        # The server's queues took the job's slack: the verifier still gets all 60 s (were the
+        # deadline to end it, that is `timed_out`, never a 0 for tests that would have passed).
+        (_Limits(deadline_s=200), 5.0, 20.0, 60.0),
+        # The agent spent the time itself: the verifier gets what is left beside the margin.
+        (_Limits(deadline_s=200), 80.0, 115.0, 30.0),
+        (_Limits(deadline_s=200), 150.0, 45.0, 1.0),
+        # The EVAL stage's own limit always bounds it.
+        (_Limits(deadline_s=7200, eval_timeout_s=120), 0.0, 7000.0, 30.0),
+        (_Limits(deadline_s=7200), 0.0, 7000.0, 60.0),
+    ],
+)
+def test_only_the_agents_own_time_shortens_the_verifier(
+    limits: _Limits, agent_s: float, left_s: float, expected: float
+) -> None:
+    from agentroll.handlers.builtin.harbor.handler import EVAL_MARGIN_S, verifier_time
+
+    assert EVAL_MARGIN_S == 90
+    task = load_task(BUNDLED["hello-file"])  # verifier timeout_sec = 60
+    ctx = _Clock(limits, agent_s, left_s)
+    assert verifier_time(ctx, task) == expected  # type: ignore[arg-type]

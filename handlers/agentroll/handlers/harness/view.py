@@ -100,6 +100,9 @@ class TaskView:
     def time_left(self) -> float:
         return self._ctx.time_left()
 
+    def agent_time(self) -> float:
+        return self._ctx.agent_time()
+
     def set_finish_reason(self, reason: str) -> None:
         self._ctx.set_finish_reason(reason)
 

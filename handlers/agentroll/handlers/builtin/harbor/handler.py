@@ -227,11 +227,12 @@ class HarborHandler(ToolAgentHandler):
         sandbox = ctx.sandbox
         assert sandbox is not None, "INIT opens the sandbox"
         task = self.task(ctx)
-        # The stage's and the job's own limits must not end a hanging verifier first: that
-        # would be `timed_out` with no reward, where a verifier timeout scores 0.
-        budget = min(ctx.limits.eval_timeout_s, ctx.time_left()) - EVAL_MARGIN_S
-        timeout = max(1.0, min(task.verifier_timeout_s, budget))
-        return await verify(sandbox, task, timeout_s=timeout, reward_key=self.spec(ctx).reward_key)
+        return await verify(
+            sandbox,
+            task,
+            time_limit=lambda: verifier_time(ctx, task),  # once the tests are in place
+            reward_key=self.spec(ctx).reward_key,
+        )
 
     def final_result(self, ctx: RolloutContext) -> dict[str, Any]:
         out = super().final_result(ctx)
@@ -244,3 +245,21 @@ class HarborHandler(ToolAgentHandler):
                                  "build_seconds": image.build_seconds}  # fmt: skip
             out["metadata"] = {**out.get("metadata", {}), "harbor": info}
         return out
+
+
+def verifier_time(ctx: RolloutContext, task: HarborTask) -> float:
+    """The verifier's time limit, taken once its tests are in place: the task's, kept inside
+    the EVAL stage's and the job's.
+
+    A hanging verifier should end on this limit (a 0: the agent's code hangs) before the stage
+    or the job ends it (`timed_out`, no reward), so EVAL_MARGIN_S is kept inside both. The
+    job's deadline shortens it only by the agent's time (RUN, and EVAL so far: stopping what
+    the agent left, clearing what it wrote to /tests and /logs). Time the server took (queues,
+    admission, INIT's image build) does not, so it never cuts a slow but passing test suite
+    into a 0; when it leaves the verifier too little, the job's deadline ends EVAL as
+    `timed_out`.
+    """
+    limits = ctx.limits
+    agents_share = limits.deadline_s - ctx.agent_time()
+    budget = min(limits.eval_timeout_s, agents_share) - EVAL_MARGIN_S
+    return max(1.0, min(task.verifier_timeout_s, budget))

@@ -38,6 +38,7 @@ import math
 import re
 import shlex
 import tarfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -108,7 +109,7 @@ class VerifierFailed(InfraError):
 
 
 async def verify(
-    sandbox: Sandbox, task: HarborTask, *, timeout_s: float, reward_key: str
+    sandbox: Sandbox, task: HarborTask, *, time_limit: Callable[[], float], reward_key: str
 ) -> Reward:
     reset = await sandbox.exec(["sh", "-c", _RESET], timeout=SETUP_TIMEOUT_S)
     if reset.exit_code != 0:
@@ -118,7 +119,7 @@ async def verify(
     await install_tests(sandbox, task)
     tb1 = task.format == "terminal-bench-1"  # graded from the output: read more of it
     run, output = await _run_tests(
-        sandbox, task, timeout_s, SUMMARY_READ_BYTES if tb1 else OUTPUT_SHOWN_BYTES
+        sandbox, task, time_limit(), SUMMARY_READ_BYTES if tb1 else OUTPUT_SHOWN_BYTES
     )
     info: dict[str, Any] = {"format": task.format, "verifier": run.info()}
     if run.timed_out:
