@@ -10,11 +10,21 @@ import pytest
 from agentroll.handlers import HandlerRegistry
 from agentroll.server.api import create_app
 from agentroll.server.schema import PoolSizes
+from agentroll.server.schema.auth import TOKEN_FILE_ENV
 from agentroll.server.serving import RunningServer, start_in_loop
 from agentroll.server.settings import Settings
 from agentroll.trainer_clients import AsyncRolloutClient
 
 ServerFactory = Callable[..., AbstractAsyncContextManager[tuple[RunningServer, AsyncRolloutClient]]]
+
+
+@pytest.fixture(autouse=True)
+def server_token_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Where every server a test starts keeps the token it generates, and where the test's
+    clients read it: `AGENTROLL_TOKEN_FILE`, as an operator would export it for both."""
+    path = tmp_path / "api-token"
+    monkeypatch.setenv(TOKEN_FILE_ENV, str(path))
+    return path
 
 
 @pytest.fixture
@@ -34,7 +44,7 @@ def agentroll_server(tmp_path: Path) -> ServerFactory:
             **settings,
         )
         server = await start_in_loop(create_app(config, registry=registry))
-        client = AsyncRolloutClient(server.url)
+        client = AsyncRolloutClient(server.url, token=server.token)
         try:
             yield server, client
         finally:

@@ -91,3 +91,11 @@ def python_executable() -> str:
     active, and a path through directories the sandbox does not have would not exist there.
     """
     return os.path.abspath(sys.executable)
+
+
+def seen_by_sandboxes(path: str | os.PathLike[str]) -> bool:
+    """``path`` lies in a host directory that host-root sandboxes bind (the system directories,
+    the interpreter's): whatever is kept there, a policy can read."""
+    real = os.path.realpath(path)
+    roots = (*(f"/{name}" for name in SYSTEM_DIRS), *python_dirs())
+    return any(real == root or real.startswith(root.rstrip("/") + "/") for root in roots)

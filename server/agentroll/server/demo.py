@@ -33,6 +33,7 @@ from agentroll.handlers.builtin.swe import load_swe_tasks
 from agentroll.runtime import BwrapConfig
 from agentroll.server.api import create_app
 from agentroll.server.schema import AgentSpec, JobRequest, SamplingParams, Trajectory
+from agentroll.server.schema.auth import default_token_file
 from agentroll.server.serving import start_in_loop
 from agentroll.server.settings import Settings
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
@@ -235,11 +236,20 @@ async def _run(groups: int, group_size: int, latency_s: float, workdir: Path) ->
         )
     )
     families = plan_families(shutil.which("bwrap") is not None)
-    settings = Settings(db_path=workdir / "agentroll.db", sandbox=BwrapConfig())
+    # Its own state: a token generated in its work dir, whatever the environment configures.
+    token_file = default_token_file(workdir / "agentroll.db")
+    settings = Settings(
+        db_path=workdir / "agentroll.db",
+        api_token=None,
+        admin_token=None,
+        token_file=token_file,
+        sandbox=BwrapConfig(),
+    )
     server = await start_in_loop(create_app(settings))
     print(f"scripted vLLM backend at {backend.url}; agentroll server at {server.url}")
     try:
-        async with AsyncRolloutClient(server.url) as client:
+        # Like any client on this machine: the token the server generated in its state dir.
+        async with AsyncRolloutClient(server.url, token_file=token_file) as client:
             await client.add_backend({"id": "scripted-0", "base_url": backend.url})
             # The verifier's policy: here the same scripted server, as its own backend.
             verifier = {"id": "scripted-verifier", "base_url": backend.url, "policy": "verifier"}

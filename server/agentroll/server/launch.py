@@ -1,8 +1,8 @@
 """Launching agentroll processes (`serve`, `scripted-llm`) owned by the caller.
 
 Each runs in its own session and is stopped by its process group, never by name; the
-caller learns its URL from the `--url-file` it writes once bound. Used by end-to-end
-tests, benchmarks and launchers.
+caller learns its URL from the `--url-file` it writes once bound, and a server's token from
+where the server keeps it. Used by end-to-end tests, benchmarks and launchers.
 """
 
 import os
@@ -15,12 +15,22 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from agentroll.server.schema.auth import (
+    API_TOKEN_ENV,
+    DEFAULT_DB_PATH,
+    TOKEN_FILE_ENV,
+    default_token_file,
+    read_token_file,
+)
+
 
 @dataclass
 class Proc:
     popen: subprocess.Popen[bytes]
     url: str
     log: Path
+    token: str | None = None
+    """A `serve` process's API token (configured, or the one it generated); None otherwise."""
 
     @property
     def pid(self) -> int:
@@ -82,6 +92,21 @@ def agentroll_process(
                 raise RuntimeError(f"{name} did not start:\n{log.read_text()[-3000:]}")
             time.sleep(0.05)
         proc.url = url_file.read_text().strip()
+        proc.token = _server_token(args, {**os.environ, **(env or {})})
         yield proc
     finally:
         proc.kill(signal.SIGKILL)
+
+
+def _server_token(args: list[str], env: Mapping[str, str]) -> str | None:
+    """The token of a `serve` process started with `args` and `env` (bound already, so a
+    generated token is on disk): configured, or read where the server keeps it (settings
+    from a `--config` file are not looked at: pass `--db` or the environment)."""
+    if args[:1] != ["serve"]:
+        return None
+    if configured := env.get(API_TOKEN_ENV):
+        return configured
+    if named := env.get(TOKEN_FILE_ENV):
+        return read_token_file(named)
+    db = args[args.index("--db") + 1] if "--db" in args else env.get("AGENTROLL_DB_PATH")
+    return read_token_file(default_token_file(Path(db) if db else DEFAULT_DB_PATH))

@@ -55,6 +55,13 @@ class RunningServer:
     server: uvicorn.Server
     task: "asyncio.Task[None]"
 
+    @property
+    def token(self) -> str | None:
+        """The API token of an agentroll app (configured or generated); None for other apps."""
+        state = getattr(self.server.config.app, "state", None)
+        token: str | None = getattr(state, "api_token", None)
+        return token
+
     async def stop(self, timeout_s: float = 30.0) -> None:
         begin = getattr(getattr(self.server.config.app, "state", None), "begin_shutdown", None)
         if begin is not None:

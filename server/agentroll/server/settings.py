@@ -5,7 +5,6 @@ Sources, highest priority first: explicit values (CLI flags), environment variab
 (`--config` or `AGENTROLL_CONFIG`), then the defaults documented on each field.
 """
 
-import ipaddress
 import os
 from contextvars import ContextVar
 from pathlib import Path
@@ -25,21 +24,13 @@ from agentroll.server.errors import ServerError
 from agentroll.server.logs import LogFormat
 from agentroll.server.proxy import ProxyCaps
 from agentroll.server.schema import PoolSizes
+from agentroll.server.schema.auth import DEFAULT_DB_PATH, is_loopback
 
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("agentroll_config_file", default=None)
 
 
 class UnsafeSettingsError(ServerError, ValueError):
     """A combination of settings that would expose the server; refused at start-up."""
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class Settings(BaseSettings):
@@ -49,15 +40,30 @@ class Settings(BaseSettings):
 
     host: str = Field("127.0.0.1", description="Listen address. Beyond loopback needs api_token.")
     port: int = Field(8700, ge=0, le=65535, description="Listen port (0 picks a free one).")
-    api_token: SecretStr | None = Field(None, description="Bearer token clients must present.")
+    api_token: SecretStr | None = Field(
+        None,
+        description="Bearer token clients must present. Unset: the server generates one and "
+        "keeps it in `token_file` (the API is never open).",
+    )
+    token_file: Path | None = Field(
+        None,
+        description="Where the generated token is kept (mode 0600, reused across restarts) "
+        "when api_token is unset; default `api-token` beside db_path.",
+    )
     admin_token: SecretStr | None = Field(
         None,
-        description="If set, the only token accepted for pause/resume, pools and shutdown.",
+        description="If set, the only token accepted for the admin routes (pause/resume, "
+        "backends add/drain/remove, pools, shutdown, cancel all); it works on every route.",
+    )
+    metrics_public: bool = Field(
+        False,
+        description="Serve /metrics without a token (for a scraper that carries none); the "
+        "metrics hold no task data either way.",
     )
     max_requests_per_client: int = Field(
         512, ge=1, description="Concurrent requests per client address; beyond: 429."
     )
-    db_path: Path = Field(Path("var/agentroll.db"), description="SQLite job and result store.")
+    db_path: Path = Field(DEFAULT_DB_PATH, description="SQLite job and result store.")
     db_synchronous: Literal["NORMAL", "FULL"] = Field(
         "NORMAL",
         description="NORMAL survives a server crash; FULL also survives power loss (slower).",

@@ -263,7 +263,7 @@ async def run_batch(
         agentroll_process(llm_args, workdir, "llm", nice=REMOTE_NICE) as llm,
         agentroll_process(serve_args, workdir, "server", env=_server_env(workdir)) as server,
     ):
-        async with AsyncRolloutClient(server.url, timeout_s=120) as client:
+        async with AsyncRolloutClient(server.url, token=server.token, timeout_s=120) as client:
             await client.add_backend({"id": "scripted", "base_url": llm.url})
             watcher = asyncio.create_task(_watch_healthz(server.url, stop, worst))
             try:

@@ -8,6 +8,8 @@ import httpx
 import pytest
 from tests.conftest import ServerFactory
 
+from agentroll.trainer_clients.auth import auth_headers
+
 pytestmark = pytest.mark.integration
 
 DASHBOARD = Path(__file__).resolve().parents[3] / "deploy" / "grafana" / "agentroll.json"
@@ -23,7 +25,7 @@ def exposed_series(exposition: str) -> set[str]:
 
 
 async def scrape(url: str) -> str:
-    async with httpx.AsyncClient(base_url=url) as http:
+    async with httpx.AsyncClient(base_url=url, headers=auth_headers(url)) as http:
         return (await http.get("/metrics")).text
 
 

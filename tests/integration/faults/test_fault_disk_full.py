@@ -14,6 +14,7 @@ from tests.conftest import ServerFactory
 from tests.integration.faults.fault_handlers import fault_registry, staged_job
 
 from agentroll.server.schema import Outcome
+from agentroll.trainer_clients.auth import auth_headers
 
 pytestmark = pytest.mark.integration
 
@@ -67,7 +68,9 @@ async def test_full_disk_refuses_submissions_keeps_results_and_recovers(
         filler = small_disk / "filler"
         assert await asyncio.to_thread(fill, filler) > 0
 
-        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        async with httpx.AsyncClient(
+            base_url=server.url, timeout=30, headers=auth_headers(server.url)
+        ) as http:
             late = [staged_job(f"late{i}", pad=50_000) for i in range(5)]
             refused = await http.post("/v1/jobs", json={"jobs": late})
             assert refused.status_code == 503

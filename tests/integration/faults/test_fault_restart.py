@@ -18,6 +18,7 @@ from tests.integration.faults.support import drain, wait_ready, wait_until
 from agentroll.server.launch import agentroll_process
 from agentroll.server.schema import Outcome, Trajectory
 from agentroll.testing.sandboxes import lease_ids, leases, sandbox_pids
+from agentroll.trainer_clients.auth import auth_headers
 
 pytestmark = [
     pytest.mark.integration,
@@ -111,7 +112,7 @@ def test_sigkill_with_jobs_in_every_state(tmp_path: Path, on_restart: str) -> No
 
 
 def reaped_total(url: str) -> float:
-    metrics = httpx.get(f"{url}/metrics", timeout=10).text
+    metrics = httpx.get(f"{url}/metrics", timeout=10, headers=auth_headers(url)).text
     return next(
         float(line.split()[-1])
         for line in metrics.splitlines()

@@ -10,6 +10,7 @@ from tests.integration.server.scripted_handlers import Gates, job, make_registry
 
 from agentroll.server.schema import Outcome
 from agentroll.trainer_clients import AsyncRolloutClient, Conflict, InvalidRequest, NotFound
+from agentroll.trainer_clients.auth import auth_headers
 
 pytestmark = pytest.mark.integration
 
@@ -49,7 +50,7 @@ async def test_bad_input_gets_clear_4xx_envelopes(agentroll_server: ServerFactor
         server,
         client,
     ):
-        async with httpx.AsyncClient(base_url=server.url) as http:
+        async with httpx.AsyncClient(base_url=server.url, headers=auth_headers(server.url)) as http:
             r = await http.post("/v1/jobs", json={"handler": "nope", "instance": {}})
             err = _envelope(r)
             assert r.status_code == 400 and err["type"] == "unknown_handler"
@@ -120,7 +121,9 @@ async def test_sse_stream_resumes_from_last_event_id(agentroll_server: ServerFac
     async with agentroll_server(registry=make_registry(Gates())) as (server, client):
         await client.submit([job(f"j{i}") for i in range(3)])
         await client.wait_for(["j0", "j1", "j2"], 10)
-        async with httpx.AsyncClient(base_url=server.url, timeout=10) as http:
+        async with httpx.AsyncClient(
+            base_url=server.url, headers=auth_headers(server.url), timeout=10
+        ) as http:
             events: list[tuple[str, str]] = []
             async with http.stream(
                 "GET", "/v1/results/stream", headers={"Last-Event-ID": "1"}
@@ -155,7 +158,7 @@ async def test_shutdown_persists_unfinished_jobs_as_cancelled(
     gates = Gates()
     async with agentroll_server(registry=make_registry(gates)) as (server, client):
         await client.submit([job("stuck", block=["run"])])
-        async with httpx.AsyncClient(base_url=server.url) as http:
+        async with httpx.AsyncClient(base_url=server.url, headers=auth_headers(server.url)) as http:
             assert (await http.post("/v1/admin/shutdown")).status_code == 202
         await asyncio.wait_for(asyncio.shield(server.task), 10)  # it stops by itself
     async with agentroll_server(registry=make_registry(gates)) as (_, client):
@@ -168,7 +171,7 @@ async def test_shutdown_persists_unfinished_jobs_as_cancelled(
 async def test_submissions_are_refused_once_shutting_down(agentroll_server: ServerFactory) -> None:
     async with agentroll_server(registry=make_registry(Gates())) as (server, _):
         server.server.config.app.state.service.accepting = False
-        async with httpx.AsyncClient(base_url=server.url) as http:
+        async with httpx.AsyncClient(base_url=server.url, headers=auth_headers(server.url)) as http:
             r = await http.post("/v1/jobs", json=job("late"))
             assert r.status_code == 503 and _envelope(r)["type"] == "shutting_down"
             assert r.headers["retry-after"] == "5"
@@ -189,10 +192,11 @@ async def test_admin_token_guards_weight_sync_pools_and_shutdown(
                 ("PATCH", "/v1/admin/pools", {"run": 4}),
             ]:
                 r = await http.request(method, path, json=body, headers=user)
-                assert r.status_code == 401, path
+                assert r.status_code == 403 and _envelope(r)["type"] == "forbidden", path
                 r = await http.request(method, path, json=body, headers=admin)
                 assert r.status_code == 200, path
-            assert (await http.get("/v1/status", headers=admin)).status_code == 401
+            # The admin token does what the plain one does, too.
+            assert (await http.get("/v1/status", headers=admin)).status_code == 200
 
 
 async def test_deeply_nested_input_is_refused(agentroll_server: ServerFactory) -> None:
@@ -200,7 +204,7 @@ async def test_deeply_nested_input_is_refused(agentroll_server: ServerFactory) -
         nested: dict[str, object] = {"leaf": 1}
         for _ in range(40):
             nested = {"x": nested}
-        async with httpx.AsyncClient(base_url=server.url) as http:
+        async with httpx.AsyncClient(base_url=server.url, headers=auth_headers(server.url)) as http:
             r = await http.post("/v1/jobs", json=job("deep", **nested))
             assert r.status_code == 400 and "nested deeper" in json.dumps(_envelope(r)["detail"])
             body = '{"handler":"steered","instance":{"x":' + "[" * 50_000 + "]" * 50_000 + "}}"
@@ -217,7 +221,9 @@ async def test_per_client_concurrency_limit_answers_429(agentroll_server: Server
         client,
     ):
         await client.submit([job("slow", block=["run"])])
-        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        async with httpx.AsyncClient(
+            base_url=server.url, headers=auth_headers(server.url), timeout=30
+        ) as http:
             polls = [
                 asyncio.create_task(http.get("/v1/jobs/slow/result", params={"wait": 2}))
                 for _ in range(4)
@@ -234,7 +240,9 @@ async def test_abandoned_long_polls_are_released_at_once(agentroll_server: Serve
     async with agentroll_server(registry=make_registry(Gates())) as (server, client):
         await client.submit([job("slow", block=["run"])])
         baseline = len(asyncio.all_tasks())
-        async with httpx.AsyncClient(base_url=server.url, timeout=120) as http:
+        async with httpx.AsyncClient(
+            base_url=server.url, headers=auth_headers(server.url), timeout=120
+        ) as http:
             polls = [
                 asyncio.create_task(http.get("/v1/results", params={"after": 0, "wait": 60}))
                 for _ in range(40)
@@ -257,7 +265,7 @@ async def test_refusals_keep_their_exact_envelopes(agentroll_server: ServerFacto
     """Status, `type`, message, detail and Retry-After of each refusal the service raises."""
     gates = Gates()
     async with agentroll_server(registry=make_registry(gates), max_live_jobs=1) as (server, _):
-        async with httpx.AsyncClient(base_url=server.url) as http:
+        async with httpx.AsyncClient(base_url=server.url, headers=auth_headers(server.url)) as http:
             assert (await http.post("/v1/jobs", json=job("a", block=["run"]))).status_code == 200
 
             r = await http.post("/v1/jobs", json=job("a", other=1))

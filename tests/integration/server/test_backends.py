@@ -17,6 +17,7 @@ from agentroll.server.schema import Outcome
 from agentroll.server.serving import RunningServer, start_in_loop
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
+from agentroll.trainer_clients.auth import auth_headers
 
 pytestmark = pytest.mark.integration
 
@@ -83,7 +84,7 @@ async def test_drained_backend_gets_no_new_requests_and_leaves(
         await client.submit(jobs(30))
         while await calls(a.url) < 10:
             await asyncio.sleep(0.01)
-        async with httpx.AsyncClient(base_url=server.url) as http:
+        async with httpx.AsyncClient(base_url=server.url, headers=auth_headers(server.url)) as http:
             r = await http.post("/v1/backends/a/drain")
             assert r.status_code == 202 and r.json()["draining"] is True
         async with asyncio.timeout(10):

@@ -12,12 +12,13 @@ from tests.integration.server.test_trajectory import Parrot
 from agentroll.server.serving import start_in_loop
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
+from agentroll.trainer_clients.auth import auth_headers
 
 pytestmark = pytest.mark.integration
 
 
 async def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    async with httpx.AsyncClient(base_url=url) as http:
+    async with httpx.AsyncClient(base_url=url, headers=auth_headers(url)) as http:
         r = await http.get("/metrics")
     assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
     return {

@@ -20,6 +20,7 @@ from agentroll.server.schema import Outcome
 from agentroll.server.serving import RunningServer, start_in_loop
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
+from agentroll.trainer_clients.auth import auth_headers
 
 pytestmark = pytest.mark.integration
 
@@ -167,7 +168,7 @@ async def test_jobs_that_do_not_declare_the_handlers_agents_are_refused_at_submi
         extra["instance"] = {"words": ["a"]}
         surplus = duet_job("surplus", SPEAKER, LISTENER)
         surplus["agents"]["narrator"] = {"policy": "alpha"}
-        async with httpx.AsyncClient(base_url=server.url) as http:
+        async with httpx.AsyncClient(base_url=server.url, headers=auth_headers(server.url)) as http:
             refused = await http.post("/v1/jobs", json={"jobs": [lacking, single]})
             unused = await http.post("/v1/jobs", json={"jobs": [extra, surplus]})
             malformed = await http.post("/v1/jobs", json={"jobs": [bad_name]})

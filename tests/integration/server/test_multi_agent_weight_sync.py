@@ -24,6 +24,7 @@ from agentroll.server.schema import Outcome
 from agentroll.server.serving import RunningServer, start_in_loop
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
+from agentroll.trainer_clients.auth import auth_headers
 
 pytestmark = pytest.mark.integration
 
@@ -139,7 +140,7 @@ async def test_resume_cannot_take_one_policy_back_in_version(
     async with agentroll_server(registry=registry()) as (server, client):
         await client.add_backend({"id": "a", "base_url": slow_backends[0].url, "policy": "alpha"})
         await client.resume(policy_version=3, policy="alpha")
-        async with httpx.AsyncClient(base_url=server.url) as http:
+        async with httpx.AsyncClient(base_url=server.url, headers=auth_headers(server.url)) as http:
             r = await http.post(
                 "/v1/generation/resume", json={"policy_version": 2, "policy": "alpha"}
             )
@@ -156,7 +157,7 @@ async def test_a_policy_nothing_serves_or_uses_cannot_be_paused(
     """A mistyped name must not look paused while the policy meant keeps generating."""
     async with agentroll_server(registry=registry()) as (server, client):
         await client.add_backend({"id": "a", "base_url": slow_backends[0].url, "policy": "alpha"})
-        async with httpx.AsyncClient(base_url=server.url) as http:
+        async with httpx.AsyncClient(base_url=server.url, headers=auth_headers(server.url)) as http:
             for action, body in (("pause", {}), ("resume", {"policy_version": 1})):
                 r = await http.post(f"/v1/generation/{action}", json={**body, "policy": "aplha"})
                 assert (r.status_code, r.json()["error"]["type"]) == (404, "not_found")

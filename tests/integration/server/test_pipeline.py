@@ -11,6 +11,7 @@ from tests.integration.server.scripted_handlers import Gates, job, make_registry
 from agentroll.server.admission import SAMPLE_INTERVAL_S, NodeReading
 from agentroll.server.schema import JobState, Outcome
 from agentroll.trainer_clients import AsyncRolloutClient
+from agentroll.trainer_clients.auth import auth_headers
 
 pytestmark = pytest.mark.integration
 
@@ -228,7 +229,7 @@ async def test_jobs_wait_for_the_node_and_say_why(agentroll_server: ServerFactor
                 await asyncio.sleep(0.05)
         status = await client.status()
         assert status.stages["init"].queued == 3 and status.stages["init"].busy == 0
-        async with httpx.AsyncClient(base_url=server.url) as http:
+        async with httpx.AsyncClient(base_url=server.url, headers=auth_headers(server.url)) as http:
             metrics = (await http.get("/metrics")).text
         assert 'agentroll_admission_waiting{reason="memory"} 3.0' in metrics
         node[0] = NodeReading(10.0, 20 * gib, 24 * gib, 500, 30_000)
@@ -260,7 +261,7 @@ async def test_a_busy_node_keeps_its_live_rollouts_at_its_measured_capacity(
         status = await client.status()
         assert (status.admission.live, status.admission.live_limit) == (3, 3)
         assert status.stages["run"].busy == 3 and status.admission.cpu_pressure == 95.0
-        async with httpx.AsyncClient(base_url=server.url) as http:
+        async with httpx.AsyncClient(base_url=server.url, headers=auth_headers(server.url)) as http:
             metrics = (await http.get("/metrics")).text
         assert "agentroll_admission_live 3.0" in metrics
         assert "agentroll_admission_live_limit 3.0" in metrics

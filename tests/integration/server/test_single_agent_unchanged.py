@@ -21,6 +21,7 @@ from agentroll.server.service import request_fingerprint
 from agentroll.server.serving import start_in_loop
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
+from agentroll.trainer_clients.auth import auth_headers
 
 pytestmark = pytest.mark.integration
 
@@ -65,7 +66,9 @@ async def test_a_single_agent_trajectory_is_byte_for_byte_unchanged(
             await client.add_backend({"id": "b0", "base_url": backend.url})
             await client.submit([JOB])
             await client.wait_for([JOB["job_id"]], 30)
-            async with httpx.AsyncClient(base_url=server.url) as http:
+            async with httpx.AsyncClient(
+                base_url=server.url, headers=auth_headers(server.url)
+            ) as http:
                 raw = (await http.get(f"/v1/jobs/{JOB['job_id']}/result")).text
     finally:
         await backend.stop()

@@ -14,6 +14,7 @@ from agentroll.server.schema import AgentTrace, Outcome, Trajectory
 from agentroll.server.serving import RunningServer, start_in_loop
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
+from agentroll.trainer_clients.auth import auth_headers
 
 pytestmark = pytest.mark.integration
 
@@ -114,7 +115,7 @@ async def test_resume_cannot_go_back_in_version(agentroll_server: ServerFactory)
     async with agentroll_server(registry=registry()) as (server, client):
         await client.pause()
         await client.resume(policy_version=3)
-        async with httpx.AsyncClient(base_url=server.url) as http:
+        async with httpx.AsyncClient(base_url=server.url, headers=auth_headers(server.url)) as http:
             r = await http.post("/v1/generation/resume", json={"policy_version": 2})
             assert r.status_code == 409 and r.json()["error"]["type"] == "conflict"
         assert (await client.status()).policy_version == 3
@@ -210,7 +211,9 @@ async def test_a_pause_that_times_out_answers_504_with_the_pause_state(
             async with asyncio.timeout(30):
                 while await running(hung.url) < 1:
                     await asyncio.sleep(0.05)
-            async with httpx.AsyncClient(base_url=server.url) as http:
+            async with httpx.AsyncClient(
+                base_url=server.url, headers=auth_headers(server.url)
+            ) as http:
                 r = await http.post("/v1/generation/pause", json={"timeout_s": 0.05})
             error = r.json()["error"]
             assert (r.status_code, error["type"]) == (504, "pause_timeout")

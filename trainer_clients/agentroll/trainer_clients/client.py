@@ -5,6 +5,7 @@ models the server itself uses. Only pydantic and httpx are needed.
 """
 
 import asyncio
+import os
 import time
 from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
@@ -27,6 +28,7 @@ from agentroll.server.schema import (
     Trajectory,
 )
 from agentroll.trainer_clients import calls
+from agentroll.trainer_clients.auth import FoundToken
 from agentroll.trainer_clients.calls import Call
 from agentroll.trainer_clients.errors import ServerUnavailable, error_from_response
 
@@ -43,10 +45,6 @@ def as_requests(jobs: Iterable[JobLike]) -> list[JobRequest]:
 def _batches(requests: list[JobRequest]) -> Iterator[list[JobRequest]]:
     for start in range(0, len(requests), SUBMIT_BATCH):
         yield requests[start : start + SUBMIT_BATCH]
-
-
-def _headers(token: str | None) -> dict[str, str]:
-    return {"authorization": f"Bearer {token}"} if token else {}
 
 
 def _request(call: Call[Any], timeout_s: float) -> dict[str, Any]:
@@ -85,10 +83,13 @@ def _cancel_filter(group_id: str | None, job_ids: Sequence[str] | None, all: boo
 class AsyncRolloutClient:
     """A trainer's handle on one agentroll server: every endpoint, as coroutines.
 
-    `token` is the server's bearer token; `timeout_s` bounds each request (long-polls add
-    their wait); `transport` replaces httpx's (tests). Every call raises `ServerUnavailable`
-    when the server does not answer or answers 503, and the `ApiError` subclass of a refusal
-    (`InvalidRequest`, `NotFound`, `Conflict`, ...); each method names only what it adds.
+    `token` is the server's bearer token; without it the client reads `token_file`, else
+    finds one as `resolve_token` says (`AGENTROLL_API_TOKEN`, `AGENTROLL_TOKEN_FILE`, the
+    token a server on this machine's loopback generated in `var/api-token`). `timeout_s`
+    bounds each request (long-polls add their wait); `transport` replaces httpx's (tests).
+    Every call raises `ServerUnavailable` when the server does not answer or answers 503,
+    and the `ApiError` subclass of a refusal (`InvalidRequest`, `NotFound`, `Conflict`,
+    ...); each method names only what it adds.
     """
 
     def __init__(
@@ -96,13 +97,16 @@ class AsyncRolloutClient:
         base_url: str,
         *,
         token: str | None = None,
+        token_file: str | os.PathLike[str] | None = None,
         timeout_s: float = 30.0,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._timeout_s = timeout_s
         self._http = httpx.AsyncClient(
-            base_url=self.base_url, headers=_headers(token), transport=transport
+            base_url=self.base_url,
+            auth=FoundToken(self.base_url, token, token_file),
+            transport=transport,
         )
 
     async def __aenter__(self) -> "AsyncRolloutClient":
@@ -259,13 +263,16 @@ class RolloutClient:
         base_url: str,
         *,
         token: str | None = None,
+        token_file: str | os.PathLike[str] | None = None,
         timeout_s: float = 30.0,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/")
         self._timeout_s = timeout_s
         self._http = httpx.Client(
-            base_url=self.base_url, headers=_headers(token), transport=transport
+            base_url=self.base_url,
+            auth=FoundToken(self.base_url, token, token_file),
+            transport=transport,
         )
 
     def __enter__(self) -> "RolloutClient":

@@ -19,7 +19,8 @@ from agentroll.server.api import (
     routes_results,
 )
 from agentroll.server.api.errors import install_error_handlers
-from agentroll.server.api.middleware import GuardMiddleware
+from agentroll.server.api.middleware import OPEN_PATHS, GuardMiddleware
+from agentroll.server.auth import api_tokens
 from agentroll.server.live_metrics import live_gauges
 from agentroll.server.llm import BackendPool, HTTPClient
 from agentroll.server.metrics import ServerMetrics
@@ -96,16 +97,25 @@ def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -
         lifespan=lifespan,
     )
     app.state.request_exit = lambda: None  # replaced by whoever serves the app
-    token = settings.api_token.get_secret_value() if settings.api_token else None
-    admin = settings.admin_token.get_secret_value() if settings.admin_token else None
+    tokens = api_tokens(settings)  # generated and kept on disk when none is configured
+    app.state.api_token = tokens.api  # for in-process callers (the demo, tests)
     app.add_middleware(
         GuardMiddleware,
         max_body_bytes=settings.max_body_bytes,
-        api_token=token,
-        admin_token=admin,
+        api_token=tokens.api,
+        admin_token=tokens.admin,
+        open_paths=OPEN_PATHS | {"/metrics"} if settings.metrics_public else OPEN_PATHS,
         max_requests_per_client=settings.max_requests_per_client,
     )
     install_error_handlers(app)
-    for module in (routes_jobs, routes_results, routes_backends, routes_generation, routes_admin):
-        app.include_router(module.router)
+    for router in (
+        routes_jobs.router,
+        routes_results.router,
+        routes_backends.router,
+        routes_backends.admin_router,
+        routes_generation.router,
+        routes_admin.router,
+        routes_admin.admin_router,
+    ):
+        app.include_router(router)
     return app

@@ -1,9 +1,11 @@
-"""Route dependencies: the app's service objects live on `app.state`."""
+"""Route dependencies: the app's service objects live on `app.state`; admin rights are
+marked on each request by the guard middleware."""
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, HTTPException, Request
 
+from agentroll.server.api.middleware import ADMIN_STATE_KEY
 from agentroll.server.llm import BackendPool
 from agentroll.server.service import JobService
 
@@ -18,5 +20,13 @@ def get_backends(request: Request) -> BackendPool:
     return pool
 
 
+def require_admin(request: Request) -> None:
+    """403 unless the request carries admin rights (absent mark: refused, never assumed)."""
+    if request.scope.get("state", {}).get(ADMIN_STATE_KEY) is not True:
+        raise HTTPException(403, "this route needs the admin token (admin_token)")
+
+
 Service = Annotated[JobService, Depends(get_service)]
 Backends = Annotated[BackendPool, Depends(get_backends)]
+AdminOnly = Depends(require_admin)
+"""On a router or route: only callers with admin rights get through."""

@@ -8,8 +8,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agentroll.server.api.errors import TYPE_BY_STATUS, envelope
 from agentroll.server.http_body import BodyTooLarge
 
-OPEN_PATHS = frozenset({"/healthz"})
-ADMIN_PREFIXES = ("/v1/generation/", "/v1/admin/")
+OPEN_PATHS = frozenset({"/healthz", "/readyz"})
+"""Answered without a token: liveness and readiness probes carry none, and these say nothing
+but up/ready and a count of backends."""
+ADMIN_STATE_KEY = "agentroll_admin"
+"""Set on each authenticated request's `scope["state"]`: whether it carries admin rights."""
 
 
 async def _send_error(send: Send, status: int, message: str) -> None:
@@ -23,45 +26,56 @@ async def _send_error(send: Send, status: int, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _bearer(token: str | None) -> bytes | None:
-    return None if token is None else f"Bearer {token}".encode()
+def _bearer(token: str) -> bytes:
+    return f"Bearer {token}".encode()
 
 
 class GuardMiddleware:
-    """Refuses, before any route runs: unauthenticated calls (401; admin routes take only the
-    admin token when one is set), clients over their concurrency limit (429), oversized
-    bodies (413)."""
+    """Refuses, before any route runs: calls without a valid token (401; there always is a
+    token), clients over their concurrency limit (429), oversized bodies (413).
+
+    It marks each authenticated request with whether it may use admin routes (the admin
+    token, or the one token when no admin token is set); the admin routes check the mark.
+    """
 
     def __init__(
         self,
         app: ASGIApp,
         *,
         max_body_bytes: int,
-        api_token: str | None,
+        api_token: str,
         admin_token: str | None = None,
+        open_paths: frozenset[str] = OPEN_PATHS,
         max_requests_per_client: int = 512,
     ) -> None:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self._token = _bearer(api_token)
-        self._admin_token = _bearer(admin_token)
+        self._admin_token = None if admin_token is None else _bearer(admin_token)
+        self._open_paths = open_paths
         self._per_client = max_requests_per_client
         self._active: dict[str, int] = {}
+
+    def _rights(self, given: bytes) -> bool | None:
+        """None: no valid token; else whether it carries admin rights. Both comparisons always
+        run, in constant time."""
+        user = hmac.compare_digest(given, self._token)
+        if self._admin_token is None:
+            return True if user else None
+        admin = hmac.compare_digest(given, self._admin_token)
+        return True if admin else (False if user else None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
         headers = dict(scope["headers"])
-        path = scope["path"]
-        required = self._token
-        if self._admin_token is not None and path.startswith(ADMIN_PREFIXES):
-            required = self._admin_token
-        if required is not None and path not in OPEN_PATHS:
-            given = headers.get(b"authorization", b"")
-            if not hmac.compare_digest(given, required):  # constant time
+        if scope["path"] not in self._open_paths:
+            admin = self._rights(headers.get(b"authorization", b""))
+            if admin is None:
                 await _send_error(send, 401, "missing or invalid bearer token")
                 return
+            scope.setdefault("state", {})[ADMIN_STATE_KEY] = admin
         client = (scope.get("client") or ("unknown", 0))[0]
         if self._active.get(client, 0) >= self._per_client:
             await _send_error(send, 429, "too many concurrent requests")

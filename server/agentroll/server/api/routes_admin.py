@@ -4,11 +4,12 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from agentroll.server.api.deps import Service
+from agentroll.server.api.deps import AdminOnly, Service
 from agentroll.server.schema import PoolSizes, PoolsPatch, StatusResponse
 from agentroll.server.status import server_status
 
 router = APIRouter(tags=["admin"])
+admin_router = APIRouter(tags=["admin"], dependencies=[AdminOnly])
 
 
 @router.get("/healthz")
@@ -36,14 +37,14 @@ async def status(service: Service) -> StatusResponse:
     return server_status(service)
 
 
-@router.patch("/v1/admin/pools", response_model=PoolSizes)
+@admin_router.patch("/v1/admin/pools", response_model=PoolSizes)
 async def resize_pools(patch: PoolsPatch, service: Service) -> PoolSizes:
     """Resize stage pools at run time; no job is dropped (shrinking only admits fewer)."""
     service.resize(patch)
     return service.settings.pools
 
 
-@router.post("/v1/admin/shutdown", status_code=202)
+@admin_router.post("/v1/admin/shutdown", status_code=202)
 async def shutdown(request: Request, service: Service) -> dict[str, str]:
     """Stop admitting now; the server drains for `shutdown_grace_s`, then stops."""
     service.begin_shutdown()

@@ -2,11 +2,12 @@
 
 from fastapi import APIRouter, Response
 
-from agentroll.server.api.deps import Backends, Service
+from agentroll.server.api.deps import AdminOnly, Backends, Service
 from agentroll.server.errors import UnknownBackend
 from agentroll.server.schema import BackendSpec, BackendView
 
 router = APIRouter(prefix="/v1", tags=["backends"])
+admin_router = APIRouter(prefix="/v1", tags=["backends"], dependencies=[AdminOnly])
 
 
 @router.get("/backends", response_model=list[BackendView])
@@ -14,7 +15,7 @@ async def list_backends(backends: Backends) -> list[BackendView]:
     return backends.views()
 
 
-@router.post("/backends", response_model=BackendView, status_code=201)
+@admin_router.post("/backends", response_model=BackendView, status_code=201)
 async def add_backend(spec: BackendSpec, service: Service, response: Response) -> BackendView:
     """Register a vLLM-protocol server; idempotent for an identical spec with the same id.
 
@@ -25,7 +26,7 @@ async def add_backend(spec: BackendSpec, service: Service, response: Response) -
     return backend.view()
 
 
-@router.post("/backends/{backend_id}/drain", response_model=BackendView, status_code=202)
+@admin_router.post("/backends/{backend_id}/drain", response_model=BackendView, status_code=202)
 async def drain_backend(backend_id: str, service: Service) -> BackendView:
     """Stop routing new requests to it; it is removed once its in-flight calls finish."""
     backend = service.persisted_backends.drain(backend_id)
@@ -34,7 +35,7 @@ async def drain_backend(backend_id: str, service: Service) -> BackendView:
     return backend.view()
 
 
-@router.delete("/backends/{backend_id}", status_code=204)
+@admin_router.delete("/backends/{backend_id}", status_code=204)
 async def remove_backend(backend_id: str, service: Service) -> Response:
     if not await service.persisted_backends.remove(backend_id):
         raise UnknownBackend(backend_id)

@@ -1,12 +1,13 @@
-"""The weight-sync barrier: pause and resume one policy's generation across its backends."""
+"""The weight-sync barrier: pause and resume one policy's generation across its backends.
+Admin routes: they set the policy version every later sample is stamped with."""
 
 from fastapi import APIRouter
 
 from agentroll.server import weight_sync
-from agentroll.server.api.deps import Service
+from agentroll.server.api.deps import AdminOnly, Service
 from agentroll.server.schema import PauseRequest, PauseResponse, ResumeRequest
 
-router = APIRouter(prefix="/v1/generation", tags=["generation"])
+router = APIRouter(prefix="/v1/generation", tags=["generation"], dependencies=[AdminOnly])
 
 
 @router.post("/pause", response_model=PauseResponse)

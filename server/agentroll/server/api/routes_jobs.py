@@ -2,7 +2,7 @@
 
 from fastapi import APIRouter, Query, Request, Response
 
-from agentroll.server.api.deps import Service
+from agentroll.server.api.deps import Service, require_admin
 from agentroll.server.api.disconnect import ClientGone, unless_disconnected
 from agentroll.server.errors import UnknownJob
 from agentroll.server.schema import (
@@ -28,8 +28,11 @@ async def submit_jobs(body: SubmitBatch | JobRequest, service: Service) -> Submi
 
 
 @router.post("/jobs/cancel", response_model=CancelResponse)
-async def cancel_jobs(body: CancelFilter, service: Service) -> CancelResponse:
-    """Cancel live jobs by group, by ids, or all of them."""
+async def cancel_jobs(body: CancelFilter, request: Request, service: Service) -> CancelResponse:
+    """Cancel live jobs by group, by ids, or all of them (`all`: an admin action, since it
+    reaches every submitter's jobs)."""
+    if body.all:
+        require_admin(request)
     if body.job_ids is not None:
         ids = body.job_ids
     else:
