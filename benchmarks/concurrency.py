@@ -53,7 +53,7 @@ def main() -> None:
             agentroll_process(
                 ["serve", "--port", "0", "--db", str(work / "a.db")], work, "server", env=env
             ) as server,
-            RolloutClient(server.url, timeout_s=120) as client,
+            RolloutClient(server.url, token=server.token, timeout_s=120) as client,
         ):
             client.add_backend({"id": "llm", "base_url": llm.url, "max_concurrency": 100_000})
             client.submit(jobs(50, "warmup"))

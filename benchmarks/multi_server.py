@@ -73,7 +73,7 @@ def throughput(workdir: Path, llm: str, count: int, groups: int, size: int) -> t
     """(groups/s, cores busy on average) for `count` servers."""
     with ExitStack() as stack:
         procs = servers(stack, workdir, count, f"n{count}")
-        with ServerPool([p.url for p in procs]) as pool:
+        with ServerPool([p.url for p in procs], token=procs[0].token) as pool:
             pool.add_backend({"id": "llm", "base_url": llm})
             with GroupCollector(pool) as collector:
                 collector.collect(specs(4, size, f"warm{count}"), timeout_s=120)  # warm-up
@@ -88,7 +88,9 @@ def throughput(workdir: Path, llm: str, count: int, groups: int, size: int) -> t
 def failover(workdir: Path, llm: str, groups: int, size: int) -> None:
     with ExitStack() as stack:
         procs = servers(stack, workdir, 3, "fo")
-        with ServerPool([p.url for p in procs], health_interval_s=1.0) as pool:
+        with ServerPool(
+            [p.url for p in procs], token=procs[0].token, health_interval_s=1.0
+        ) as pool:
             pool.add_backend({"id": "llm", "base_url": llm})
             with GroupCollector(pool) as collector:
                 collector.submit_groups(specs(groups, size, "fo"))

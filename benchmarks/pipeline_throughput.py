@@ -66,7 +66,7 @@ def main() -> None:
             agentroll_process(
                 ["serve", "--port", "0", "--db", str(work / "a.db")], work, "server", env=env
             ) as server,
-            RolloutClient(server.url, timeout_s=60) as client,
+            RolloutClient(server.url, token=server.token, timeout_s=60) as client,
         ):
             client.add_backend({"id": "llm", "base_url": llm.url})
             _, cursor, _ = run(client, 300, "warmup", 0)  # lazy imports, warm connections

@@ -128,7 +128,7 @@ def main() -> None:
             agentroll_process(llm_args, work, "llm", nice=10) as llm,
             agentroll_process(serve_args, work, "server", env=env) as server,
         ):
-            client = RolloutClient(server.url, timeout_s=120)
+            client = RolloutClient(server.url, token=server.token, timeout_s=120)
             client.add_backend({"id": "scripted", "base_url": llm.url})
             capacity = calibrate(client)
             print(f"node capacity: {60 * capacity:.0f} rollouts/min (closed loop)")

@@ -160,8 +160,9 @@ class _Run:
         self.state_dir = state_dir
         self.report = SoakReport()
         self.tasks = _tasks()
-        self.client = AsyncRolloutClient(server.url, timeout_s=120)
-        self.http = httpx.AsyncClient(base_url=server.url, timeout=120)
+        self.client = AsyncRolloutClient(server.url, token=server.token, timeout_s=120)
+        bearer = {"authorization": f"Bearer {server.token}"}
+        self.http = httpx.AsyncClient(base_url=server.url, headers=bearer, timeout=120)
         self.pending: set[str] = set()
         self.seen: set[str] = set()
         self.next_index = 0

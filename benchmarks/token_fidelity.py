@@ -81,7 +81,7 @@ async def run(n: int) -> None:
         )
         server = await start_in_loop(create_app(settings, registry=registry))
         started = time.perf_counter()
-        async with AsyncRolloutClient(server.url, timeout_s=120) as client:
+        async with AsyncRolloutClient(server.url, token=server.token, timeout_s=120) as client:
             await client.add_backend({"id": "b", "base_url": backend.url})
             jobs = [
                 {

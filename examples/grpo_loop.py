@@ -57,21 +57,25 @@ def push_weights(version: int) -> None:
     print(f"  pushed weights for policy version {version}")
 
 
-def start_local_stack(stack: ExitStack, workdir: Path, servers: int) -> tuple[list[str], str]:
-    """A scripted vLLM stand-in and `servers` agentroll servers as owned subprocesses."""
+def start_local_stack(
+    stack: ExitStack, workdir: Path, servers: int
+) -> tuple[list[str], str, str | None]:
+    """A scripted vLLM stand-in and `servers` agentroll servers as owned subprocesses; their
+    URLs, the stand-in's, and the servers' token (one state dir: they share the token)."""
     from agentroll.server.launch import agentroll_process
 
     llm = stack.enter_context(
         agentroll_process(["scripted-llm", "--port", "0", "--latency-s", "0.05"], workdir, "llm")
     )
-    urls = []
+    urls, token = [], None
     for i in range(servers):
         db = str(workdir / f"server{i}.db")
         proc = stack.enter_context(
             agentroll_process(["serve", "--port", "0", "--db", db], workdir, f"server{i}")
         )
         urls.append(proc.url)
-    return urls, llm.url
+        token = proc.token
+    return urls, llm.url, token
 
 
 def run(args: argparse.Namespace, urls: list[str] | Path, backends: list[str]) -> int:
@@ -135,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.server_list or args.servers:
         return run(args, args.server_list or args.servers, args.backend)
     with tempfile.TemporaryDirectory(prefix="agentroll-grpo-") as tmp, ExitStack() as stack:
-        urls, llm_url = start_local_stack(stack, Path(tmp), servers=2)
+        urls, llm_url, args.token = start_local_stack(stack, Path(tmp), servers=2)
         print(f"started a scripted vLLM stand-in at {llm_url} and servers {urls}")
         return run(args, urls, [llm_url, *args.backend])
 

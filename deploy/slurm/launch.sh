@@ -5,8 +5,10 @@
 #   deploy/slurm/launch.sh ROLLOUT_LIST EXPECTED_ROLLOUT VLLM_LIST EXPECTED_VLLM
 #   deploy/slurm/launch.sh ROLLOUT_LIST EXPECTED_ROLLOUT --backend http://gpu1:8001 [...]
 #
-# Environment: AGENTROLL_API_TOKEN (sent as a bearer token), SERVED_MODEL_NAME (default
-# policy), LAUNCH_TIMEOUT_S (default 1800: vLLM loading a large model takes a while).
+# Environment: AGENTROLL_API_TOKEN (sent as a bearer token; required when the servers listen
+# beyond loopback) or, for servers on this machine, AGENTROLL_TOKEN_FILE (the file the servers
+# generated their token in), SERVED_MODEL_NAME (default policy), LAUNCH_TIMEOUT_S (default
+# 1800: vLLM loading a large model takes a while).
 set -euo pipefail
 
 die() { echo "launch: $*" >&2; exit 1; }
@@ -14,8 +16,6 @@ die() { echo "launch: $*" >&2; exit 1; }
 ROLLOUT_LIST="$1"; N_ROLLOUT="$2"; shift 2
 TIMEOUT_S="${LAUNCH_TIMEOUT_S:-1800}"
 MODEL_NAME="${SERVED_MODEL_NAME:-policy}"
-AUTH=()
-[[ -n "${AGENTROLL_API_TOKEN:-}" ]] && AUTH=(-H "Authorization: Bearer $AGENTROLL_API_TOKEN")
 deadline=$(( SECONDS + TIMEOUT_S ))
 
 urls_in() { [[ -f "$1" ]] && grep -Ev '^\s*(#|$)' "$1" | sort -u || true; }
@@ -27,7 +27,7 @@ wait_for_list() {   # wait_for_list FILE COUNT PATH-TO-PROBE
         if (( have >= want )); then
             ready=0
             for url in $(urls_in "$file"); do
-                curl -fsS -o /dev/null "${AUTH[@]}" "$url$probe" && ready=$((ready + 1))
+                curl -fsS -o /dev/null "$url$probe" && ready=$((ready + 1))  # probes: no token
             done
             (( ready >= want )) && return 0
         fi
@@ -46,6 +46,14 @@ else
     mapfile -t BACKENDS < <(urls_in "$VLLM_LIST")
 fi
 wait_for_list "$ROLLOUT_LIST" "$N_ROLLOUT" /readyz
+
+# Read once the servers are up: a server without a configured token has written its own by now.
+TOKEN="${AGENTROLL_API_TOKEN:-}"
+if [[ -z "$TOKEN" && -n "${AGENTROLL_TOKEN_FILE:-}" ]]; then
+    TOKEN="$(tr -d '[:space:]' < "$AGENTROLL_TOKEN_FILE")" || die "cannot read $AGENTROLL_TOKEN_FILE"
+fi
+[[ -n "$TOKEN" ]] || die "no token: set AGENTROLL_API_TOKEN (or AGENTROLL_TOKEN_FILE)"
+AUTH=(-H "Authorization: Bearer $TOKEN")
 
 for server in $(urls_in "$ROLLOUT_LIST"); do
     i=0

@@ -9,7 +9,10 @@ set -euo pipefail
 
 : "${AGENTROLL_SERVER_LIST:?set AGENTROLL_SERVER_LIST to a file on the shared filesystem}"
 BIN="${AGENTROLL_BIN:-agentroll}"
-HOST="${AGENTROLL_HOST:-0.0.0.0}"            # beyond loopback, AGENTROLL_API_TOKEN is required
+# Beyond loopback AGENTROLL_API_TOKEN is required (the trainer, on another node, must hold it);
+# on loopback without it, the server generates a token in $STATE/api-token (or
+# $AGENTROLL_TOKEN_FILE) that clients on this node read.
+HOST="${AGENTROLL_HOST:-0.0.0.0}"
 PORT="${AGENTROLL_PORT:-0}"                  # 0: any free port (the list records the real one)
 ADVERTISE="${AGENTROLL_ADVERTISE_HOST:-$( [[ $HOST == 127.0.0.1 ]] && echo 127.0.0.1 || hostname -f )}"
 TASK="${SLURM_JOB_ID:-local}.${SLURM_PROCID:-0}"
@@ -41,9 +44,7 @@ until [[ -s "$STATE/url" ]] && curl -fsS -o /dev/null "$(cat "$STATE/url")/healt
 done
 PORT_BOUND="$(sed -E 's#.*:([0-9]+)/?$#\1#' "$STATE/url")"
 URL="http://$ADVERTISE:$PORT_BOUND"
-AUTH=()
-[[ -n "${AGENTROLL_API_TOKEN:-}" ]] && AUTH=(-H "Authorization: Bearer $AGENTROLL_API_TOKEN")
-until curl -fsS -o /dev/null "${AUTH[@]}" "$URL/readyz"; do
+until curl -fsS -o /dev/null "$URL/readyz"; do   # /healthz and /readyz need no token
     (( SECONDS < deadline )) || { echo "$URL not ready after ${READY_TIMEOUT_S}s" >&2; exit 1; }
     sleep 0.2
 done

@@ -10,7 +10,7 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -119,6 +119,15 @@ class Settings(BaseSettings):
         default_factory=BwrapConfig,
         description="Sandbox runtime: bwrap (default), singularity, or local (no isolation).",
     )
+
+    @field_validator("api_token", "admin_token", mode="before")
+    @classmethod
+    def _blank_token_is_unset(cls, value: Any) -> Any:
+        """`AGENTROLL_API_TOKEN=` (a launcher passing on an unset variable) configures no
+        token: it must not become a token that an empty `Bearer ` matches."""
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value
 
     @model_validator(mode="after")
     def _refuse_exposed_without_token(self) -> "Settings":

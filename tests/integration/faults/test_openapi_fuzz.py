@@ -30,7 +30,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Proc]:
     env = {"AGENTROLL_BACKEND_WAIT_S": "0", "AGENTROLL_LOG_LEVEL": "error"}
     serve = ["serve", "--port", "0", "--db", str(work / "fuzz.db")]
     with agentroll_process(serve, work, "server", env=env) as proc:
-        wait_ready(proc.url).close()
+        wait_ready(proc.url, token=proc.token).close()
         yield proc
         assert proc.popen.poll() is None, "the server crashed under fuzzing"
 
@@ -46,7 +46,8 @@ def check_envelope(response: Any) -> None:
 
 
 def test_fuzzed_requests_never_5xx_and_errors_keep_the_envelope(server: Proc) -> None:
-    schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json")
+    auth = {"authorization": f"Bearer {server.token}"}
+    schema = schemathesis.openapi.from_url(f"{server.url}/openapi.json", headers=auth)
     operations = [op.ok() for op in schema.get_all_operations()]
     fuzzed = [op for op in operations if (op.method.upper(), op.path) not in SKIPPED]
     assert len(fuzzed) >= 15, [f"{op.method} {op.path}" for op in operations]
@@ -64,7 +65,7 @@ def test_fuzzed_requests_never_5xx_and_errors_keep_the_envelope(server: Proc) ->
         def fuzz(case: Any) -> None:
             if case.query and "wait" in case.query:  # long-polls: keep the run short
                 case.query["wait"] = LONG_POLL_CAP_S
-            response = case.call(base_url=server.url, timeout=30)
+            response = case.call(base_url=server.url, headers=auth, timeout=30)
             try:
                 check_envelope(response)
             except AssertionError as exc:

@@ -152,3 +152,17 @@ def test_a_client_made_before_its_server_finds_the_token_once_written(tmp_path: 
         token = load_or_create_token(path)  # the server starts now
         assert client.backends() == [] and client.backends() == []
     assert sent == [None, f"Bearer {token}", f"Bearer {token}"]
+
+
+def test_a_blank_token_from_the_environment_is_no_token(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A launcher passing on an unset variable (`--env AGENTROLL_API_TOKEN=`) must not open
+    the server to anyone who sends an empty bearer."""
+    monkeypatch.setenv(API_TOKEN_ENV, "")
+    monkeypatch.setenv("AGENTROLL_ADMIN_TOKEN", "  ")
+    with pytest.raises(ValueError, match="without an api_token"):
+        Settings(host="0.0.0.0")
+    settings = Settings(db_path=tmp_path / "agentroll.db")
+    assert settings.api_token is None and settings.admin_token is None
+    assert api_tokens(settings).api == (tmp_path / "api-token").read_text().strip()
