@@ -9,6 +9,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 from fastapi.routing import iter_route_contexts
+from starlette.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
 from tests.conftest import ServerFactory
 from tests.integration.server.scripted_handlers import Gates, job, make_registry
 
@@ -183,3 +185,11 @@ async def test_a_client_keeps_working_across_a_restart_on_the_same_state_dir(
             await second.stop()
     finally:
         await client.close()
+
+
+def test_a_websocket_is_closed_before_any_route_sees_it() -> None:
+    http = TestClient(create_app(Settings(api_token="plain")))  # no lifespan: nothing started
+    bearer = {"authorization": "Bearer plain"}
+    with pytest.raises(WebSocketDisconnect) as closed, http.websocket_connect("/v1/status", bearer):
+        pass
+    assert closed.value.code == 1008

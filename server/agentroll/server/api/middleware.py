@@ -66,8 +66,12 @@ class GuardMiddleware:
         return True if admin else (False if user else None)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "websocket":
+            # None is served; one added later must not slip past the token unchecked.
+            await send({"type": "websocket.close", "code": 1008})
+            return
         if scope["type"] != "http":
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send)  # lifespan
             return
         headers = dict(scope["headers"])
         if scope["path"] not in self._open_paths:
