@@ -100,13 +100,17 @@ def agentroll_process(
 
 def _server_token(args: list[str], env: Mapping[str, str]) -> str | None:
     """The token of a `serve` process started with `args` and `env` (bound already, so a
-    generated token is on disk): configured, or read where the server keeps it (settings
-    from a `--config` file are not looked at: pass `--db` or the environment)."""
+    generated token is on disk): configured, or read where the server keeps it. Settings from
+    a `--config` file are not looked at (pass `--db` or the environment): None if the token
+    is not found."""
     if args[:1] != ["serve"]:
         return None
     if configured := env.get(API_TOKEN_ENV):
         return configured
-    if named := env.get(TOKEN_FILE_ENV):
-        return read_token_file(named)
     db = args[args.index("--db") + 1] if "--db" in args else env.get("AGENTROLL_DB_PATH")
-    return read_token_file(default_token_file(Path(db) if db else DEFAULT_DB_PATH))
+    named = env.get(TOKEN_FILE_ENV)
+    path = Path(named) if named else default_token_file(Path(db) if db else DEFAULT_DB_PATH)
+    try:
+        return read_token_file(path)
+    except FileNotFoundError:
+        return None
