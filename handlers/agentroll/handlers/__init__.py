@@ -27,6 +27,7 @@ from agentroll.handlers.errors import (
     RegistryError,
     UndeclaredAgent,
     UnknownHandlerError,
+    UnservableRequest,
 )
 from agentroll.handlers.plugins import PluginRegistry
 from agentroll.handlers.registry import ENTRY_POINT_GROUP, HandlerRegistry
@@ -56,5 +57,6 @@ __all__ = [
     "Turn",
     "UndeclaredAgent",
     "UnknownHandlerError",
+    "UnservableRequest",
     "classify_error",
 ]

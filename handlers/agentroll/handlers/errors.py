@@ -2,7 +2,8 @@
 
     HandlerError
     ├── AgentError             the policy broke the protocol -> outcome agent_error
-    │   └── ContextLengthExceeded      prompt + budget does not fit the model's context
+    │   ├── ContextLengthExceeded      prompt + budget does not fit the model's context
+    │   └── UnservableRequest          a request the policy shaped that no backend is sent
     ├── InfraError             sandbox, backend or judge failed -> outcome infra_error
     │   ├── LLMUnavailable             no backend could serve a generation
     │   └── UndeclaredAgent(InfraError, KeyError)  `ctx.agents[name]` for an agent the job lacks
@@ -40,6 +41,21 @@ class ContextLengthExceeded(AgentError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, finish_reason="length")
+
+
+class UnservableRequest(AgentError):
+    """A generation or tokenization request the policy shaped (a harness's call, a prompt
+    holding its replies or tool output) that is never sent to a backend: token ids outside the
+    model's vocabulary, or a request a backend already failed on right after receiving it.
+    One request cannot take down one backend after another; the rollout goes on (a harness
+    gets the error as from a real server) and is scored. `status` is the HTTP status a
+    harness is answered with."""
+
+    cause = "unservable_request"
+
+    def __init__(self, message: str, *, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 class InfraError(HandlerError):

@@ -27,7 +27,8 @@
     ├── GenerationAborted                         llm/gate.py: a pause aborted a generation call
     ├── TemplateRenderError(ServerError, ValueError)          llm/local_tokenizer.py
     ├── HTTPTransportError(ServerError, OSError)  llm/http.py: a backend exchange failed below HTTP
-    │   └── HTTPTimeout(HTTPTransportError, TimeoutError)
+    │   ├── HTTPTimeout(HTTPTransportError, TimeoutError)
+    │   └── HTTPConnectError(HTTPTransportError)   no connection: nothing was sent
     ├── BackendKindError(ServerError, LookupError)            llm/registry.py
     │   ├── UnknownBackendKind(BackendKindError, ValueError)
     │   └── DuplicateBackendKind(BackendKindError, ValueError)

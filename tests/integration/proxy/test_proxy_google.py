@@ -255,5 +255,5 @@ async def test_a_reply_that_is_not_utf8_encodable_is_still_answered(
             resp = await http.post(GENERATE, content=echoed, headers=json_type)
         assert resp.status_code == 400
         assert resp.json()["error"]["status"] == "INVALID_ARGUMENT"
-        assert proxy.stopped is None and proxy.report()["refused"] == {"backend_rejected": 1}
+        assert proxy.stopped is None and proxy.report()["refused"] == {"unservable": 1}
         await proxy.close()

@@ -266,7 +266,7 @@ async def test_what_the_harness_causes_is_never_an_infra_error(
     # The backend refused what the harness sent: the harness hears it, the rollout goes on.
     t = done["oov"]
     assert (t.outcome, t.reward) == (Outcome.ok, 1.0), t.error
-    assert t.metadata["llm_proxy"]["refused"] == {"backend_rejected": 1}
+    assert t.metadata["llm_proxy"]["refused"] == {"unservable": 1}
     # Exit 222 and a bridge-like line after the policy was sampled: the harness's own crash.
     t = done["fake-bridge"]
     assert t.outcome == Outcome.agent_error and t.error is not None, t.error

@@ -211,5 +211,5 @@ async def test_a_call_no_utf8_can_encode_gets_whole_answers_and_nothing_stops(
             assert again.json()["error"]["type"] == "invalid_request_error"
             assert (await http.post("/chat/completions", json=body)).status_code == 200
         report = proxy.report()
-        assert report["stopped"] is None and report["refused"] == {"backend_rejected": 1}
+        assert report["stopped"] is None and report["refused"] == {"unservable": 1}
         await proxy.close()

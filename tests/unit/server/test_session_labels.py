@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from agentroll.handlers import LLMUnavailable, Message
+from agentroll.handlers import LLMUnavailable, Message, UnservableRequest, classify_error
 from agentroll.server.llm import BackendPool, TokenSession
 from agentroll.server.llm.base import BackendError, BackendPaused, Completion, TokenizeResult
 from agentroll.server.llm.gate import GenerationGate
@@ -27,6 +27,7 @@ class FakeClient:
         self.base_url = f"http://fake-{vocab}"
         self.model: str | None = None
         self.vocab = vocab
+        self.vocab_size: int | None = None  # no tokenizer given: ids need only fit 31 bits
         self.replies = list(replies or [])
         self.calls = 0
         self.hold: asyncio.Event | None = None
@@ -197,3 +198,24 @@ async def test_a_backend_that_stays_paused_ends_the_call_after_the_wait(
     with pytest.raises(LLMUnavailable) as caught:
         await asyncio.wait_for(s.generate(), 30)
     assert caught.value.cause == "llm_backend_paused"
+
+
+@pytest.mark.parametrize("sampled", [[-1], [50], [True], [2**63]], ids=str)
+async def test_ids_a_backend_sampled_outside_the_vocabulary_are_never_sent_back(
+    pool: BackendPool, sampled: list[Any]
+) -> None:
+    """A model may sample an id its tokenizer lacks (embeddings padded past the vocabulary);
+    a broken engine may answer anything. The next turn's prompt holds it: refused before any
+    backend sees it, as the policy's doing (`agent_error`), not retried elsewhere."""
+    # A pause splits the turn: its rest is sampled from prompt + the ids sampled so far.
+    first, second = FakeClient(10, [_done(sampled, "abort")]), FakeClient(10)
+    first.vocab_size = second.vocab_size = 50
+    add(pool, "a", first)
+    add(pool, "b", second)
+    s = session(pool, GenerationGate())
+    await s.start(MESSAGES)
+    with pytest.raises(UnservableRequest, match="is not a token id of this model") as caught:
+        await s.generate()
+    assert (first.calls, second.calls) == (1, 0) and s.retries == []
+    decision = classify_error("run", caught.value)
+    assert (decision.outcome, decision.evaluate) == ("agent_error", True)

@@ -28,7 +28,8 @@ class BackendError(ServerError, RuntimeError):
     """A backend call failed. `retryable` means no token was committed and another try may work.
 
     `status` is the HTTP status, None when no answer came; `timed_out` marks a backend that
-    was reachable but too slow (not a reason to route around it: health probes decide that).
+    was reachable but too slow (not a reason to route around it: health probes decide that);
+    `sent` is False when no connection was made, so the backend never saw the request.
     """
 
     def __init__(
@@ -38,11 +39,13 @@ class BackendError(ServerError, RuntimeError):
         retryable: bool,
         status: int | None = None,
         timed_out: bool = False,
+        sent: bool = True,
     ) -> None:
         super().__init__(message)
         self.retryable = retryable
         self.status = status
         self.timed_out = timed_out
+        self.sent = sent
 
 
 class BackendPaused(BackendError):
@@ -85,6 +88,11 @@ class BackendClient(Protocol):
     base_url: str
     model: str | None
 
+    @property
+    def vocab_size(self) -> int | None:
+        """Token ids the model reads are below this (from its tokenizer); None: unknown."""
+        ...
+
     async def tokenize_messages(
         self,
         messages: list[Message],
@@ -108,6 +116,8 @@ class ChatTokenizer(Protocol):
     """A client-side chat template + tokenizer (for servers that cannot render templates)."""
 
     max_model_len: int | None
+    vocab_size: int
+    """Every id the tokenizer knows, added tokens included."""
 
     def encode_messages(
         self,

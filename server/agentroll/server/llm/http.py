@@ -38,6 +38,10 @@ class HTTPTimeout(HTTPTransportError, TimeoutError):
     pass
 
 
+class HTTPConnectError(HTTPTransportError):
+    """No connection could be made: the request was never sent."""
+
+
 @dataclass(frozen=True, slots=True)
 class HTTPResponse:
     status: int
@@ -140,7 +144,7 @@ class HTTPClient:
                     host, port, ssl=context, limit=MAX_HEADER_BYTES
                 )
         except (OSError, TimeoutError) as exc:
-            raise HTTPTransportError(f"cannot connect to {host}:{port}: {exc!r}") from exc
+            raise HTTPConnectError(f"cannot connect to {host}:{port}: {exc!r}") from exc
         return _Connection(reader, writer), False
 
     async def close(self) -> None:

@@ -68,6 +68,7 @@ class LocalChatTokenizer:
         self._tokenizer = tokenizer
         self._special = dict(special_tokens or {})
         self.max_model_len = max_model_len
+        self.vocab_size: int = tokenizer.get_vocab_size(with_added_tokens=True)
 
     @classmethod
     def from_dir(

@@ -19,6 +19,7 @@ from agentroll.server.errors import BackendConflict
 from agentroll.server.llm.base import BackendClient
 from agentroll.server.llm.http import HTTPClient, HTTPTransportError
 from agentroll.server.llm.local_tokenizer import LocalChatTokenizer
+from agentroll.server.llm.poison import RequestQuarantine
 from agentroll.server.llm.registry import make_client
 from agentroll.server.schema import DEFAULT_POLICY, BackendSpec, BackendView
 
@@ -113,6 +114,8 @@ class BackendPool:
     def __init__(self, http: HTTPClient) -> None:
         self._http = http
         self.prompts = PromptCache()
+        self.quarantine = RequestQuarantine()
+        """Requests the policy shaped that a backend failed on: never sent again."""
         self._backends: dict[str, Backend] = {}
         self._ids = itertools.count(1)
         self._changed = asyncio.Event()

@@ -13,35 +13,50 @@ request reaches a backend during a weight sync. The session is pinned to backend
 tokenizer identity (`Backend.tokenizer_key`): ids sampled by one model are never continued
 by another, and to the backends of its policy (`policy`): an agent samples only from the
 weights it was declared with.
+
+A request the policy shaped (every call of a harness's proxy; a prompt holding the policy's
+replies or tool output) is contained (poison.py): its token ids are checked against the
+backend's vocabulary before it is sent, and a backend that fails right after it is not sent it
+again, nor is another backend. Whether the failure was the request's is decided by a control
+request on the same backend: served, the caller gets `UnservableRequest` (`agent_error`);
+failed too, the backend is broken (`LLMUnavailable`, `infra_error`). Either way no retry can
+take down the next engine.
 """
 
 import asyncio
-import contextlib
 import itertools
 import json
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from agentroll.handlers import ContextLengthExceeded, InfraError, LLMUnavailable, Message, Turn
+from agentroll.handlers import (
+    ContextLengthExceeded,
+    InfraError,
+    Message,
+    Turn,
+)
 from agentroll.server.llm.base import (
     BackendClient,
-    BackendError,
-    BackendPaused,
     Completion,
     TokenizeResult,
 )
 from agentroll.server.llm.gate import Flight, GenerationAborted, GenerationGate
+from agentroll.server.llm.poison import (
+    CONTROL_CONVERSATION,
+    CONTROL_PROMPT,
+    Shaped,
+    check_token_ids,
+    json_digest,
+    token_digest,
+)
 from agentroll.server.llm.pool import Backend, BackendPool
-from agentroll.server.logs import backend_var
+from agentroll.server.llm.routing import RoutedCalls
 from agentroll.server.schema import DEFAULT_POLICY, Segment
 
 if TYPE_CHECKING:
     from agentroll.server.metrics import ServerMetrics
 
 _PROBE_REPLY = "ok"
-MAX_ATTEMPTS = 3
-PAUSED_BACKOFF_S = (0.25, 5.0)
 
 
 def _split_points(completion: Completion) -> list[int]:
@@ -58,7 +73,7 @@ def _closing_overlap(sampled: Sequence[int], closing: Sequence[int]) -> int:
     return 0
 
 
-class TokenSession:
+class TokenSession(RoutedCalls):
     def __init__(
         self,
         pool: BackendPool,
@@ -74,17 +89,18 @@ class TokenSession:
         policy: str = DEFAULT_POLICY,
     ) -> None:
         """`gate` must be `policy`'s: it pauses and stamps the versions of that policy only."""
-        self._pool = pool
-        self.policy = policy
+        super().__init__(
+            pool,
+            tags=tags,
+            gate=gate,
+            request_timeout_s=request_timeout_s,
+            metrics=metrics,
+            backend_wait_s=backend_wait_s,
+            policy=policy,
+        )
         self._sampling = sampling
-        self._tags = tags
         self._max_response_tokens = max_response_tokens
         self._max_context_tokens = max_context_tokens
-        self._gate = gate
-        self._metrics = metrics
-        self._timeout = request_timeout_s
-        self._backend_wait_s = backend_wait_s
-        self._affinity: str | None = None
 
         self.prompt_ids: list[int] = []
         self.response_ids: list[int] = []
@@ -93,9 +109,6 @@ class TokenSession:
         self.segments: list[Segment] = []
         self._messages: list[Message] = []
         self.tools: list[Message] = []
-        self.llm_s = 0.0
-        self.llm_calls = 0
-        self.retries: list[dict[str, str]] = []
         self.aborted_calls = 0
         """Generation calls a pause aborted before the backend answered (nothing recorded)."""
         self.mixed_version_segments = 0
@@ -107,7 +120,6 @@ class TokenSession:
         self._max_model_len: int | None = None
         self._awaiting_reply = False
         self._turns = 0
-        self._tokenizer_key: str | None = None
 
     # -- LLMSession protocol -------------------------------------------------------------
     @property
@@ -160,7 +172,10 @@ class TokenSession:
             prompt = self.prompt_ids + self.response_ids
             sampling = {**self._sampling, "max_tokens": budget}
             try:
-                completion, backend, flight = await self.sample(prompt, sampling)
+                # The first turn's prompt is the task's; later ones hold the policy's doing.
+                completion, backend, flight = await self.sample(
+                    prompt, sampling, shaped=bool(self.response_ids)
+                )
             except GenerationAborted:
                 self.aborted_calls += 1
                 continue  # nothing was returned: sample this part again after resume
@@ -233,11 +248,7 @@ class TokenSession:
         if self._probe_closed is None:
             await self._render_probe(probe)
         assert self._probe_closed is not None
-        full = await self._call(
-            lambda c: c.tokenize_messages(
-                [*probe, *new], self.tools or None, add_generation_prompt=True
-            )
-        )
+        full = await self.tokenize_chat([*probe, *new], self.tools, add_generation_prompt=True)
         n = len(self._probe_closed)
         if full.token_ids[:n] != self._probe_closed:
             raise InfraError(
@@ -282,15 +293,22 @@ class TokenSession:
         add_generation_prompt: bool,
         continue_final_message: bool = False,
     ) -> TokenizeResult:
-        """Server-side chat-template tokenization of a whole conversation."""
-        return await self._call(
+        """Server-side chat-template tokenization of a conversation the policy shaped."""
+        shown = list(messages), list(tools) if tools else None
+        result, _, _ = await self._call_with_backend(
             lambda c: c.tokenize_messages(
-                list(messages),
-                list(tools) if tools else None,
+                *shown,
                 add_generation_prompt=add_generation_prompt,
                 continue_final_message=continue_final_message,
-            )
+            ),
+            shaped=Shaped(
+                lambda: json_digest(*shown, add_generation_prompt, continue_final_message),
+                lambda c: c.tokenize_messages(
+                    CONTROL_CONVERSATION, None, add_generation_prompt=True, timeout_s=self._timeout
+                ),
+            ),
         )
+        return result
 
     async def template_divergence(self) -> int:
         """Turns at which a canonical re-render of the conversation would rewrite history.
@@ -315,12 +333,22 @@ class TokenSession:
         )
 
     async def sample(
-        self, prompt_ids: list[int], sampling: dict[str, Any]
+        self, prompt_ids: list[int], sampling: dict[str, Any], *, shaped: bool = True
     ) -> tuple[Completion, Backend, Flight]:
         """One generation call through the gate. `GenerationAborted` propagates (nothing was
-        returned: sample again after resume); nothing is recorded in this session."""
+        returned: sample again after resume); nothing is recorded in this session. `shaped`:
+        the policy made this prompt, so it is contained (module docstring)."""
+        check_token_ids(prompt_ids, None)  # each backend's own vocabulary: `_call_with_backend`
         completion, backend, flight = await self._call_with_backend(
-            self._completion(prompt_ids, sampling), gated=True
+            self._completion(prompt_ids, sampling),
+            gated=True,
+            shaped=Shaped(
+                lambda: token_digest(prompt_ids, sampling.get("stop")),
+                self._completion(CONTROL_PROMPT, {**sampling, "max_tokens": 1}),
+            )
+            if shaped
+            else None,
+            vet=lambda backend: check_token_ids(prompt_ids, backend.client.vocab_size),
         )
         assert flight is not None
         self._gate.load.record(len(prompt_ids), len(completion.token_ids))
@@ -370,126 +398,5 @@ class TokenSession:
             left = min(left, room)
         return min(requested, left)
 
-    async def _choose(self, exclude: frozenset[str]) -> Backend:
-        """A backend for the next call; if none is registered yet, wait a bounded time."""
-        give_up = time.monotonic() + self._backend_wait_s
-        while True:
-            try:
-                return self._pool.choose(
-                    self._tags, self._affinity, exclude, self._tokenizer_key, self.policy
-                )
-            except LLMUnavailable:
-                left = give_up - time.monotonic()
-                if exclude or left <= 0:
-                    raise
-                await self._pool.wait_for_change(left)
-
     def _context_limit(self) -> int | None:
         return self._max_context_tokens or self._max_model_len
-
-    async def _call(self, fn: Callable[[BackendClient], Any]) -> Any:
-        result, _, _ = await self._call_with_backend(fn)
-        return result
-
-    def _rechoose(self, backend: Backend, tried: set[str]) -> Backend:
-        """The chosen backend, unless it went away or down while the try waited at the gate."""
-        if backend.routable and self._pool.get(backend.id) is backend:
-            return backend
-        return self._pool.choose(
-            self._tags, self._affinity, frozenset(tried), self._tokenizer_key, self.policy
-        )
-
-    async def _try(
-        self, backend: Backend, fn: Callable[[BackendClient], Any], flight: Flight | None
-    ) -> Any:
-        """One call on `backend`, timed and counted; failures are noted on the backend."""
-        started = time.monotonic()
-        backend_var.set(backend.id)
-        try:
-            with self._pool.track(backend):
-                call = fn(backend.client)
-                return await (call if flight is None else flight.run(call))
-        except BackendError as exc:
-            backend.failures_total += 1
-            if self._metrics is not None:
-                self._metrics.llm_failures.labels(backend.id).inc()
-            if exc.status is None and not exc.timed_out:  # no answer at all: unreachable
-                backend.mark_down(str(exc))
-            raise
-        finally:
-            took = time.monotonic() - started
-            self.llm_s += took
-            self.llm_calls += 1
-            if self._metrics is not None:
-                self._metrics.llm_request_seconds.labels(backend.id).observe(took)
-
-    @contextlib.asynccontextmanager
-    async def _attempt(self, gated: bool) -> AsyncIterator[Flight | None]:
-        """One try's slot: generation tries each pass the gate, other calls are not gated."""
-        if not gated:
-            yield None
-            return
-        async with self._gate.dispatch() as flight:
-            yield flight
-
-    async def _call_with_backend(
-        self, fn: Callable[[BackendClient], Any], *, gated: bool = False
-    ) -> tuple[Any, Backend, Flight | None]:
-        """Run one backend call, retrying on another backend while nothing was committed.
-
-        Each try, a retry included, holds its own gate slot (`gated`): a pause that starts
-        between two tries holds the retry back until resume. A backend paused outside our gate
-        (an operator, another trainer process) answers `BackendPaused`: that is waited out,
-        with backoff, for at most `backend_wait_s`, and does not count as a failed try."""
-        tried: set[str] = set()
-        last_error: BackendError | None = None
-        paused = _PausedBackends(self._backend_wait_s)
-        while len(tried) < MAX_ATTEMPTS:
-            try:
-                backend = await self._choose(frozenset(tried))
-            except LLMUnavailable:
-                if last_error is None:
-                    raise
-                break
-            try:
-                async with self._attempt(gated) as flight:
-                    if flight is not None:
-                        backend = self._rechoose(backend, tried)  # a pause may have changed it
-                        flight.backend_id = backend.id
-                    result = await self._try(backend, fn, flight)
-            except BackendPaused as exc:
-                await paused.wait_out(exc)
-                continue
-            except BackendError as exc:
-                if not exc.retryable:
-                    raise LLMUnavailable(str(exc), cause="llm_backend_error") from exc
-                tried.add(backend.id)
-                last_error = exc
-                self.retries.append({"backend": backend.id, "error": str(exc)[:300]})
-                continue
-            self._affinity = backend.id
-            return result, backend, flight
-        raise LLMUnavailable(
-            f"no backend could serve the request after {len(tried)} attempt(s): {last_error}",
-            cause="llm_backend_unavailable",
-        ) from last_error
-
-
-class _PausedBackends:
-    """How long one call has waited for backends paused outside agentroll's gate."""
-
-    def __init__(self, limit_s: float) -> None:
-        self._limit_s = limit_s
-        self._since: float | None = None
-        self._delay = PAUSED_BACKOFF_S[0]
-
-    async def wait_out(self, exc: BackendPaused) -> None:
-        now = time.monotonic()
-        self._since = self._since or now
-        if now - self._since >= self._limit_s:
-            raise LLMUnavailable(
-                f"the backend stayed paused for {self._limit_s:g} s: {exc}",
-                cause="llm_backend_paused",
-            ) from exc
-        await asyncio.sleep(self._delay)
-        self._delay = min(self._delay * 2, PAUSED_BACKOFF_S[1])

@@ -114,6 +114,11 @@ class SGLangClient:
         raise_for_status(path, response)
         return response.body
 
+    @property
+    def vocab_size(self) -> int | None:
+        """Known once a tokenizer is (given, or loaded from the server's `tokenizer_path`)."""
+        return None if self.tokenizer is None else self.tokenizer.vocab_size
+
     # -- discovery ------------------------------------------------------------------------
     async def detect(self, *, timeout_s: float = 10.0) -> SGLangFamily:
         """Tell 0.5.23-style servers (`/model_info` exists) from 0.5.2-style ones; remember

@@ -97,8 +97,10 @@ class VLLMClient:
         *,
         tokenizer: ChatTokenizer | None = None,
     ) -> None:
-        """`tokenizer` goes unused: vLLM renders chat templates itself (`/tokenize`); it is
-        accepted so that every client kind is built alike (`registry.ClientFactory`)."""
+        """`tokenizer` (the spec's `tokenizer_path`) only tells the vocabulary size: vLLM
+        renders chat templates itself (`/tokenize`). Without one, vLLM itself refuses ids
+        beyond its vocabulary (400)."""
+        self._tokenizer = tokenizer
         self.base_url = base_url.rstrip("/")
         self.model = model
         self._http = http
@@ -113,6 +115,10 @@ class VLLMClient:
         )
         raise_for_status(path, response)
         return response.body
+
+    @property
+    def vocab_size(self) -> int | None:
+        return None if self._tokenizer is None else self._tokenizer.vocab_size
 
     # -- discovery ------------------------------------------------------------------------
     async def detect(self, *, timeout_s: float = 10.0) -> VllmFamily:

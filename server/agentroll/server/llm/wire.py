@@ -10,7 +10,13 @@ from typing import Any
 
 from agentroll.handlers import ContextLengthExceeded
 from agentroll.server.llm.base import BackendError, BackendPaused
-from agentroll.server.llm.http import HTTPClient, HTTPResponse, HTTPTimeout, HTTPTransportError
+from agentroll.server.llm.http import (
+    HTTPClient,
+    HTTPConnectError,
+    HTTPResponse,
+    HTTPTimeout,
+    HTTPTransportError,
+)
 
 # Every vLLM version's "prompt too long" wording, 0.33's max_tokens checks and SGLang's two
 # context checks (docs/protocol.md §8.2).
@@ -51,6 +57,8 @@ async def exchange(
         raise BackendError(
             f"{method} {url} timed out: {exc!r}", retryable=True, timed_out=True
         ) from exc
+    except HTTPConnectError as exc:
+        raise BackendError(f"{method} {url} failed: {exc!r}", retryable=True, sent=False) from exc
     except HTTPTransportError as exc:
         raise BackendError(f"{method} {url} failed: {exc!r}", retryable=True) from exc
 

@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
-from agentroll.handlers import Message
+from agentroll.handlers import Message, UnservableRequest
+from agentroll.server.llm.poison import check_token_ids
 from agentroll.server.proxy.http11 import BadRequest, Request, Response, error_body, json_bytes
 from agentroll.server.proxy.wire import ChatRequest, Turn, bearer_or
 
@@ -120,7 +121,7 @@ def _common(body: dict[str, Any]) -> tuple[bool, bool, int | None, list[str]]:
     if int(body.get("n") or 1) != 1:
         raise BadRequest("n must be 1: each rollout records one sample per call")
     limit = body.get("max_completion_tokens", body.get("max_tokens"))
-    if limit is not None and (not isinstance(limit, int) or limit < 1):
+    if limit is not None and (type(limit) is not int or limit < 1):  # `true` is no count
         raise BadRequest("max_tokens must be a positive integer")
     options = body.get("stream_options") or {}
     include_usage = bool(options.get("include_usage")) if isinstance(options, dict) else False
@@ -155,11 +156,15 @@ def parse_completion(body: Any) -> CompletionRequest:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], list):
         prompt = prompt[0]
-    if not (isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt)):
+    if not (isinstance(prompt, list) and prompt):
         raise BadRequest(
             "prompt must be a list of token ids: a text prompt would be re-tokenized, and the "
             "recorded trajectory could then differ from what the model saw (use chat instead)"
         )
+    try:  # what no engine can hold; each backend's vocabulary is checked before it is sent
+        check_token_ids(prompt, None)
+    except UnservableRequest as exc:
+        raise BadRequest(str(exc)) from exc
     stream, include_usage, limit, stop = _common(body)
     return CompletionRequest(list(prompt), stream, include_usage, limit, stop)
 

@@ -36,6 +36,7 @@ from agentroll.handlers import (
     Message,
     ProxyLimits,
     ProxyStop,
+    UnservableRequest,
 )
 from agentroll.handlers.toolcalls import ToolCall, ToolCallParser, openai_tool_call
 from agentroll.server.llm import Backend, BackendError, Completion, TokenSession
@@ -47,7 +48,7 @@ from agentroll.server.proxy.chains import ChainBook, Expectation, Piece, Placeme
 from agentroll.server.proxy.echoes import ReturnedCalls
 from agentroll.server.proxy.http11 import BadRequest, Request, Response, UnixHTTPServer
 from agentroll.server.proxy.recording import ProxyTrajectory, report, trajectory_view
-from agentroll.server.proxy.wire import ChatRequest, Turn, WireAPI, rejected_request, route
+from agentroll.server.proxy.wire import ChatRequest, Turn, WireAPI, route
 
 log = logging.getLogger("agentroll.server.proxy")
 
@@ -223,18 +224,17 @@ class RolloutProxy:
             return await self._chat(wire, wire.parse(request))
         except BadRequest as exc:
             return Response(exc.status, wire.error(exc.status, str(exc), "invalid_request_error"))
+        except UnservableRequest as exc:  # the policy's request, contained (llm/poison.py)
+            return self._refuse(
+                wire, "unservable", exc.status, str(exc), "invalid_request_error",
+                "unservable_request",
+            )  # fmt: skip
         except ContextLengthExceeded as exc:
             self.context_overflows += 1
             message = f"maximum context length exceeded: {exc}"
             error = wire.error(400, message, "invalid_request_error", "context_length_exceeded")
             return Response(400, error)
         except (LLMUnavailable, InfraError, BackendError) as exc:
-            rejected = rejected_request(exc)
-            if rejected is not None:  # what the harness sent, not a failing backend
-                return self._refuse(
-                    wire, "backend_rejected", rejected.status or 400, str(rejected),
-                    "invalid_request_error",
-                )  # fmt: skip
             cause = getattr(exc, "cause", None) or "llm_backend_error"
             self._set_stop(ProxyStop("infra", cause, f"the LLM proxy could not generate: {exc}"))
             error = wire.error(503, str(exc), "server_error", "backend_unavailable")
@@ -450,7 +450,9 @@ class RolloutProxy:
                 if closed.token_ids[:n] != opened.token_ids:
                     return None  # the template renders a finished turn inconsistently
                 closing = self._closing[has_calls] = closed.token_ids[n:]
-        except (LLMUnavailable, InfraError, BackendError, ContextLengthExceeded) as exc:
+        except (
+            LLMUnavailable, InfraError, BackendError, ContextLengthExceeded, UnservableRequest
+        ) as exc:  # fmt: skip
             log.warning("%s: cannot render the reply for chain matching: %s", self._label, exc)
             return None
         return Expectation(list(closed.token_ids), list(closing), prompt_len)

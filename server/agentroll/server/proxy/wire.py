@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentroll.handlers import Message
-from agentroll.server.llm import BackendError
 from agentroll.server.proxy.http11 import Request, Response
 
 
@@ -97,23 +96,3 @@ def bearer_or(headers: dict[str, str], *names: str) -> str:
 
 def route(apis: Sequence[WireAPI], method: str, path: str) -> WireAPI | None:
     return next((api for api in apis if api.matches(method, path)), None)
-
-
-# A backend's 4xx is about the request: token ids out of its vocabulary, a conversation its chat
-# template refuses. The harness sent it (the policy's doing), so it gets the error back as from
-# a real server and the rollout goes on; a missing route, a timeout or a rate limit is the
-# backend's trouble.
-BACKEND_TROUBLE = (404, 408, 429)
-
-
-def rejected_request(exc: BaseException) -> BackendError | None:
-    """The backend error that refused the request's content, if that is what `exc` is."""
-    cause = exc if isinstance(exc, BackendError) else exc.__cause__
-    if (
-        isinstance(cause, BackendError)
-        and cause.status is not None
-        and 400 <= cause.status < 500
-        and cause.status not in BACKEND_TROUBLE
-    ):
-        return cause
-    return None

@@ -4,7 +4,8 @@
 protocol `config.flavor` names.
 
 Test-double extensions, not part of either protocol, all under `/scripted/`:
-`GET /scripted/requests` (what the backend returned, per choice; `?limit=N`),
+`GET /scripted/requests` (what the backend returned, per choice; `?limit=N`; and under
+`received` the prompt of every generation request that arrived, refused ones too),
 `DELETE /scripted/requests`, `GET /scripted/info` (tokenizer facts), `POST /scripted/fault`.
 """
 
@@ -53,11 +54,12 @@ def scripted_routes(app: FastAPI) -> None:
             }
             for e in entries
         ]
-        return json_response({"requests": out})
+        return json_response({"requests": out, "received": list(engine.received)})
 
     @app.delete("/scripted/requests")
     async def clear_log(request: Request) -> Response:
         engine_of(request).log.clear()
+        engine_of(request).received.clear()
         return json_response({"cleared": True})
 
     @app.get("/scripted/info")

@@ -58,6 +58,11 @@ class ScriptedLLMConfig(BaseModel):
     fail_rate: float = Field(default=0.0, ge=0.0, le=1.0)
     """Fraction of completion requests answered with HTTP 500 (engine error)."""
     healthy: bool = True
+    out_of_vocab: Literal["refuse", "fail", "crash"] = "refuse"
+    """A prompt id outside `[0, vocab)`: `refuse` it with 400 (vLLM's check of the top id),
+    `fail` the request with 500 (an engine that indexes its embeddings unchecked, as older
+    vLLM answers a negative id), or `crash`: the engine dies, as SGLang's scheduler does (every
+    later request fails and `/health` answers 503)."""
     """When false `/health` is 503 and generation fails with 500, as for a dead engine."""
     max_logprobs: int = Field(default=20, ge=0)
     """`--max-logprobs`: cap on the `logprobs` request field."""

@@ -64,6 +64,8 @@ class Engine:
         self.running: set[Run] = set()
         self.stats: Counter[str] = Counter()
         self.log: deque[dict[str, Any]] = deque(maxlen=config.request_log_size)
+        self.received: deque[Any] = deque(maxlen=config.request_log_size)
+        """The prompt of every generation request that arrived, as sent, refused ones too."""
         self.started_at = time.time()
         self._kv_tokens = 0
         self._epoch = 0

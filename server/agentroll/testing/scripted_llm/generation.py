@@ -31,9 +31,20 @@ def conversation_of(tok: ScriptedTokenizer, ids: list[int]) -> Conversation:
     return Conversation(tuple(messages), text)
 
 
-def check_prompt_ids(tok: ScriptedTokenizer, ids: list[int]) -> None:
+def check_prompt_ids(engine: Engine, ids: list[int]) -> None:
+    """Refuse, fail on or crash on ids outside the vocabulary, as `config.out_of_vocab` says."""
+    tok = engine.tokenizer
     if not ids:
         raise ProtocolError("Prompt cannot be empty.", param="prompt")
+    mode = engine.config.out_of_vocab
+    if mode != "refuse" and not all(0 <= i < tok.vocab_size for i in ids):
+        if mode == "crash":
+            engine.healthy = False
+        raise ProtocolError(
+            "EngineCore encountered an issue: index out of range in self",
+            status=500,
+            err_type="InternalServerError",
+        )
     if min(ids) < 0:
         raise ProtocolError(
             "1 validation error:\n  prompt: token ids must be >= 0", err_type="Bad Request"

@@ -91,7 +91,7 @@ def _prompts(engine: Engine, req: GenerateRequest) -> tuple[list[list[int]], boo
         batched = bool(raw) and isinstance(raw[0], list)
         prompts = [list(p) for p in raw] if batched else [list(raw)]
     for ids in prompts:
-        check_prompt_ids(engine.tokenizer, ids)
+        check_prompt_ids(engine, ids)
     return prompts, batched
 
 
@@ -178,6 +178,7 @@ def _record(engine: Engine, rid: str, index: int, prompt: list[int], s: Sample, 
 
 
 async def create_generation(engine: Engine, body: Any) -> Response:
+    engine.received.append(body.get("input_ids") if isinstance(body, dict) else body)
     req: GenerateRequest = parse(GenerateRequest, body)
     if req.stream:
         raise ProtocolError("stream=true is not simulated by the scripted SGLang backend")

@@ -46,7 +46,7 @@ def _prompts(engine: Engine, req: CompletionRequest) -> list[list[int]]:
             f"Too many prompts: {len(batch)} > {engine.config.max_batch_prompts}.", param="prompt"
         )
     for ids in batch:
-        check_prompt_ids(engine.tokenizer, ids)
+        check_prompt_ids(engine, ids)
     return batch
 
 
@@ -98,6 +98,7 @@ def _logprobs_k(engine: Engine, req: CompletionRequest) -> int | None:
 
 
 async def create_completion(engine: Engine, body: Any, header_request_id: str | None) -> Response:
+    engine.received.append(body.get("prompt") if isinstance(body, dict) else body)
     req = parse_body(CompletionRequest, body, engine.config.version)
     check_model(engine, req.model)
     prompts = _prompts(engine, req)

@@ -1,0 +1,113 @@
+"""Requests the policy shaped are judged before a backend sees them, and never twice after one
+failed on them.
+
+A harness's base URL and key sit in its environment, which the policy's shell inherits, so
+whatever the policy writes can reach an engine: token ids outside the vocabulary, negative,
+boolean or beyond 64 bits crash SGLang engines and make older vLLM answer 500. Two rules
+contain such a request to the rollout that made it:
+
+- `check_token_ids`: every prompt id is an exact `int` (never a bool), `0 <= id < vocab`
+  (the backend's tokenizer decides `vocab`; with none known, ids must fit 31 bits, as every
+  engine's id tensors do). A failing prompt is refused with `UnservableRequest` before any
+  backend is chosen.
+- `RequestQuarantine`: a backend that fails (5xx, or the connection drops) right after a
+  policy-shaped request is not sent that request again, nor is any other backend: the request
+  is remembered (by digest) and refused from then on. One request costs at most one backend
+  call, never the fleet. A control request on the same backend then decides the blame: served,
+  the request was at fault (the policy's doing); failed too, the backend is broken (infra).
+"""
+
+import hashlib
+import json
+from array import array
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agentroll.handlers import Message, UnservableRequest
+from agentroll.server.llm.base import BackendClient, BackendError, BackendPaused
+
+MAX_TOKEN_ID = 2**31 - 1
+"""The largest id any engine can hold (int32 id tensors) when the vocabulary is unknown."""
+CONTROL_PROMPT = [0]
+"""A generation control: one id every vocabulary has (sampled for one token)."""
+CONTROL_CONVERSATION: list[Message] = [{"role": "user", "content": "ok"}]
+"""A tokenization control: a conversation every chat template renders."""
+
+
+@dataclass(frozen=True, slots=True)
+class Shaped:
+    """A request the policy shaped: its identity (computed only when needed: digesting a long
+    prompt costs time), and the control request that tells a broken backend from a request a
+    working backend fails on."""
+
+    digest: Callable[[], str]
+    control: Callable[[BackendClient], Awaitable[Any]]
+
+
+def check_token_ids(ids: Sequence[Any], vocab_size: int | None) -> None:
+    """Refuse a prompt a backend cannot take: `UnservableRequest` names the first bad id."""
+    if not ids:
+        raise UnservableRequest("the prompt holds no token ids")
+    bound = vocab_size if vocab_size is not None else MAX_TOKEN_ID + 1
+    for position, token in enumerate(ids):
+        if type(token) is not int or not 0 <= token < bound:
+            shown = json.dumps(token) if isinstance(token, bool) else repr(token)[:40]
+            raise UnservableRequest(
+                f"prompt[{position}] = {shown} is not a token id of this model "
+                f"(an integer in [0, {bound}))"
+            )
+
+
+def failed_on_request(exc: BackendError) -> bool:
+    """Whether a backend failed right after receiving the request: a 5xx (not a pause) or a
+    dropped connection. A timeout is a slow backend, and a backend nobody could connect to never
+    got the request: neither failure is the request's."""
+    if isinstance(exc, BackendPaused) or exc.timed_out or not exc.sent:
+        return False
+    return exc.status is None or exc.status >= 500
+
+
+def refused_request(exc: BackendError) -> bool:
+    """Whether a backend answered that the request itself is wrong: token ids out of its
+    vocabulary, a conversation its chat template refuses (a 4xx other than a missing route, a
+    timeout or a rate limit, which are the backend's trouble)."""
+    return exc.status is not None and 400 <= exc.status < 500 and exc.status not in (404, 408, 429)
+
+
+def token_digest(ids: Sequence[int], *extra: Any) -> str:
+    """A request's identity from its (checked) prompt ids and anything else it sends."""
+    digest = hashlib.sha256(array("q", ids).tobytes())
+    digest.update(json.dumps(extra, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def json_digest(*parts: Any) -> str:
+    """A request's identity from its JSON-able parts (messages, tools, flags)."""
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+class RequestQuarantine:
+    """Digests of requests a backend failed on, LRU-bounded (one per backend pool)."""
+
+    def __init__(self, capacity: int = 4096) -> None:
+        self._capacity = capacity
+        self._digests: OrderedDict[str, str] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._digests)
+
+    def add(self, digest: str, backend_id: str) -> None:
+        self._digests[digest] = backend_id
+        self._digests.move_to_end(digest)
+        while len(self._digests) > self._capacity:
+            self._digests.popitem(last=False)
+
+    def check(self, digest: str) -> None:
+        """`UnservableRequest` when this request already failed a backend."""
+        backend_id = self._digests.get(digest)
+        if backend_id is not None:
+            raise UnservableRequest(
+                f"backend {backend_id} failed right after this request; it is not sent again"
+            )

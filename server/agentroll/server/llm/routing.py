@@ -1,0 +1,219 @@
+"""`RoutedCalls`: how a session's calls reach backends -- routing, retries, the pause gate,
+timing, and the containment of requests the policy shaped (poison.py).
+
+A call goes to a backend of the session's policy and tokenizer identity (affinity first);
+a retryable failure is retried on another backend while nothing was committed, up to
+`MAX_ATTEMPTS`. Every generation try, a retry included, passes the pause gate. A request the
+policy shaped is never retried after a backend failed on it: a control request on the same
+backend decides whether that was the request's doing (`UnservableRequest`) or the backend's
+(`LLMUnavailable`).
+"""
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Any
+
+from agentroll.handlers import ContextLengthExceeded, LLMUnavailable, UnservableRequest
+from agentroll.server.llm.base import BackendClient, BackendError, BackendPaused
+from agentroll.server.llm.gate import Flight, GenerationAborted, GenerationGate
+from agentroll.server.llm.poison import Shaped, failed_on_request, refused_request
+from agentroll.server.llm.pool import Backend, BackendPool
+from agentroll.server.logs import backend_var
+from agentroll.server.schema import DEFAULT_POLICY
+
+if TYPE_CHECKING:
+    from agentroll.server.metrics import ServerMetrics
+
+MAX_ATTEMPTS = 3
+PAUSED_BACKOFF_S = (0.25, 5.0)
+
+
+class RoutedCalls:
+    def __init__(
+        self,
+        pool: BackendPool,
+        *,
+        tags: frozenset[str],
+        gate: GenerationGate,
+        request_timeout_s: float,
+        metrics: "ServerMetrics | None",
+        backend_wait_s: float,
+        policy: str = DEFAULT_POLICY,
+    ) -> None:
+        self._pool = pool
+        self.policy = policy
+        self._tags = tags
+        self._gate = gate
+        self._metrics = metrics
+        self._timeout = request_timeout_s
+        self._backend_wait_s = backend_wait_s
+        self._affinity: str | None = None
+        self._tokenizer_key: str | None = None
+        self.llm_s = 0.0
+        self.llm_calls = 0
+        self.retries: list[dict[str, str]] = []
+
+    async def _choose(self, exclude: frozenset[str]) -> Backend:
+        """A backend for the next call; if none is registered yet, wait a bounded time."""
+        give_up = time.monotonic() + self._backend_wait_s
+        while True:
+            try:
+                return self._pool.choose(
+                    self._tags, self._affinity, exclude, self._tokenizer_key, self.policy
+                )
+            except LLMUnavailable:
+                left = give_up - time.monotonic()
+                if exclude or left <= 0:
+                    raise
+                await self._pool.wait_for_change(left)
+
+    async def _call(self, fn: Callable[[BackendClient], Any]) -> Any:
+        result, _, _ = await self._call_with_backend(fn)
+        return result
+
+    def _rechoose(self, backend: Backend, tried: set[str]) -> Backend:
+        """The chosen backend, unless it went away or down while the try waited at the gate."""
+        if backend.routable and self._pool.get(backend.id) is backend:
+            return backend
+        return self._pool.choose(
+            self._tags, self._affinity, frozenset(tried), self._tokenizer_key, self.policy
+        )
+
+    async def _try(
+        self, backend: Backend, fn: Callable[[BackendClient], Any], flight: Flight | None
+    ) -> Any:
+        """One call on `backend`, timed and counted; failures are noted on the backend."""
+        started = time.monotonic()
+        backend_var.set(backend.id)
+        try:
+            with self._pool.track(backend):
+                call = fn(backend.client)
+                return await (call if flight is None else flight.run(call))
+        except BackendError as exc:
+            backend.failures_total += 1
+            if self._metrics is not None:
+                self._metrics.llm_failures.labels(backend.id).inc()
+            if exc.status is None and not exc.timed_out:  # no answer at all: unreachable
+                backend.mark_down(str(exc))
+            raise
+        finally:
+            took = time.monotonic() - started
+            self.llm_s += took
+            self.llm_calls += 1
+            if self._metrics is not None:
+                self._metrics.llm_request_seconds.labels(backend.id).observe(took)
+
+    @contextlib.asynccontextmanager
+    async def _attempt(self, gated: bool) -> AsyncIterator[Flight | None]:
+        """One try's slot: generation tries each pass the gate, other calls are not gated."""
+        if not gated:
+            yield None
+            return
+        async with self._gate.dispatch() as flight:
+            yield flight
+
+    async def _call_with_backend(
+        self,
+        fn: Callable[[BackendClient], Any],
+        *,
+        gated: bool = False,
+        shaped: Shaped | None = None,
+        vet: Callable[[Backend], None] | None = None,
+    ) -> tuple[Any, Backend, Flight | None]:
+        """Run one backend call, retrying on another backend while nothing was committed.
+
+        `shaped` marks a request the policy shaped: one the quarantine holds is refused, one a
+        backend refuses ends the call with `UnservableRequest`, and one a backend fails on is
+        quarantined and never retried (the module docstring says whose fault it is then). `vet`
+        refuses a request a backend cannot take before it is sent there.
+
+        Each try, a retry included, holds its own gate slot (`gated`): a pause that starts
+        between two tries holds the retry back until resume. A backend paused outside our gate
+        (an operator, another trainer process) answers `BackendPaused`: that is waited out,
+        with backoff, for at most `backend_wait_s`, and does not count as a failed try."""
+        quarantine = self._pool.quarantine
+        if shaped is not None and len(quarantine):
+            quarantine.check(shaped.digest())
+        tried: set[str] = set()
+        last_error: BackendError | None = None
+        paused = _PausedBackends(self._backend_wait_s)
+        while len(tried) < MAX_ATTEMPTS:
+            try:
+                backend = await self._choose(frozenset(tried))
+            except LLMUnavailable:
+                if last_error is None:
+                    raise
+                break
+            try:
+                async with self._attempt(gated) as flight:
+                    if flight is not None:
+                        backend = self._rechoose(backend, tried)  # a pause may have changed it
+                        flight.backend_id = backend.id
+                    if vet is not None:
+                        vet(backend)
+                    result = await self._try(backend, fn, flight)
+            except BackendPaused as exc:
+                await paused.wait_out(exc)
+                continue
+            except BackendError as exc:
+                if shaped is not None and failed_on_request(exc):
+                    quarantine.add(shaped.digest(), backend.id)
+                    if await self._serves_control(backend, shaped.control, gated):
+                        raise UnservableRequest(
+                            f"the backend failed right after this request ({exc}) and served "
+                            "a control request: this request is not sent again",
+                            status=502,
+                        ) from exc
+                    raise LLMUnavailable(
+                        f"backend {backend.id} failed right after a request and on a control "
+                        f"request too (the request is not sent to another backend): {exc}",
+                        cause="llm_backend_unavailable",
+                    ) from exc
+                if shaped is not None and refused_request(exc):
+                    raise UnservableRequest(str(exc), status=exc.status or 400) from exc
+                if not exc.retryable:
+                    raise LLMUnavailable(str(exc), cause="llm_backend_error") from exc
+                tried.add(backend.id)
+                last_error = exc
+                self.retries.append({"backend": backend.id, "error": str(exc)[:300]})
+                continue
+            self._affinity = backend.id
+            return result, backend, flight
+        raise LLMUnavailable(
+            f"no backend could serve the request after {len(tried)} attempt(s): {last_error}",
+            cause="llm_backend_unavailable",
+        ) from last_error
+
+    async def _serves_control(
+        self, backend: Backend, control: Callable[[BackendClient], Any], gated: bool
+    ) -> bool:
+        """Whether `backend` still serves a request nobody shaped (through the gate like any
+        generation, bounded by the request timeout)."""
+        try:
+            async with self._attempt(gated) as flight:
+                await self._try(backend, control, flight)
+        except (BackendError, GenerationAborted, ContextLengthExceeded):
+            return False
+        return True
+
+
+class _PausedBackends:
+    """How long one call has waited for backends paused outside agentroll's gate."""
+
+    def __init__(self, limit_s: float) -> None:
+        self._limit_s = limit_s
+        self._since: float | None = None
+        self._delay = PAUSED_BACKOFF_S[0]
+
+    async def wait_out(self, exc: BackendPaused) -> None:
+        now = time.monotonic()
+        self._since = self._since or now
+        if now - self._since >= self._limit_s:
+            raise LLMUnavailable(
+                f"the backend stayed paused for {self._limit_s:g} s: {exc}",
+                cause="llm_backend_paused",
+            ) from exc
+        await asyncio.sleep(self._delay)
+        self._delay = min(self._delay * 2, PAUSED_BACKOFF_S[1])

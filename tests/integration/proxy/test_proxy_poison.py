@@ -1,0 +1,206 @@
+"""Poison requests: what a harness (the policy's shell holds its URL and key) sends that an
+engine cannot take is contained to the rollout that sent it.
+
+Two real scripted backends serve one policy. Token ids no engine should see never reach
+either; a request a backend fails on right after receiving it is answered to the harness as
+an error, is not retried on the other backend, and is never sent again; the proxy goes on
+serving honest requests (the rollout is not `infra_error`). A backend that fails a control
+request too is broken: that is infra, and still the request is not carried to the next one.
+"""
+
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from tests.integration.proxy.proxy_support import Rig, client_for
+
+from agentroll.handlers import UnservableRequest, classify_error
+from agentroll.server.llm import BackendPool, HTTPClient
+from agentroll.server.llm.gate import GenerationGate
+from agentroll.server.proxy import RolloutProxy
+from agentroll.server.schema import BackendSpec
+from agentroll.server.serving import RunningServer, start_in_loop
+from agentroll.testing.scripted_llm import ScriptedLLMConfig
+from agentroll.testing.scripted_llm import create_app as create_scripted_app
+from agentroll.testing.scripted_llm.export import export_tokenizer
+from agentroll.testing.scripted_llm.rules.redteam_poison import ENGINE_FAILURE_MARK, RULE_PATH
+from agentroll.testing.scripted_llm.tokenizer import get_tokenizer
+
+pytestmark = pytest.mark.integration
+
+VOCAB = get_tokenizer().vocab_size
+
+
+@dataclass
+class Fleet:
+    rig: Rig
+    first: RunningServer
+    second: RunningServer
+
+    async def received(self, server: RunningServer) -> list[Any]:
+        """The prompt of every generation request `server` got, refused ones included."""
+        async with httpx.AsyncClient(base_url=server.url) as http:
+            return list((await http.get("/scripted/requests")).json()["received"])
+
+
+@asynccontextmanager
+async def fleet(tmp_path: Path, **first_config: Any) -> AsyncIterator[Fleet]:
+    """Two backends of one model (the first may be configured to fail), with its tokenizer
+    known to agentroll, so the vocabulary is."""
+    tokenizer = str(export_tokenizer(tmp_path / "tokenizer"))
+    async with AsyncExitStack() as stack:
+        servers = []
+        for config in ({"policy": [RULE_PATH, "echo"], **first_config}, {"policy": ["echo"]}):
+            server = await start_in_loop(create_scripted_app(ScriptedLLMConfig(**config)))
+            stack.push_async_callback(server.stop)
+            servers.append(server)
+        http = HTTPClient()
+        stack.push_async_callback(http.close)
+        pool = BackendPool(http)
+        for name, server in zip(("first", "second"), servers, strict=True):
+            pool.add(BackendSpec(id=name, base_url=server.url, tokenizer_path=tokenizer))
+        yield Fleet(Rig(servers[0], pool, GenerationGate()), *servers)
+
+
+def say(text: str) -> dict[str, str]:
+    return {"role": "user", "content": f"Repeat after me: {text}"}
+
+
+async def post(proxy: RolloutProxy, api: str, text: str) -> httpx.Response:
+    """One request carrying `text` as its user turn, in the wire format `api` names."""
+    if api == "google":
+        transport = httpx.AsyncHTTPTransport(uds=proxy.socket_path)
+        headers = {"x-goog-api-key": proxy.api_key}
+        async with httpx.AsyncClient(
+            transport=transport, base_url="http://rollout", headers=headers, timeout=30
+        ) as http:
+            body = {"contents": [{"role": "user", "parts": [{"text": say(text)["content"]}]}]}
+            return await http.post("/v1beta/models/policy:generateContent", json=body)
+    async with client_for(proxy) as http:
+        if api == "anthropic":
+            http.headers["x-api-key"] = proxy.api_key
+            body = {"model": "policy", "max_tokens": 64, "messages": [say(text)]}
+            return await http.post("/messages", json=body)
+        if api == "responses":
+            return await http.post("/responses", json={"model": "policy", "input": [say(text)]})
+        if api == "completions":
+            ids = get_tokenizer().encode(f"<|im_start|>user\n{say(text)['content']}<|im_end|>\n")
+            return await http.post("/completions", json={"prompt": ids, "max_tokens": 32})
+        return await http.post("/chat/completions", json={"messages": [say(text)]})
+
+
+def error_text(resp: httpx.Response) -> str:
+    body = resp.json()
+    return str(body["error"]["message"] if isinstance(body.get("error"), dict) else body)
+
+
+@pytest.mark.parametrize(
+    "poison",
+    [[-1], [VOCAB], [True], [2**63], [1.0], [5, -1, 7]],
+    ids=["negative", "vocab", "boolean", "2**63", "float", "negative-inside"],
+)
+async def test_poison_token_ids_never_reach_a_backend(tmp_path: Path, poison: list[Any]) -> None:
+    async with fleet(tmp_path, out_of_vocab="crash") as f:
+        proxy = await f.rig.proxy(tmp_path)
+        async with client_for(proxy) as http:
+            refused = await http.post("/completions", json={"prompt": poison, "max_tokens": 8})
+            assert refused.status_code == 400, refused.text
+            assert refused.json()["error"]["type"] == "invalid_request_error"
+            assert "is not a token id of this model" in error_text(refused)
+        assert await f.received(f.first) == [] and await f.received(f.second) == []
+        # The control: an honest token prompt right after is served, the proxy never stopped.
+        served = await post(proxy, "completions", "one")
+        assert served.status_code == 200, served.text
+        assert served.json()["choices"][0]["text"] == "one"
+        assert proxy.stopped is None
+        await proxy.close()
+
+
+@pytest.mark.parametrize("api", ["chat", "completions", "responses", "anthropic", "google"])
+async def test_a_request_a_backend_fails_on_is_the_harness_error_and_goes_nowhere_else(
+    tmp_path: Path, api: str
+) -> None:
+    async with fleet(tmp_path) as f:
+        proxy = await f.rig.proxy(tmp_path)
+        failed = await post(proxy, api, f"poison {ENGINE_FAILURE_MARK}")
+        assert failed.status_code == 502, failed.text
+        assert "served a control request" in failed.text
+        # The first backend got the request once (then a control); the second never got it.
+        first = await f.received(f.first)
+        assert len(first) == 2 and first[1] == [0]
+        assert await f.received(f.second) == []
+        # Sent again (an SDK retries a 5xx), it is refused without reaching any backend.
+        again = await post(proxy, api, f"poison {ENGINE_FAILURE_MARK}")
+        assert again.status_code == 400, again.text
+        assert "it is not sent again" in again.text
+        assert len(await f.received(f.first)) == 2 and await f.received(f.second) == []
+        # The rollout goes on: an honest call is served, and nothing was infra.
+        served = await post(proxy, api, "two")
+        assert served.status_code == 200, served.text
+        assert proxy.stopped is None
+        assert proxy.report()["refused"] == {"unservable": 2}
+        await proxy.close()
+
+
+async def test_a_backend_that_fails_a_control_too_is_infra_and_the_request_stays_put(
+    tmp_path: Path,
+) -> None:
+    # SGLang's scheduler dies on an id beyond its vocabulary: with the vocabulary unknown to
+    # agentroll, the request reaches the first backend, which fails the control as well.
+    async with AsyncExitStack() as stack:
+        servers = []
+        for config in ({"out_of_vocab": "crash"}, {}):
+            server = await start_in_loop(create_scripted_app(ScriptedLLMConfig(**config)))
+            stack.push_async_callback(server.stop)
+            servers.append(server)
+        http_client = HTTPClient()
+        stack.push_async_callback(http_client.close)
+        pool = BackendPool(http_client)
+        for name, server in zip(("first", "second"), servers, strict=True):
+            pool.add(BackendSpec(id=name, base_url=server.url))
+        f = Fleet(Rig(servers[0], pool, GenerationGate()), *servers)
+        proxy = await f.rig.proxy(tmp_path)
+        async with client_for(proxy) as http:
+            resp = await http.post("/completions", json={"prompt": [VOCAB], "max_tokens": 8})
+        assert resp.status_code == 503, resp.text
+        stop = await proxy.wait_stopped()
+        assert stop.kind == "infra" and "control request too" in stop.message
+        assert await f.received(f.first) == [[VOCAB], [0]]
+        assert await f.received(f.second) == []  # one request costs one engine at most
+        await proxy.close()
+
+
+async def test_ctx_llm_a_prompt_the_policy_shaped_that_a_backend_fails_on_is_agent_error(
+    tmp_path: Path,
+) -> None:
+    """The same rule for a handler's session: once the prompt holds the policy's doing (its
+    replies, a tool's output), a backend failing on it ends the turn as the policy's error,
+    and the other backend is not tried."""
+    async with fleet(tmp_path) as f:
+        session = f.rig.session(seed=3)
+        await session.start([say("one")])
+        assert (await session.generate()).text == "one"
+        await session.add_messages([say(f"two {ENGINE_FAILURE_MARK}")])  # a tool's output
+        with pytest.raises(UnservableRequest, match="served a control request") as caught:
+            await session.generate()
+        decision = classify_error("run", caught.value)
+        assert (decision.outcome, decision.evaluate) == ("agent_error", True)
+        assert len(await f.received(f.first)) == 3  # turn one, the failing turn, the control
+        assert await f.received(f.second) == []
+
+
+async def test_ctx_llm_the_task_prompt_alone_is_still_retried_on_another_backend(
+    tmp_path: Path,
+) -> None:
+    """The control beside it: the first turn's prompt is the task's, not the policy's, so a
+    backend failing on it is the backend's trouble and another backend serves it."""
+    async with fleet(tmp_path, fail_rate=1.0) as f:
+        session = f.rig.session(seed=3)
+        await session.start([say("one")])
+        turn = await session.generate()
+        assert turn.text == "one" and turn.backend_id == "second"
+        assert [r["backend"] for r in session.retries] == ["first"]
