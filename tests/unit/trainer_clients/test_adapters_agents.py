@@ -149,8 +149,11 @@ def test_staleness_is_judged_per_trainable_agent() -> None:
     collector.policy_versions.update(solver=5, judge=9)
     fresh = trace("solver", "solver", 1, version=4)
     old_judge = trace("judge", "judge", 2, version=1, trainable=False)
-    assert not collector._too_stale(episode("e1", "g", 1.0, fresh, old_judge))
+    judge = collector.clock.stale
+    assert judge([episode("e1", "g", 1.0, fresh, old_judge)], 1) == []
     stale = trace("solver", "solver", 1, version=3)
-    assert collector._too_stale(episode("e2", "g", 1.0, stale, old_judge))
+    assert judge([episode("e2", "g", 1.0, stale, old_judge)], 1) == [
+        ("e2", "e2: solver version 3 lags the live 5 by > 1")
+    ]
     unknown = trace("critic", "critic", 3, version=0)  # no known current version: never stale
-    assert not collector._too_stale(episode("e3", "g", 1.0, unknown))
+    assert judge([episode("e3", "g", 1.0, unknown)], 1) == []
