@@ -253,8 +253,9 @@ class AsyncServerPool:
         once a server's results cannot be read."""
         if self._queue.empty():
             self._raise_if_stranded()
-        try:
-            return await asyncio.wait_for(self._queue.get(), timeout_s)
+        try:  # not wait_for: on 3.11 it can swallow a cancel that races with the result
+            async with asyncio.timeout(timeout_s):
+                return await self._queue.get()
         except TimeoutError:
             self._raise_if_stranded()
             return None
