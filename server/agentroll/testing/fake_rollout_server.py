@@ -163,6 +163,7 @@ class FakeRolloutServer:
             status=_STATUS.get(outcome, "failed"),
             reward=run.reward if usable else None,
             timing=Timing(total_s=run.seconds),
+            policy_versions=[self.policy_version] if usable else [],
             error=None if usable else ErrorInfo(type=outcome.value, message="simulated"),
             metadata=request.metadata,
         )
