@@ -108,13 +108,13 @@ def test_a_single_agent_episode_is_its_own_view_of_the_default_policy() -> None:
     assert policy_trajectories([single]) == {"default": [single]}
 
 
-def test_episodes_without_a_reward_are_refused() -> None:
+def test_episodes_without_a_reward_are_left_out() -> None:
     failed = Trajectory(job_id="j", handler="h", outcome="infra_error", status="failed")
-    with pytest.raises(ValueError, match="no reward to train on"):
-        pad_policy_batches([failed])
+    assert pad_policy_batches([failed]) == {}
     invalid = Group(group_id="g", n=2, valid=False, trajectories=[], reason="budget")
-    with pytest.raises(ValueError, match="invalid"):
-        policy_trajectories([invalid])
+    assert policy_trajectories([invalid, solver_verifier_group("g0", [1.0, 0.0])]).keys() == {
+        "solver"
+    }
 
 
 def test_agent_view_keeps_the_trace_tokens_exactly() -> None:
