@@ -1,5 +1,6 @@
 """GroupCollector against real servers: groups come back whole or explicitly invalid."""
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -87,27 +88,51 @@ async def test_budget_runs_out_the_group_is_invalid_and_its_jobs_cancelled(
             await collector.submit("slow", request(sleep={"1": 60}), n=2)
             group = await collector.next_group(timeout_s=30)
         assert group is not None and not group.valid
-        assert group.reason is not None and "budget of 1 s spent: 1/2 usable" in group.reason
+        assert group.reason is not None
+        assert "budget of 1 s spent waiting on samples [1]: 1/2 usable" in group.reason
         view = await client.job("slow-s1-r0")
         assert view.state == JobState.cancelled  # not left running on the server
 
 
-async def test_oversampling_keeps_the_first_n_and_cancels_the_stragglers(servers: Servers) -> None:
+async def wait_cancelled(client: AsyncRolloutClient, job_id: str) -> JobState:
+    view = await client.job(job_id)
+    for _ in range(50):  # cancellation is sent in the background
+        if view.state.terminal:
+            break
+        await asyncio.sleep(0.1)
+        view = await client.job(job_id)
+    return view.state
+
+
+async def test_spares_stand_in_for_infra_failures_by_index_not_by_speed(servers: Servers) -> None:
     async with servers(1) as [server], AsyncRolloutClient(server.url) as client:
-        async with AsyncGroupCollector(server.url, pool_options=FAST, oversample=2) as collector:
-            await collector.submit("os", request(sleep={"0": 60, "3": 60}), n=2)
+        async with AsyncGroupCollector(
+            server.url, pool_options=FAST, oversample=2, max_retries=0
+        ) as collector:
+            # member 0 is lost to infra; spare 2 (slower than spare 3) stands in: index order
+            slow = request(fail_samples=[0], sleep={"2": 1.0, "3": 60})
+            await collector.submit("os", slow, n=2)
             group = await collector.next_group(timeout_s=30)
             assert group is not None and group.valid
             assert [t.job_id for t in group.trajectories] == ["os-s1-r0", "os-s2-r0"]
-            assert group.jobs_submitted == 4
-            for job_id in ("os-s0-r0", "os-s3-r0"):
-                view = await client.job(job_id)
-                for _ in range(50):  # cancellation is sent in the background
-                    if view.state.terminal:
-                        break
-                    view = await client.job(job_id)
-                assert view.state == JobState.cancelled
+            assert group.jobs_submitted == 4 and group.dropped == {"infra_error": 1}
+            assert await wait_cancelled(client, "os-s3-r0") == JobState.cancelled
+        assert collector.stats.extras_cancelled == 1
+
+
+async def test_first_finished_stays_available_and_keeps_the_fastest(servers: Servers) -> None:
+    async with servers(1) as [server], AsyncRolloutClient(server.url) as client:
+        async with AsyncGroupCollector(
+            server.url, pool_options=FAST, oversample=2, selection="first_finished"
+        ) as collector:
+            await collector.submit("ff", request(sleep={"0": 60, "3": 60}), n=2)
+            group = await collector.next_group(timeout_s=30)
+            assert group is not None and group.valid
+            assert [t.job_id for t in group.trajectories] == ["ff-s1-r0", "ff-s2-r0"]
+            for job_id in ("ff-s0-r0", "ff-s3-r0"):
+                assert await wait_cancelled(client, job_id) == JobState.cancelled
         assert collector.stats.extras_cancelled == 2
+        assert collector.stats.as_dict()["unused_unfinished"] == 2  # the slow ones, cancelled
 
 
 async def test_zero_variance_groups_are_flagged(servers: Servers) -> None:

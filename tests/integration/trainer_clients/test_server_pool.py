@@ -20,7 +20,7 @@ from agentroll.trainer_clients import (
 )
 
 pytestmark = pytest.mark.integration
-FAST = {"poll_wait_s": 0.5, "health_interval_s": 0.5}
+FAST = {"poll_wait_s": 0.5, "health_interval_s": 0.5, "dead_after_s": 1.0}
 
 
 async def test_groups_are_sharded_whole_across_servers(servers: Servers) -> None:

@@ -100,11 +100,16 @@ def test_grpo_advantages_are_normalised_within_each_group() -> None:
     assert (batch.token_advantages[0] != 0).sum() == sum(A.response_mask)
 
 
-def test_invalid_groups_and_rewardless_samples_are_refused() -> None:
-    with pytest.raises(ValueError, match="group g9 is invalid"):
-        pad_batch([Group("g9", 2, False, [A], reason="cannot complete")])
+def test_invalid_groups_and_rewardless_samples_are_left_out_whole() -> None:
+    invalid = Group("g9", 2, False, [A], reason="cannot complete")
     broken = Trajectory(job_id="x", handler="h", outcome="infra_error", status="failed")
-    with pytest.raises(ValueError, match="x: outcome infra_error has no reward"):
+    batch = pad_batch([invalid, *groups(), broken])
+    assert batch.job_ids == ["g0-s0-r0", "g0-s1-r0", "g1-s0-r0", "g1-s1-r0"]
+    assert batch.skipped == {
+        "g9": "invalid: cannot complete",
+        "x": "x: outcome infra_error has no reward",
+    }
+    with pytest.raises(ValueError, match="nothing to batch"):
         pad_batch([broken])
 
 
@@ -114,11 +119,12 @@ def test_verl_fields_slice_the_response_columns() -> None:
     assert t["prompts"].shape == (4, 5) and t["responses"].shape == (4, 6)
     assert (t["input_ids"] == np.concatenate([t["prompts"], t["responses"]], axis=1)).all()
     assert t["response_mask"][0].tolist() == A.response_mask
-    assert t["old_log_probs"][0].tolist() == pytest.approx(A.response_logprobs)
-    # the reward sits on the last real response token
-    assert t["token_level_scores"][0].tolist() == [0, 0, 0, 0, 0, 1.0]
-    assert t["token_level_scores"][1].tolist() == [0.0] * 6  # reward 0
-    assert t["token_level_scores"][3].tolist() == [0.5, 0, 0, 0, 0, 0]
+    assert t["rollout_log_probs"][0].tolist() == pytest.approx(A.response_logprobs)
+    # the reward sits on the last sampled response token
+    assert t["rm_scores"][0].tolist() == [0, 0, 0, 0, 0, 1.0]
+    assert t["rm_scores"][1].tolist() == [0.0] * 6  # reward 0
+    assert t["rm_scores"][2].tolist() == [0, 0, 0, 0.5, 0, 0]  # C ends on an observation
+    assert t["rm_scores"][3].tolist() == [0.5, 0, 0, 0, 0, 0]
     assert d["non_tensor_batch"]["uid"].tolist() == ["g0", "g0", "g1", "g1"]
 
 
@@ -127,16 +133,17 @@ def test_openrlhf_actions_are_the_last_response_columns() -> None:
     assert d["sequences"].shape == (4, 11) and d["action_mask"].shape == (4, 6)
     assert d["action_mask"].dtype == bool
     assert d["sequences"][2, -6:][d["action_mask"][2]].tolist() == [51, 52, 53]
-    assert d["action_log_probs"][2][d["action_mask"][2]].tolist() == pytest.approx(
+    assert d["rollout_log_probs"][2][d["action_mask"][2]].tolist() == pytest.approx(
         [-0.51, -0.52, -0.53]
     )
-    assert d["info"]["response_length"].tolist() == [6, 4, 5, 1]
-    assert d["info"]["total_length"].tolist() == [9, 9, 6, 2]
+    assert d["response_length"].tolist() == [6, 4, 5, 1]
+    assert d["total_length"].tolist() == [9, 9, 6, 2]
+    assert d["rewards"].tolist() == [1.0, 0.0, 0.5, 0.5] and d["index"] == [0, 1, 2, 3]
 
 
 def test_nemo_rl_message_log_rebuilds_the_token_stream_exactly() -> None:
-    rows = to_nemo_rl(groups())
-    assert [r["group_id"] for r in rows] == ["g0", "g0", "g1", "g1"]
+    rows = to_nemo_rl([A, C])
+    assert [r["extra_env_info"]["group_id"] for r in rows] == ["g0", "g1"]
     log = rows[0]["message_log"]
     assert [m["role"] for m in log] == ["user", "assistant", "environment", "assistant"]
     assert np.concatenate([m["token_ids"] for m in log]).tolist() == A.prompt_ids + A.response_ids
@@ -148,7 +155,7 @@ def test_nemo_rl_message_log_rebuilds_the_token_stream_exactly() -> None:
             )
         else:
             assert "generation_logprobs" not in m
-    assert rows[0]["total_reward"] == 1.0 and rows[0]["length"] == 9
+    assert rows[0]["total_reward"] == 1.0 and rows[0]["length"] == 3  # the prompt's
 
 
 def test_client_import_does_not_need_numpy_and_adapters_say_how_to_get_it() -> None:

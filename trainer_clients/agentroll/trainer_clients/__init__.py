@@ -6,7 +6,8 @@ Needs only `pip install agentroll[client]` (pydantic + httpx).
 - `ServerPool` / `AsyncServerPool`: several servers as one (sharding by load, health
   checks, failover, barrier fan-out of backend registration and pause/resume).
 - `GroupCollector` / `AsyncGroupCollector`: GRPO groups, returned only whole or marked
-  invalid (retries, over-sampling, staleness filter, zero-variance flag, stats).
+  invalid, membership fixed by sample index (retries, spares for infra failures,
+  staleness judged at hand-out, zero-variance flag, stats with the bias it could not avoid).
 - `agentroll.trainer_clients.adapters`: padded numpy batches and verl / NeMo RL / OpenRLHF
   formats (needs numpy; imported only on demand).
 """
@@ -18,7 +19,9 @@ from agentroll.trainer_clients.errors import (
     ClientError,
     Conflict,
     FanOutError,
+    FeedError,
     InvalidRequest,
+    InvalidResponse,
     NoServerAvailable,
     NotFound,
     ServerUnavailable,
@@ -37,10 +40,12 @@ __all__ = [
     "Conflict",
     "Failover",
     "FanOutError",
+    "FeedError",
     "Group",
     "GroupCollector",
     "GroupSpec",
     "InvalidRequest",
+    "InvalidResponse",
     "NoServerAvailable",
     "NotFound",
     "RolloutClient",

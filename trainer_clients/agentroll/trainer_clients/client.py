@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import httpx
+from pydantic import ValidationError
 
 from agentroll.server.schema import (
     BackendSpec,
@@ -30,7 +31,11 @@ from agentroll.server.schema import (
 from agentroll.trainer_clients import calls
 from agentroll.trainer_clients.auth import FoundToken
 from agentroll.trainer_clients.calls import Call
-from agentroll.trainer_clients.errors import ServerUnavailable, error_from_response
+from agentroll.trainer_clients.errors import (
+    InvalidResponse,
+    ServerUnavailable,
+    error_from_response,
+)
 
 T = TypeVar("T")
 JobLike = JobRequest | Mapping[str, Any]
@@ -66,12 +71,23 @@ def _stale_connection(call: Call[Any], exc: httpx.TransportError) -> bool:
 
 
 def _finish(call: Call[T], response: httpx.Response) -> T:
-    body = response.json() if response.content else None
-    if response.status_code == 503:
+    status = response.status_code
+    try:
+        body = response.json() if response.content else None
+    except ValueError:  # not JSON: a proxy's error page, a truncated answer
+        if status >= 500:
+            raise ServerUnavailable(f"{status} from {call.path}: {response.text[:200]!r}") from None
+        raise InvalidResponse(
+            status, "invalid_response", f"not JSON: {response.text[:200]!r}"
+        ) from None
+    if status == 503:
         raise ServerUnavailable(f"server unavailable: {body}")
-    if response.status_code not in call.ok:
-        raise error_from_response(response.status_code, body)
-    return call.parse(response.status_code, body)
+    if status not in call.ok:
+        raise error_from_response(status, body)
+    try:
+        return call.parse(status, body)
+    except ValidationError as exc:
+        raise InvalidResponse(status, "invalid_response", f"{call.path}: {exc}") from exc
 
 
 def _cancel_filter(group_id: str | None, job_ids: Sequence[str] | None, all: bool) -> CancelFilter:

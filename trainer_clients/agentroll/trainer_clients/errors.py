@@ -6,7 +6,9 @@ One root, each leaf also the builtin it specialises, so callers can catch either
     ├── ApiError(ClientError)                          the server answered with its error envelope
     │   ├── NotFound(ApiError, LookupError)            404
     │   ├── Conflict(ApiError, ValueError)             409: job id reused for another request
-    │   └── InvalidRequest(ApiError, ValueError)       400 / 413 / 422
+    │   ├── InvalidRequest(ApiError, ValueError)       400 / 413 / 422
+    │   └── InvalidResponse(ApiError)                  an answer that is not JSON or not the schema
+    ├── FeedError(ClientError)                         a server's results feed keeps failing
     ├── ServerUnavailable(ClientError, ConnectionError) no answer, or 503
     │   └── NoServerAvailable(ServerUnavailable)       every server of a pool is dead
     └── FanOutError(ClientError)                       a call sent to every server failed on some
@@ -32,6 +34,17 @@ class ApiError(ClientError):
         self.type = type_
         self.message = message
         self.detail = detail
+        self.server: str | None = None
+        """The server that answered, where a pool knows it."""
+
+    def __str__(self) -> str:
+        said = super().__str__()
+        return said if self.server is None else f"{self.server}: {said}"
+
+    @property
+    def transient(self) -> bool:
+        """Worth sending again later: the server is busy (429) or failing (5xx)."""
+        return self.status == 429 or self.status >= 500
 
 
 class NotFound(ApiError, LookupError):
@@ -44,6 +57,21 @@ class Conflict(ApiError, ValueError):
 
 class InvalidRequest(ApiError, ValueError):
     """400 / 413 / 422: the request is malformed, too large or names what does not exist."""
+
+
+class InvalidResponse(ApiError):
+    """The answer could not be read: not JSON, or not what the schema says (a proxy's error
+    page, a newer server's field of the wrong type)."""
+
+
+class FeedError(ClientError):
+    """A server's results feed failed `attempts` times in a row for a reason that waiting does
+    not cure (its answers cannot be read): the results it holds cannot be passed on."""
+
+    def __init__(self, server: str, cause: BaseException, attempts: int) -> None:
+        super().__init__(f"results feed of {server} failed {attempts} times in a row: {cause}")
+        self.server = server
+        self.cause = cause
 
 
 class ServerUnavailable(ClientError, ConnectionError):

@@ -5,10 +5,11 @@ exactly n usable trajectories) or explicitly `valid=False` with the reason: neve
 a missing sample can never silently skew the group's baseline.
 """
 
+import bisect
 import hashlib
 import statistics
 import time
-from collections import Counter
+from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,7 +72,7 @@ class Group:
     stale: list[str] = field(default_factory=list)
     """Job ids kept although their policy lag exceeds the bound (stale="flag")."""
     dropped: dict[str, int] = field(default_factory=dict)
-    """Samples not used, by cause (`infra_error`, `timed_out`, `stale`, ...)."""
+    """Tries not used, by cause (`infra_error`, `timed_out`, `masked`, `stale`, ...)."""
     jobs_submitted: int = 0
     elapsed_s: float = 0.0
 
@@ -98,6 +99,35 @@ class CollectorStats:
     extras_cancelled: int = 0
     dropped: Counter[str] = field(default_factory=Counter)
     group_seconds: list[float] = field(default_factory=list)
+    durations: deque[float] = field(default_factory=lambda: deque(maxlen=10_000))
+    """`timing.total_s` of the last finished tries, the reference for `unused_by_quartile`."""
+    unused_by_outcome: Counter[str] = field(default_factory=Counter)
+    """Finished tries not trained on (retried, in an invalid or stale group), by outcome."""
+    unused_seconds: list[float | None] = field(default_factory=list)
+    """Their durations (None: cancelled before it finished)."""
+
+    def note_finished(self, trajectory: Trajectory) -> None:
+        """A finished try: its duration joins the reference for `unused_by_quartile`."""
+        self.durations.append(trajectory.timing.total_s)
+
+    def note_unused(self, outcome: str, seconds: float | None) -> None:
+        """A try that will not be trained on: what a trainer's data loses, by kind."""
+        self.unused_by_outcome[outcome] += 1
+        self.unused_seconds.append(seconds)
+
+    def unused_by_quartile(self) -> dict[str, int]:
+        """Unused tries by the quartile of their duration among all finished tries (q4: the
+        slowest quarter); `unfinished`: cancelled or expired before they finished. Skewed
+        to q4, the data kept is biased towards fast rollouts."""
+        ranked = sorted(self.durations)
+        out = {"q1": 0, "q2": 0, "q3": 0, "q4": 0, "unfinished": 0}
+        for seconds in self.unused_seconds:
+            if seconds is None or not ranked:
+                out["unfinished"] += 1
+                continue
+            rank = bisect.bisect_left(ranked, seconds) / len(ranked)
+            out[f"q{min(int(rank * 4), 3) + 1}"] += 1
+        return out
 
     @property
     def groups_pending(self) -> int:
@@ -122,6 +152,8 @@ class CollectorStats:
             "stale_flagged": self.stale_flagged,
             "extras_cancelled": self.extras_cancelled,
             **{f"dropped_{cause}": count for cause, count in sorted(self.dropped.items())},
+            **{f"unused_{o}": count for o, count in sorted(self.unused_by_outcome.items())},
+            **{f"unused_{q}": count for q, count in self.unused_by_quartile().items()},
             "invalid_fraction": round(self.groups_invalid / done, 4) if done else 0.0,
             "mean_group_s": round(statistics.fmean(self.group_seconds), 3)
             if self.group_seconds

@@ -3,13 +3,22 @@
 Groups are placed whole on the live server with the lowest load (our unfinished jobs there
 plus other clients' live jobs, over its RUN capacity). Each server's results cursor is
 followed by one long-poll loop, starting at the server's newest cursor, and only results of
-jobs this pool placed there are passed on. A server that fails `max_failures` calls in a
-row (results poll, health check, submit) is declared dead, and its unfinished jobs are
-resubmitted to the others under the same job ids: each server has its own store, so the ids
-are free there. Backend registration and pause/resume are sent to every live server at once
-and succeed only if all of them do (`fan_out`).
+jobs this pool placed there are passed on.
 
-A dead server stays out of the pool for its lifetime; start a new pool to take it back.
+A server is declared dead only when its health route has failed for `dead_after_s` without
+a break: a slow answer, a 503 or a lost connection in between is retried, never a reason to
+run its jobs twice. A dead server's unfinished jobs are resubmitted to the others under the
+same job ids (each server has its own store, so the ids are free there); jobs a submit could
+not confirm on one server are placed on another the same way. Either way, the ids moved away
+are cancelled on the old server as soon as it answers again, and a dead server that answers
+again rejoins the pool.
+
+Nothing fails silently: a results feed that keeps failing for a reason waiting does not cure
+(answers that cannot be read) surfaces from `next_result` as `FeedError` naming the server;
+the health loop and the feeds back off and retry every other error.
+
+Backend registration and pause/resume are sent to every live server at once and succeed only
+if all of them do (`fan_out`).
 """
 
 import asyncio
@@ -18,7 +27,6 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -35,59 +43,16 @@ from agentroll.server.schema import (
 from agentroll.trainer_clients.client import AsyncRolloutClient, JobLike, as_requests
 from agentroll.trainer_clients.errors import (
     ApiError,
+    ClientError,
     FanOutError,
+    FeedError,
     NoServerAvailable,
     ServerUnavailable,
 )
+from agentroll.trainer_clients.members import Failover, Member, read_server_list
 
 log = logging.getLogger("agentroll.trainer_clients")
 T = TypeVar("T")
-
-
-def read_server_list(path: str | Path) -> list[str]:
-    """Server URLs from a file, one per line (blank lines and `#` comments skipped)."""
-    urls: list[str] = []
-    for line in Path(path).read_text().splitlines():
-        url = line.split("#", 1)[0].strip().rstrip("/")
-        if url and url not in urls:
-            urls.append(url)
-    if not urls:
-        raise ValueError(f"no server URL in {path}")
-    return urls
-
-
-@dataclass
-class Failover:
-    """One server declared dead: when it was noticed and when its jobs were placed again."""
-
-    url: str
-    noticed_at: float
-    jobs: int
-    resubmitted_at: float | None = None
-
-    @property
-    def resubmit_s(self) -> float | None:
-        """Seconds from noticing the death to placing its jobs again (None: not yet)."""
-        return None if self.resubmitted_at is None else self.resubmitted_at - self.noticed_at
-
-
-@dataclass(eq=False)
-class Member:
-    url: str
-    client: AsyncRolloutClient
-    owned: bool
-    alive: bool = True
-    failures: int = 0
-    jobs: dict[str, JobRequest] = field(default_factory=dict)
-    """Jobs this pool placed here whose results it has not seen yet."""
-    capacity: int = 1
-    external: int = 0
-    cursor: int = 0
-    follower: "asyncio.Task[None] | None" = None
-
-    @property
-    def load(self) -> float:
-        return (len(self.jobs) + self.external) / max(self.capacity, 1)
 
 
 class AsyncServerPool:
@@ -95,8 +60,9 @@ class AsyncServerPool:
 
     Use it started (`async with`, or `await start()`). Calls raise `NoServerAvailable` once
     every server is dead; `submit` raises a server's refusal (`ApiError`), the barriers
-    (`fan_out` and the calls built on it) raise `FanOutError`. A server that stops answering
-    is failed over, never raised.
+    (`fan_out` and the calls built on it) raise `FanOutError`. A server whose health route
+    fails for `dead_after_s` is failed over, never raised; `next_result` raises `FeedError`
+    when a server's results cannot be read `max_feed_errors` times in a row.
     """
 
     def __init__(
@@ -110,8 +76,15 @@ class AsyncServerPool:
         retry_delay_s: float = 0.25,
         poll_wait_s: float = 5.0,
         page_limit: int = 500,
+        dead_after_s: float = 30.0,
+        max_feed_errors: int = 5,
+        max_backoff_s: float = 5.0,
     ) -> None:
-        """`servers`: URLs, existing clients (not closed by the pool), or a server-list file."""
+        """`servers`: URLs, existing clients (not closed by the pool), or a server-list file.
+
+        `max_failures`: tries of one submit or barrier call before it gives up on a server;
+        `dead_after_s`: how long the health route must fail without a break before the
+        server is declared dead; retries back off from `retry_delay_s` to `max_backoff_s`."""
         if isinstance(servers, (str, Path)):
             servers = read_server_list(servers)
         if not servers:
@@ -126,6 +99,9 @@ class AsyncServerPool:
         ]
         self.health_interval_s = health_interval_s
         self.max_failures = max_failures
+        self.dead_after_s = dead_after_s
+        self.max_feed_errors = max_feed_errors
+        self.max_backoff_s = max_backoff_s
         self.retry_delay_s = retry_delay_s
         self.poll_wait_s = poll_wait_s
         self.page_limit = page_limit
@@ -138,6 +114,7 @@ class AsyncServerPool:
         self._stranded: list[JobRequest] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._health: asyncio.Task[None] | None = None
+        self._fault: ClientError | None = None
 
     # -- life -----------------------------------------------------------------------------
     async def start(self) -> "AsyncServerPool":
@@ -158,11 +135,17 @@ class AsyncServerPool:
             return
         member.cursor = status.results_cursor
         self._note_status(member, status)
+        self._note_versions(status)
+        self._start_following(member)
+
+    def _note_versions(self, status: StatusResponse) -> None:
         if status.policy_version and (self.policy_version or 0) < status.policy_version:
             self.policy_version = status.policy_version  # joining a run already under way
         for name, policy in status.policies.items():
             if self.policy_versions.get(name, 0) <= policy.policy_version:
                 self.policy_versions[name] = policy.policy_version
+
+    def _start_following(self, member: Member) -> None:
         member.follower = asyncio.create_task(self._follow(member), name=f"follow:{member.url}")
 
     async def close(self) -> None:
@@ -208,32 +191,54 @@ class AsyncServerPool:
                 continue
             member = min(candidates, key=lambda m: m.load)
             member.jobs.update({r.job_id: r for r in group if r.job_id})  # before any result
+            member.moved -= {r.job_id for r in group if r.job_id}
             plan[member] += group
         outcomes = await asyncio.gather(*(self._send(m, rs) for m, rs in plan.items()))
         errors = [e for e in outcomes if e is not None]
-        if errors:
-            raise errors[0]
+        if errors:  # a refusal first: it names the request's own problem
+            raise min(errors, key=lambda e: not isinstance(e, ApiError))
 
-    async def _send(self, member: Member, requests: list[JobRequest]) -> ApiError | None:
-        for _ in range(self.max_failures):
+    async def _send(
+        self, member: Member, requests: list[JobRequest]
+    ) -> ApiError | ServerUnavailable | None:
+        unconfirmed: ServerUnavailable | None = None
+        for attempt in range(self.max_failures):
             try:
                 submitted = await member.client.submit(requests)
-            except ServerUnavailable:
-                await asyncio.sleep(self.retry_delay_s)
+            except ServerUnavailable as exc:
+                unconfirmed = exc
+                await asyncio.sleep(self._backoff(attempt))
                 continue
             except ApiError as exc:  # refused (conflict, invalid, full): the caller must know
                 for r in requests:
                     member.jobs.pop(r.job_id or "", None)
+                exc.server = member.url
                 return exc
-            member.failures = 0
             # an id this server finished before our cursor starts: fetch that result directly
             done = [s.job_id for s in submitted if not s.created and s.state.terminal]
             if done:
                 self._spawn(self._fetch_finished(member, done))
             return None
-        if member.alive:
-            self._declare_dead(member)  # moves these requests (and all its others) elsewhere
-        return None
+        return await self._place_elsewhere(member, requests, unconfirmed)
+
+    async def _place_elsewhere(
+        self, member: Member, requests: list[JobRequest], cause: ServerUnavailable | None
+    ) -> ApiError | ServerUnavailable | None:
+        """The submit may or may not have reached `member`: run the jobs on another server
+        and cancel them on this one once it answers (never twice to completion)."""
+        ids = {r.job_id for r in requests if r.job_id}
+        for job_id in ids:
+            member.jobs.pop(job_id, None)
+        others = [m for m in self.alive() if m is not member]
+        if not others:  # the caller sends them again under the same ids: idempotent there
+            return ServerUnavailable(f"submit to {member.url} unconfirmed: {cause}")
+        member.moved |= ids
+        target = min(others, key=lambda m: m.load)
+        target.jobs.update({r.job_id: r for r in requests if r.job_id})
+        return await self._send(target, requests)
+
+    def _backoff(self, attempt: int) -> float:
+        return float(min(self.retry_delay_s * 2**attempt, self.max_backoff_s))
 
     async def _fetch_finished(self, member: Member, job_ids: list[str]) -> None:
         for job_id in job_ids:
@@ -244,16 +249,20 @@ class AsyncServerPool:
 
     async def next_result(self, timeout_s: float | None = None) -> Trajectory | None:
         """The next finished trajectory of a job this pool placed, or None after `timeout_s`;
-        `NoServerAvailable` once every server is dead and none is left to come."""
+        `NoServerAvailable` once every server is dead and none is left to come, `FeedError`
+        once a server's results cannot be read."""
         if self._queue.empty():
             self._raise_if_stranded()
-        try:
-            return await asyncio.wait_for(self._queue.get(), timeout_s)
+        try:  # not wait_for: on 3.11 it can swallow a cancel that races with the result
+            async with asyncio.timeout(timeout_s):
+                return await self._queue.get()
         except TimeoutError:
             self._raise_if_stranded()
             return None
 
     def _raise_if_stranded(self) -> None:
+        if self._fault is not None:
+            raise self._fault
         if not self.alive():
             raise NoServerAvailable(
                 f"every server is dead ({len(self._stranded)} job(s) could not be placed)"
@@ -288,56 +297,88 @@ class AsyncServerPool:
 
     # -- failure --------------------------------------------------------------------------
     async def _follow(self, member: Member) -> None:
-        """One long-poll loop over this server's results cursor."""
+        """One long-poll loop over this server's results cursor. A server that does not
+        answer is retried with backoff (the health loop decides whether it is dead); answers
+        that cannot be read `max_feed_errors` times in a row stop the pool (`FeedError`)."""
+        unreadable = 0
+        attempt = 0
         while member.alive:
             try:
                 page = await member.client.results(member.cursor, self.page_limit, self.poll_wait_s)
-            except ServerUnavailable:
-                self._failed(member)
-                await asyncio.sleep(self.retry_delay_s)
-                continue
-            except ApiError as exc:
+            except ServerUnavailable as exc:
                 log.warning("results from %s: %s", member.url, exc)
-                await asyncio.sleep(self.retry_delay_s)
+            except ApiError as exc:
+                unreadable += 1
+                log.warning("results from %s (%d in a row): %s", member.url, unreadable, exc)
+                if unreadable >= self.max_feed_errors:
+                    self._fault = FeedError(member.url, exc, unreadable)
+                    return
+            else:
+                unreadable = attempt = 0
+                for trajectory in page.results:
+                    if member.jobs.pop(trajectory.job_id, None) is not None:
+                        self._queue.put_nowait(trajectory)
+                member.cursor = page.next_cursor
                 continue
-            member.failures = 0
-            for trajectory in page.results:
-                if member.jobs.pop(trajectory.job_id, None) is not None:
-                    self._queue.put_nowait(trajectory)
-            member.cursor = page.next_cursor
+            await asyncio.sleep(self._backoff(attempt))
+            attempt += 1
 
     async def _health_loop(self) -> None:
         while True:
             await asyncio.sleep(self.health_interval_s)
-            await asyncio.gather(*(self._check(m) for m in self.alive()))
+            checks = await asyncio.gather(
+                *(self._check(m) for m in self.members), return_exceptions=True
+            )
+            for member, failure in zip(self.members, checks, strict=True):
+                if isinstance(failure, Exception):  # a bug here must not end the checks
+                    log.error("health check of %s: %r", member.url, failure)
 
     async def _check(self, member: Member) -> None:
         try:
             async with asyncio.timeout(max(self.health_interval_s * 3, 2.0)):
                 status = await member.client.status()
-        except (ServerUnavailable, TimeoutError):
-            self._failed(member)
+        except (ClientError, TimeoutError) as exc:
+            self._failed(member, exc)
             return
-        except ApiError as exc:
-            log.warning("status of %s: %s", member.url, exc)
-            return
-        member.failures = 0
+        member.failing_since = None
         self._note_status(member, status)
+        if member.moved and not await self._cancel_moved(member):
+            return
+        if not member.alive:
+            log.warning("server %s answers again: it rejoins the pool", member.url)
+            member.alive = True
+            member.cursor = status.results_cursor
+            self._start_following(member)
+
+    async def _cancel_moved(self, member: Member) -> bool:
+        """Cancel there the jobs that now run elsewhere; True once done."""
+        moved = sorted(member.moved)
+        try:
+            await member.client.cancel_where(job_ids=moved)
+        except ClientError as exc:
+            log.warning("cancelling %d moved job(s) on %s: %s", len(moved), member.url, exc)
+            return False
+        member.moved -= set(moved)
+        return True
 
     def _note_status(self, member: Member, status: StatusResponse) -> None:
         member.capacity = status.stages["run"].capacity if "run" in status.stages else 1
         live = sum(status.jobs_by_state.values())
         member.external = max(0, live - len(member.jobs))
 
-    def _failed(self, member: Member) -> None:
-        member.failures += 1
-        if member.alive and member.failures >= self.max_failures:
+    def _failed(self, member: Member, cause: BaseException) -> None:
+        now = time.monotonic()
+        if member.failing_since is None:
+            member.failing_since = now
+            log.warning("health of %s: %r", member.url, cause)
+        if member.alive and now - member.failing_since >= self.dead_after_s:
             self._declare_dead(member)
 
     def _declare_dead(self, member: Member) -> None:
         member.alive = False
         orphans = list(member.jobs.values())
         member.jobs.clear()
+        member.moved |= {r.job_id for r in orphans if r.job_id}
         failover = Failover(member.url, time.monotonic(), len(orphans))
         self.failovers.append(failover)
         log.warning("server %s is dead; resubmitting %d job(s)", member.url, len(orphans))
@@ -348,7 +389,8 @@ class AsyncServerPool:
     async def _resubmit(self, orphans: list[JobRequest], failover: Failover) -> None:
         try:
             await self._place(orphans)
-        except ApiError as exc:
+        except ClientError as exc:  # the jobs' results will never come: say so, do not stall
+            self._fault = FeedError(failover.url, exc, 1)
             log.error("resubmitting the jobs of %s failed: %s", failover.url, exc)
         failover.resubmitted_at = time.monotonic()
 
@@ -363,21 +405,21 @@ class AsyncServerPool:
     ) -> dict[str, T]:
         """Send one call to every live server at once; all must succeed (FanOutError if not).
 
-        A server that does not answer `max_failures` tries is declared dead (its jobs move)
-        and leaves the barrier; an error answer fails the barrier.
+        A server that does not answer `max_failures` tries, or answers an error, fails the
+        barrier (only its health route decides that it is dead).
         """
 
-        async def one(member: Member) -> T | Exception | None:
-            for _ in range(self.max_failures):
+        async def one(member: Member) -> T | Exception:
+            unanswered: Exception = ServerUnavailable(f"{member.url}: no answer")
+            for attempt in range(self.max_failures):
                 try:
                     return await call(member.client)
-                except ServerUnavailable:
-                    await asyncio.sleep(self.retry_delay_s)
+                except ServerUnavailable as exc:
+                    unanswered = exc
+                    await asyncio.sleep(self._backoff(attempt))
                 except ApiError as exc:
                     return exc
-            if member.alive:
-                self._declare_dead(member)
-            return None
+            return unanswered
 
         members = self.alive()
         if not members:
@@ -416,13 +458,22 @@ class AsyncServerPool:
     ) -> dict[str, PauseResponse]:
         """Resume every live server with the new version (of `policy`, when named); each one's
         answer by URL."""
-        answers = await self.fan_out(
-            "resume", lambda c: c.resume(policy_version, max_policy_lag, policy=policy)
-        )
-        self.policy_versions[policy or DEFAULT_POLICY] = policy_version
-        if policy in (None, DEFAULT_POLICY):
-            self.policy_version = policy_version
+        try:
+            answers = await self.fan_out(
+                "resume", lambda c: c.resume(policy_version, max_policy_lag, policy=policy)
+            )
+        except FanOutError as exc:
+            if exc.succeeded:  # some servers now sample the new version: samples will say so
+                self._resumed(policy, policy_version)
+            raise
+        self._resumed(policy, policy_version)
         return answers
+
+    def _resumed(self, policy: str | None, version: int) -> None:
+        name = policy or DEFAULT_POLICY
+        self.policy_versions[name] = max(version, self.policy_versions.get(name, version))
+        if name == DEFAULT_POLICY:
+            self.policy_version = max(version, self.policy_version or 0)
 
     async def statuses(self) -> dict[str, StatusResponse]:
         """Every live server's status by URL (`fan_out` errors)."""

@@ -160,7 +160,7 @@ class GroupCollector:
 
     @property
     def policy_version(self) -> int:
-        """The current policy version: set here, or the pool's last `resume`, else 0."""
+        """The live policy version (see `AsyncGroupCollector.policy_version`)."""
         return self.aio.policy_version
 
     @policy_version.setter
@@ -168,7 +168,7 @@ class GroupCollector:
         self.aio.policy_version = version
 
     def submit(self, group_id: str, request: JobRequest | Mapping[str, Any], n: int) -> None:
-        """Start a group of `n` samples (plus `oversample` extras) of one request."""
+        """Start a group of `n` samples (plus `oversample` spares) of one request."""
         self.pool.run(self.aio.submit(group_id, request, n))
 
     def submit_groups(self, specs: Iterable[GroupSpec]) -> None:

@@ -20,12 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentroll.server.schema import DEFAULT_POLICY, AgentTrace, Trajectory
-from agentroll.trainer_clients.adapters.batch import (
-    PaddedBatch,
-    pad_batch,
-    require_rewards,
-    trainable,
-)
+from agentroll.trainer_clients.adapters.batch import PaddedBatch, pad_batch, usable
 from agentroll.trainer_clients.groups import Group
 
 # Facts about one token session: the episode's (its own `ctx.llm`) are not the agent's.
@@ -57,9 +52,10 @@ def agent_view(episode: Trajectory, trace: AgentTrace) -> Trajectory:
 
 
 def policy_trajectories(items: Sequence[Trajectory | Group]) -> dict[str, list[Trajectory]]:
-    """The trainable agents' views of valid groups (or trajectories), by policy."""
+    """The trainable agents' views of valid groups (or trajectories), by policy (groups that
+    cannot be trained on are left out whole, as in `pad_batch`)."""
     by_policy: dict[str, list[Trajectory]] = defaultdict(list)
-    for episode in require_rewards(trainable(items)):
+    for episode in usable(items)[0]:
         if episode.agents is None:
             by_policy[DEFAULT_POLICY].append(episode)
             continue

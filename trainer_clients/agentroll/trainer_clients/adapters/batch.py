@@ -10,8 +10,13 @@ Layout (B samples, P = longest prompt, R = longest response):
 
 `old_logprobs[b, t]` is the log-probability of `input_ids[b, t]` given the tokens before
 it: compare it with the model's logits at column t - 1. Masked columns carry 0.0.
+
+What cannot be trained on is left out whole, never one sample of a group (that would skew
+the group's baseline): an invalid group, and a group with a sample that carries no reward
+(an `agent_error` the server sent without one). `PaddedBatch.skipped` says which and why.
 """
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,8 +27,10 @@ import numpy.typing as npt
 from agentroll.server.schema import Outcome, Trajectory
 from agentroll.trainer_clients.groups import Group
 
+log = logging.getLogger("agentroll.trainer_clients")
 Ints = npt.NDArray[np.int64]
 Floats = npt.NDArray[np.float32]
+Bools = npt.NDArray[np.bool_]
 
 
 def grpo_advantages(
@@ -59,6 +66,10 @@ class PaddedBatch:
     job_ids: list[str]
     group_ids: list[str]
     policy_versions: list[list[int]]
+    truncated: Bools
+    """The rollout ended at a length limit (`finish_reason: length`, e.g. context overflow)."""
+    skipped: dict[str, str]
+    """Groups left out, by group id: why (invalid, a sample without a reward)."""
 
     @property
     def token_advantages(self) -> Floats:
@@ -69,23 +80,39 @@ class PaddedBatch:
         return getattr(self, name)[:, self.prompt_len :]
 
 
-def trainable(items: Sequence[Trajectory | Group]) -> list[Trajectory]:
-    out: list[Trajectory] = []
+def usable(items: Sequence[Trajectory | Group]) -> tuple[list[Trajectory], dict[str, str]]:
+    """The samples to train on, in the order given, and the groups left out whole (group id
+    -> why). Loose trajectories are grouped by `group_id` (their job id without one)."""
+    skipped: dict[str, str] = {}
+    members: list[tuple[str, Trajectory]] = []
     for item in items:
         if isinstance(item, Group):
             if not item.valid:
-                raise ValueError(f"group {item.group_id} is invalid ({item.reason}): not trainable")
-            out += item.trajectories
+                skipped[item.group_id] = f"invalid: {item.reason}"
+            members += [(item.group_id, t) for t in item.trajectories if item.valid]
         else:
-            out.append(item)
-    return out
+            members.append((item.group_id or item.job_id, item))
+    for group_id, t in members:
+        if _no_reward(t) and group_id not in skipped:
+            skipped[group_id] = f"{t.job_id}: outcome {t.outcome.value} has no reward"
+    if skipped:
+        log.warning("left out %d group(s) that cannot be trained on: %s", len(skipped), skipped)
+    return [t for group_id, t in members if group_id not in skipped], skipped
 
 
-def require_rewards(trajectories: list[Trajectory]) -> list[Trajectory]:
-    """`trajectories`, once each is known to carry a reward to train on (else `ValueError`)."""
-    for t in trajectories:
-        if t.outcome not in (Outcome.ok, Outcome.agent_error) or t.reward is None:
-            raise ValueError(f"{t.job_id}: outcome {t.outcome.value} has no reward to train on")
+def _no_reward(t: Trajectory) -> bool:
+    return t.outcome not in (Outcome.ok, Outcome.agent_error) or t.reward is None
+
+
+def single_agent(trajectories: list[Trajectory]) -> list[Trajectory]:
+    """`trajectories`, once none is a multi-agent episode (their tokens are in the agents'
+    traces: batched as they are, they would train on nothing and still count in a baseline)."""
+    multi = [t.job_id for t in trajectories if t.agents is not None]
+    if multi:
+        raise ValueError(
+            f"multi-agent episodes {multi[:3]}: batch them per policy with pad_policy_batches "
+            "(or convert the views of policy_trajectories)"
+        )
     return trajectories
 
 
@@ -97,15 +124,12 @@ def pad_batch(
     max_len: int | None = None,
 ) -> PaddedBatch:
     """Pad valid groups (or trajectories) into one batch; advantages are normalised per
-    `group_id`. Trajectories without a usable reward (infra_error, ...) are refused."""
-    trajectories = require_rewards(trainable(items))
+    `group_id`. Groups that cannot be trained on are left out whole (`skipped`); nothing left
+    is a `ValueError`."""
+    kept, skipped = usable(items)
+    trajectories = single_agent(kept)
     if not trajectories:
-        raise ValueError("nothing to batch")
-    multi = [t.job_id for t in trajectories if t.agents is not None]
-    if multi:  # their tokens are in the agents' traces: padded here they would train on nothing
-        raise ValueError(
-            f"multi-agent episodes {multi[:3]}: batch them per policy with pad_policy_batches"
-        )
+        raise ValueError(f"nothing to batch (left out: {skipped})")
     P = max(len(t.prompt_ids) for t in trajectories)
     R = max(len(t.response_ids) for t in trajectories)
     if max_len is not None and max_len < P + R:
@@ -140,4 +164,11 @@ def pad_batch(
         job_ids=[t.job_id for t in trajectories],
         group_ids=group_ids,
         policy_versions=[list(t.policy_versions) for t in trajectories],
+        truncated=np.asarray([truncated(t) for t in trajectories], dtype=np.bool_),
+        skipped=skipped,
     )
+
+
+def truncated(t: Trajectory) -> bool:
+    """The rollout was cut at a length limit (context overflow, max tokens)."""
+    return t.finish_reason == "length"

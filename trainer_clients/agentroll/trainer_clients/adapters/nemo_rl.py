@@ -1,6 +1,9 @@
-"""NeMo RL's per-sample `message_log` rows (the replay-buffer group shape).
+"""NeMo RL's per-sample `message_log` rows (its `DatumSpec`, after a rollout).
 
-Each trajectory becomes one row whose `message_log` splits the token stream exactly:
+Checked against NeMo RL at commit 7ea279a (`nemo_rl/algorithms/grpo.py`,
+`nemo_rl/algorithms/advantage_estimator.py`, `nemo_rl/algorithms/utils.py`,
+`nemo_rl/data/interfaces.py`). Each trajectory becomes one row whose `message_log` splits
+the token stream exactly:
 
 | message            | token_ids                          | extra                          |
 |--------------------|------------------------------------|--------------------------------|
@@ -8,11 +11,24 @@ Each trajectory becomes one row whose `message_log` splits the token stream exac
 | role "assistant"   | a run of response tokens, mask 1   | generation_logprobs (same len) |
 | role "environment" | a run of mask-0 tokens (tool output, template glue) |               |
 
-plus `total_reward`, `loss_multiplier` (1.0), `length` (all tokens), `idx`, `group_id`
-and `policy_versions`. Concatenating the `token_ids` gives prompt_ids + response_ids; NeMo
-RL's token mask (assistant messages) is exactly the response_mask. `content` is left empty:
-the token ids are the data (the readable view is `Trajectory.messages`). Convert arrays
-with `torch.from_numpy` before handing rows to NeMo RL's `BatchedDataDict`.
+| row key         | from agentroll                                                        |
+|-----------------|-----------------------------------------------------------------------|
+| length          | len(prompt_ids): NeMo RL reads it as the prompt's length to find the  |
+|                 | prompt messages it groups samples by for GRPO's baseline              |
+| total_reward    | reward                                                                |
+| loss_multiplier | 1.0                                                                   |
+| truncated       | the rollout ended at a length limit (its `overlong_filtering` reads it) |
+| idx             | row number                                                            |
+| extra_env_info  | job_id, group_id, policy_versions (NeMo RL does not read them)        |
+
+NeMo RL groups samples by their *prompt tokens*, not by an id: the samples of a group must
+share their prompt, and two groups in one batch must not (it would pool their baselines,
+even for different tasks behind the same prompt text). Both are refused (`ValueError`).
+Concatenating the `token_ids` gives prompt_ids + response_ids; NeMo RL's token loss mask
+(assistant messages that carry `generation_logprobs`) is exactly the response_mask. `content`
+is left empty: the token ids are the data. Convert arrays with `torch.from_numpy` before
+handing rows to NeMo RL's `BatchedDataDict`. Groups that cannot be trained on are left out
+whole, as in `pad_batch`; multi-agent episodes go through `policy_trajectories` first.
 """
 
 from collections.abc import Sequence
@@ -21,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from agentroll.server.schema import Trajectory
-from agentroll.trainer_clients.adapters.batch import trainable
+from agentroll.trainer_clients.adapters.batch import single_agent, truncated, usable
 from agentroll.trainer_clients.groups import Group
 
 
@@ -37,6 +53,7 @@ def _runs(mask: list[int]) -> list[tuple[int, int, int]]:
 
 
 def message_log(trajectory: Trajectory) -> list[dict[str, Any]]:
+    """The trajectory as NeMo RL messages (table above)."""
     log: list[dict[str, Any]] = [
         {"role": "user", "content": "", "token_ids": np.asarray(trajectory.prompt_ids, np.int64)}
     ]
@@ -53,20 +70,38 @@ def message_log(trajectory: Trajectory) -> list[dict[str, Any]]:
     return log
 
 
+def _check_prompts(trajectories: list[Trajectory]) -> None:
+    """NeMo RL's groups (by prompt tokens) must be exactly agentroll's (by group id)."""
+    group_of_prompt: dict[tuple[int, ...], str] = {}
+    prompt_of_group: dict[str, tuple[int, ...]] = {}
+    for t in trajectories:
+        gid, prompt = t.group_id or t.job_id, tuple(t.prompt_ids)
+        if prompt_of_group.setdefault(gid, prompt) != prompt:
+            raise ValueError(f"group {gid}: its samples' prompts differ; NeMo RL would split it")
+        if group_of_prompt.setdefault(prompt, gid) != gid:
+            other = group_of_prompt[prompt]
+            raise ValueError(
+                f"groups {other} and {gid} share one prompt; NeMo RL would pool their baselines"
+            )
+
+
 def to_nemo_rl(items: Sequence[Trajectory | Group]) -> list[dict[str, Any]]:
-    rows = []
-    for idx, t in enumerate(trainable(items)):
-        if t.reward is None:
-            raise ValueError(f"{t.job_id}: outcome {t.outcome.value} has no reward to train on")
-        rows.append(
-            {
-                "message_log": message_log(t),
-                "total_reward": float(t.reward),
-                "loss_multiplier": 1.0,
-                "length": len(t.prompt_ids) + len(t.response_ids),
-                "idx": idx,
+    """One NeMo RL row per trainable sample (tables above)."""
+    trajectories = single_agent(usable(items)[0])
+    _check_prompts(trajectories)
+    return [
+        {
+            "message_log": message_log(t),
+            "length": len(t.prompt_ids),
+            "total_reward": float(t.reward or 0.0),
+            "loss_multiplier": 1.0,
+            "truncated": truncated(t),
+            "idx": idx,
+            "extra_env_info": {
+                "job_id": t.job_id,
                 "group_id": t.group_id or t.job_id,
                 "policy_versions": list(t.policy_versions),
-            }
-        )
-    return rows
+            },
+        }
+        for idx, t in enumerate(trajectories)
+    ]

@@ -1,40 +1,56 @@
 """OpenRLHF's `Experience` fields, as numpy arrays.
 
-OpenRLHF left-pads prompts and treats the last A columns of `sequences` as the actions;
-agentroll's padded batch has exactly that layout with A = R (the longest response).
+Checked against OpenRLHF at commit 3c3be62 (`openrlhf/trainer/ppo_utils/experience.py`,
+`experience_maker.py`, `openrlhf/models/utils.py`). OpenRLHF left-pads prompts and treats
+the last A columns of `sequences` as the actions; agentroll's padded batch has exactly that
+layout with A = R (the longest response).
 
-| Experience field   | shape    | from agentroll                                       |
-|--------------------|----------|------------------------------------------------------|
-| sequences          | (B, P+R) | prompt (left-padded) ++ response (right-padded)      |
-| attention_mask     | (B, P+R) | 1 on real tokens                                     |
-| action_mask        | (B, R)   | response_mask as bool (tool output and glue: False)  |
-| action_log_probs   | (B, R)   | response_logprobs (0.0 where not an action)          |
-| advantages         | (B, R)   | GRPO advantage on every action token (group_norm)    |
-| returns            | (B, R)   | the same (gamma = 1, reward at the end of the turn)  |
-| info["reward"]     | (B,)     | reward                                               |
-| info["response_length"], info["total_length"] | (B,) | response / total real tokens |
+| Experience field   | shape    | from agentroll                                           |
+|--------------------|----------|----------------------------------------------------------|
+| sequences          | (B, P+R) | prompt (left-padded) ++ response (right-padded)          |
+| attention_mask     | (B, P+R) | 1 on real tokens                                         |
+| action_mask        | (B, R)   | response_mask as bool (tool output and glue: False)      |
+| rollout_log_probs  | (B, R)   | the sampler's logprobs (0.0 where not an action)         |
+| rewards            | (B,)     | reward (OpenRLHF puts it on the last action token)       |
+| scores             | (B,)     | reward (what dynamic sampling filters on)                |
+| response_length    | (B,)     | real response tokens                                     |
+| total_length       | (B,)     | prompt + response tokens                                 |
+| truncated          | (B,)     | the rollout ended at a length limit                      |
+| index              | list     | 0..B-1: samples of one group are consecutive             |
 
-    exp = Experience(**{k: torch.from_numpy(v) for k, v in d.items() if k != "info"},
-                     info={k: torch.from_numpy(v) for k, v in d["info"].items()}, ...)
+OpenRLHF groups rewards by `index` into rows of `n_samples_per_prompt`, so every group here
+must have exactly that many samples, consecutive (a `ValueError` otherwise).
+
+Left out on purpose, because OpenRLHF computes them itself: `action_log_probs` (the actor's
+own, recomputed), `base_action_log_probs`, `values`, `kl`, `advantages` and `returns` (from
+`rewards` in `compute_advantages_and_returns`).
+
+    exp = Experience(**{k: torch.from_numpy(v) if isinstance(v, np.ndarray) else v
+                        for k, v in to_openrlhf(batch).items()})
 """
 
+from itertools import groupby
 from typing import Any
 
 from agentroll.trainer_clients.adapters.batch import PaddedBatch
 
 
 def to_openrlhf(batch: PaddedBatch) -> dict[str, Any]:
-    advantages = batch.token_advantages[:, batch.prompt_len :]
+    """The batch as `Experience` fields (table above)."""
+    sizes = {gid: len(list(run)) for gid, run in groupby(batch.group_ids)}
+    if len(sizes) != len(set(batch.group_ids)):
+        raise ValueError("OpenRLHF needs the samples of each group consecutive in the batch")
+    if len(set(sizes.values())) > 1:
+        raise ValueError(f"OpenRLHF needs equal group sizes (n_samples_per_prompt): {sizes}")
     return {
         "sequences": batch.input_ids,
         "attention_mask": batch.attention_mask,
         "action_mask": batch.response("loss_mask").astype(bool),
-        "action_log_probs": batch.response("old_logprobs"),
-        "advantages": advantages,
-        "returns": advantages.copy(),
-        "info": {
-            "reward": batch.rewards,
-            "response_length": batch.response("attention_mask").sum(axis=1),
-            "total_length": batch.attention_mask.sum(axis=1),
-        },
+        "rollout_log_probs": batch.response("old_logprobs"),
+        "rewards": batch.rewards,
+        "scores": batch.rewards.copy(),
+        "response_length": batch.response("attention_mask").sum(axis=1),
+        "total_length": batch.attention_mask.sum(axis=1),
+        "truncated": batch.truncated,
+        "index": list(range(len(batch.job_ids))),
     }

@@ -1,18 +1,31 @@
 """verl's `DataProto` fields, as numpy arrays.
 
-| verl key                     | shape  | from agentroll                                        |
-|------------------------------|--------|-------------------------------------------------------|
-| batch.prompts                | (B, P) | prompt_ids, left-padded                               |
-| batch.responses              | (B, R) | response_ids, right-padded                            |
+Checked against verl at commit b178a3c (0.8.0.dev; `verl/trainer/ppo/ray_trainer.py`,
+`verl/trainer/ppo/core_algos.py`): what its PPO trainer reads after generation.
+
+| verl key                     | shape    | from agentroll                                      |
+|------------------------------|----------|-----------------------------------------------------|
+| batch.prompts                | (B, P)   | prompt_ids, left-padded                             |
+| batch.responses              | (B, R)   | response_ids, right-padded                          |
 | batch.input_ids              | (B, P+R) | prompts ++ responses                                |
 | batch.attention_mask         | (B, P+R) | 1 on real tokens                                    |
 | batch.position_ids           | (B, P+R) | cumsum(attention_mask) - 1                          |
-| batch.response_mask          | (B, R) | response_mask (0 on tool output, glue and padding)    |
-| batch.old_log_probs          | (B, R) | response_logprobs (the sampler's; verl may recompute) |
-| batch.rollout_log_probs      | (B, R) | the same sampler logprobs (for importance correction) |
-| batch.token_level_scores     | (B, R) | reward on the last response token, 0 elsewhere        |
-| batch.advantages             | (B, R) | GRPO advantage on every loss-masked token             |
-| non_tensor_batch.uid         | (B,)   | group_id (verl's GRPO groups samples by uid)          |
+| batch.response_mask          | (B, R)   | response_mask (0 on tool output, glue and padding)  |
+| batch.rollout_log_probs      | (B, R)   | the sampler's logprobs (0.0 where mask is 0)        |
+| batch.rm_scores              | (B, R)   | the reward on the last *sampled* token, 0 elsewhere |
+| non_tensor_batch.uid         | (B,)     | group_id (GRPO, RLOO, ... group samples by uid)     |
+
+Where the reward sits matters: verl's GAE and REINFORCE++ carry a reward back only from a
+token with response_mask 1, so a rollout that ended by context overflow (its last tokens are
+an observation, mask 0) gets it on its last sampled token, not its last token. A sample with
+no sampled token at all (an empty response) gets it on column 0: GRPO sums the row, so the
+group's baseline still counts it, and nothing of it is trained.
+
+Left out on purpose, because verl computes them itself: `old_log_probs` (recomputed by the
+actor; `DataProto.union` refuses a batch that already holds a different one: use
+`rollout_log_probs`, which verl's rollout correction and bypass mode read),
+`token_level_scores` / `token_level_rewards` (taken from `rm_scores`) and `advantages` /
+`returns` (from `compute_advantage`).
 
     from verl import DataProto
     d = to_verl(pad_batch(groups))
@@ -28,14 +41,17 @@ import numpy as np
 from agentroll.trainer_clients.adapters.batch import PaddedBatch
 
 
+def last_sampled_column(mask: Any) -> Any:
+    """Per row, the column of the last 1 in `mask` (0 for a row without one)."""
+    columns = np.arange(mask.shape[1])
+    return np.where(mask == 1, columns, -1).max(axis=1).clip(min=0)
+
+
 def to_verl(batch: PaddedBatch) -> dict[str, Any]:
-    attention = batch.response("attention_mask")
-    lengths = attention.sum(axis=1)
-    scores = np.zeros(attention.shape, dtype=np.float32)
-    has_tokens = lengths > 0
-    rows = np.nonzero(has_tokens)[0]
-    scores[rows, lengths[has_tokens] - 1] = batch.rewards[has_tokens]
-    logprobs = batch.response("old_logprobs")
+    """The batch as verl's `DataProto` tensors (table above)."""
+    mask = batch.response("loss_mask")
+    scores = np.zeros(mask.shape, dtype=np.float32)
+    scores[np.arange(len(scores)), last_sampled_column(mask)] = batch.rewards
     return {
         "batch": {
             "prompts": batch.input_ids[:, : batch.prompt_len],
@@ -43,11 +59,9 @@ def to_verl(batch: PaddedBatch) -> dict[str, Any]:
             "input_ids": batch.input_ids,
             "attention_mask": batch.attention_mask,
             "position_ids": batch.position_ids,
-            "response_mask": batch.response("loss_mask"),
-            "old_log_probs": logprobs,
-            "rollout_log_probs": logprobs.copy(),
-            "token_level_scores": scores,
-            "advantages": batch.token_advantages[:, batch.prompt_len :],
+            "response_mask": mask,
+            "rollout_log_probs": batch.response("old_logprobs"),
+            "rm_scores": scores,
         },
         "non_tensor_batch": {"uid": np.asarray(batch.group_ids, dtype=object)},
         "meta_info": {"job_ids": list(batch.job_ids), "policy_versions": batch.policy_versions},
