@@ -97,7 +97,11 @@ class Pipeline:
             return Verdict(Outcome.cancelled, None, exc.cause, str(exc), "queued")
         except _StageFailed as exc:
             d = exc.decision
-            return Verdict(Outcome(d.outcome), None, d.cause, d.message, exc.stage)
+            outcome = Outcome(d.outcome)
+            # Every scored rollout is graded: a failure the policy caused where nothing could
+            # grade it (INIT, EVAL, a RUN error not evaluated) earns 0, and says why.
+            reward = Reward(0.0, {"reason": d.cause}) if outcome is Outcome.agent_error else None
+            return Verdict(outcome, reward, d.cause, d.message, exc.stage)
         except TimeoutError:
             if not deadline.expired():
                 raise
