@@ -5,6 +5,7 @@ reply with calls is stopped by its own budget inside RUN's timeout and graded on
 honest controls, slow but inside their budget, keep reward 1.0."""
 
 import asyncio
+import os
 import shutil
 
 import pytest
@@ -78,6 +79,19 @@ def test_honest_rollouts_beside_them_keep_their_rewards(batch: BatchResult) -> N
     right = (Outcome.ok, 1.0)
     wrong = {k: _explain(t) for k, t in batch.honest.items() if (t.outcome, t.reward) != right}
     assert wrong == {}
+
+
+def test_graders_report_their_cpu_and_wall_time(batch: BatchResult) -> None:
+    """The honest `code` and `swe` rollouts were graded by commands under a CPU-time limit:
+    their timing says how long those ran and, where cgroups counted it, their CPU time."""
+    graded = [t for t in batch.honest.values() if t.handler in ("code", "swe")]
+    assert {t.handler for t in graded} == {"code", "swe"}
+    for t in graded:
+        assert t.timing.grade_wall_s > 0, _explain(t)
+        if os.geteuid() == 0:  # a root server has cgroups (else: wall-clock limits, no count)
+            assert t.timing.grade_cpu_s is not None and t.timing.grade_cpu_s > 0, _explain(t)
+    math = next(t for t in batch.honest.values() if t.handler == "math")
+    assert (math.timing.grade_wall_s, math.timing.grade_cpu_s) == (0.0, 0.0)  # no command ran
 
 
 def test_no_sandbox_process_outlives_the_batch(batch: BatchResult) -> None:

@@ -19,13 +19,14 @@ import math
 
 from agentroll.handlers.context import RolloutContext
 
-RUN_STOP_MARGIN_S = 10.0
-RUN_STOP_MARGIN_FRACTION = 0.1
-"""The margin kept inside RUN's timeout: 10 % of it, at most 10 s."""
+STOP_MARGIN_S = 10.0
+STOP_MARGIN_FRACTION = 0.1
+"""The margin kept inside a stage's timeout to stop what runs and return: 10 % of it, at most
+10 s (RUN's for the agent's loop, EVAL's for a grader's command)."""
 
 
-def run_stop_margin_s(run_timeout_s: float) -> float:
-    return min(RUN_STOP_MARGIN_S, RUN_STOP_MARGIN_FRACTION * run_timeout_s)
+def stop_margin_s(stage_timeout_s: float) -> float:
+    return min(STOP_MARGIN_S, STOP_MARGIN_FRACTION * stage_timeout_s)
 
 
 def run_budget_s(
@@ -38,7 +39,7 @@ def run_budget_s(
 ) -> float:
     """Seconds left to the policy's loop (never negative); `own_limit_s` is the loop's own
     setting (`wall_time_s`, a harness's `timeout_s`), counted from now."""
-    stage_left = run_timeout_s - run_stop_margin_s(run_timeout_s) - agent_time_s
+    stage_left = run_timeout_s - stop_margin_s(run_timeout_s) - agent_time_s
     eval_room = min(eval_timeout_s, deadline_s / 2)
     deadline_left = deadline_s - eval_room - agent_time_s
     own = math.inf if own_limit_s is None else own_limit_s

@@ -60,6 +60,14 @@ class Timing(BaseModel):
     )
     sandbox_start_s: float = Field(0.0, description="Time spent starting sandboxes.")
     tool_calls: int = 0
+    grade_wall_s: float = Field(
+        0.0, description="Time graders' commands ran under a CPU-time limit (in EVAL)."
+    )
+    grade_cpu_s: float | None = Field(
+        0.0,
+        description="CPU time those commands used; null where nothing counted it (a server "
+        "without cgroups, Apptainer): their limits were then wall-clock ones.",
+    )
 
 
 class ErrorInfo(BaseModel):
