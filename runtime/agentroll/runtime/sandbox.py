@@ -239,7 +239,6 @@ class ProcessSandbox:
             cpu_s = None if cpu is None else cpu.measure()
         finally:
             if meter is not None:
-                self._graded -= 1
                 self._release_meter(meter)
         usage = grading_usage.get() if cpu_limit_s is not None else None
         if usage is not None:
@@ -271,6 +270,7 @@ class ProcessSandbox:
     def _release_meter(self, meter: SandboxCgroup) -> None:
         # A process the command left behind keeps it; the sandbox's teardown removes it then.
         meter.remove()
+        self._graded -= 1
         if self._graded == 0 and self.cgroup is not None:
             with contextlib.suppress(OSError):
                 self.cgroup.set_cpu_share(1)

@@ -102,16 +102,7 @@ class AgentLoop:
             if not reply.calls and not reply.errors:
                 self._end(ctx, run, "stop" if turn.finish_reason != "length" else "length")
                 return run
-            if len(reply.calls) > config.max_calls_per_reply:
-                # None of it runs: a reply is one step, and running part of a flood would let
-                # one generation fan out into unbounded work on the node.
-                self._end(ctx, run, "too_many_calls")
-                raise AgentError(
-                    f"{len(reply.calls)} tool calls in one reply; the limit is "
-                    f"{config.max_calls_per_reply}",
-                    cause="too_many_calls",
-                    finish_reason="too_many_calls",
-                )
+            self._check_calls(ctx, run, reply)
             observations, executed = await self._act(ctx, run, reply, deadline, budget)
             if run.ended == "submit":
                 return run
@@ -139,6 +130,19 @@ class AgentLoop:
     def _end(self, ctx: RolloutContext, run: AgentRun, reason: str) -> None:
         run.ended = reason
         ctx.set_finish_reason(reason)
+
+    def _check_calls(self, ctx: RolloutContext, run: AgentRun, reply: ParsedReply) -> None:
+        """End the loop (`too_many_calls`) on a reply with more calls than the cap. None of it
+        runs: running the first ones would still pay the flood in work done on the node."""
+        cap = self.config.max_calls_per_reply
+        if len(reply.calls) <= cap:
+            return
+        self._end(ctx, run, "too_many_calls")
+        raise AgentError(
+            f"{len(reply.calls)} tool calls in one reply; the limit is {cap}",
+            cause="too_many_calls",
+            finish_reason="too_many_calls",
+        )
 
     def _check_time(
         self, ctx: RolloutContext, run: AgentRun, deadline: float, budget: float, need_s: float
