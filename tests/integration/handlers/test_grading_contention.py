@@ -11,6 +11,7 @@ import asyncio
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -123,4 +124,29 @@ async def test_honest_grading_scores_the_same_under_oversubscription(
     finally:
         stop.set()
         await asyncio.gather(*siblings, return_exceptions=True)
+        await sandbox.stop()
+
+
+async def test_a_suite_that_sleeps_is_stopped_inside_the_grading_stage(
+    bwrap: BwrapRuntime,
+) -> None:
+    """Sleeping costs no CPU time, so the wall-clock backstop stops it: before the grading
+    stage ends (here in 10 s, not the 4 x 5 + 30 s it would otherwise allow), scored 0 --
+    the policy's doing, never left to time the stage out."""
+    sandbox = await bwrap.start(SandboxSpec(), timeout=120)
+    try:
+        await sandbox.upload(
+            "test_honest.py", b"import time\n\ndef test_sums():\n    time.sleep(600)\n"
+        )
+        usage = GradingUsage(deadline=time.monotonic() + 10)
+        token = grading_usage.set(usage)
+        try:
+            run = await swe_pytest.run_pytest(sandbox, "python3 -m pytest", IDS[:1], timeout_s=5)
+        finally:
+            grading_usage.reset(token)
+        verdict = swe_pytest.judge(run, IDS[:1], [])
+        assert run.timed_out and not verdict.resolved
+        assert verdict.reason == "tests_timed_out", verdict
+        assert usage.wall_s < 5 * 4 + 30, usage  # the stage's end came first
+    finally:
         await sandbox.stop()
