@@ -133,7 +133,10 @@ class ExecResult:
     stdout: str
     stderr: str
     timed_out: bool = False
+    """Killed at its wall-clock limit, or at its CPU-time limit when it had one."""
     duration_s: float = 0.0
+    cpu_s: float | None = None
+    """CPU time it used, where it was measured (``cpu_limit_s`` in a cgroup); else None."""
 
 
 @runtime_checkable
@@ -157,7 +160,17 @@ class Sandbox(Protocol):
         *,
         timeout: float,  # noqa: ASYNC109 (contract: the caller's limit, enforced inside)
         input: bytes | None = None,
-    ) -> ExecResult: ...
+        cpu_limit_s: float | None = None,
+    ) -> ExecResult:
+        """Run ``argv`` in the sandbox, killed after ``timeout`` seconds of wall-clock time.
+
+        ``cpu_limit_s``: also kill it once its processes used that much CPU time, counted in
+        a cgroup of its own (the sandbox's CPU share raised meanwhile), so a busy node slows
+        it down without timing it out; ``timeout`` is then a generous backstop. Where no
+        cgroup can count it (a non-root server, Apptainer, ``local``), ``cpu_limit_s`` is a
+        wall-clock limit too.
+        """
+        ...
 
     async def upload(self, path: str, data: bytes) -> None: ...
 

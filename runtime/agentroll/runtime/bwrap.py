@@ -141,12 +141,15 @@ class BwrapSandbox(ProcessSandbox):
     env: dict[str, str]
 
     @contextlib.contextmanager
-    def exec_command(self, argv: Sequence[str]) -> Iterator[list[str]]:
+    def exec_command(
+        self, argv: Sequence[str], cgroup: SandboxCgroup | None = None
+    ) -> Iterator[list[str]]:
         if self.init is None:
             raise SandboxClosed(f"sandbox {self.id} has not started")
+        joined = cgroup or self.cgroup
         with self.init.nsenter_options(self.id) as enter:
             yield [
-                *join_cgroup_argv(self.cgroup.procs_files() if self.cgroup else []),
+                *join_cgroup_argv(joined.procs_files() if joined else []),
                 self.nsenter, *enter, "-S", str(self.uid), "-G", str(self.uid),
                 "--", *prlimit_argv(self.spec.limits), *argv,
             ]  # fmt: skip

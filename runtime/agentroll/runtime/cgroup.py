@@ -12,6 +12,12 @@ open ``cgroup.procs`` descriptors) and ``exec`` joins before it runs -- while th
 in ours: the agent's process count and memory never stop it from answering or from starting a
 fresh shell, and an out-of-memory kill inside the limit can only pick an agent process.
 ``cgroup.procs`` is also an exact list of the agent's processes for teardown.
+
+A command that must be limited in CPU time rather than wall time (a grader: a busy node must
+not time out an honest answer) runs in a child cgroup of its own (``child``), under the
+sandbox's limits, whose CPU time it reads (``cpu_seconds``: ``cpuacct.usage`` on v1, the
+``usage_usec`` of ``cpu.stat`` on v2); meanwhile the sandbox's CPU share is raised
+(``set_cpu_share``), so graders get more of a busy node than agents do.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ from agentroll.runtime.base import Limits
 
 log = logging.getLogger(__name__)
 
-CONTROLLERS = ("pids", "memory", "cpu")
+CONTROLLERS = ("pids", "memory", "cpu", "cpuacct")
+V1_ONLY = frozenset({"cpuacct"})
+"""v2 has no such controller: its CPU time is in every cgroup's ``cpu.stat``."""
 #: Where each setting lives: (cgroup v1 file, cgroup v2 file).
 _FILES = {
     "pids": ("pids.max", "pids.max"),
@@ -32,6 +40,8 @@ _FILES = {
     "swap": ("memory.memsw.limit_in_bytes", "memory.swap.max"),
     "cpu": ("cpu.shares", "cpu.weight"),
 }
+DEFAULT_CPU_SHARE = {False: 1024, True: 100}
+"""The kernel's default ``cpu.shares`` (v1) and ``cpu.weight`` (v2)."""
 
 
 def find_bases(mountinfo: str, own: str) -> dict[str, tuple[Path, bool]]:
@@ -61,7 +71,8 @@ def find_bases(mountinfo: str, own: str) -> dict[str, tuple[Path, bool]]:
                 bases[ctrl] = (Path(v1[ctrl]) / path.lstrip("/"), False)
         if hid == "0" and v2_mount:
             for ctrl in CONTROLLERS:
-                bases.setdefault(ctrl, (Path(v2_mount) / path.lstrip("/"), True))
+                if ctrl not in V1_ONLY:
+                    bases.setdefault(ctrl, (Path(v2_mount) / path.lstrip("/"), True))
     return bases
 
 
@@ -155,7 +166,7 @@ class SandboxCgroup:
         if memory is not None and swap is not None and swap.exists():
             # v1 counts memory and swap together, v2 swap alone: either way, no escape to swap.
             settings.append(("memory", "swap", 0 if "memory" in self._v2 else memory))
-        settings.append(("cpu", "cpu", 100 if "cpu" in self._v2 else 1024))  # the default share
+        settings.append(("cpu", "cpu", DEFAULT_CPU_SHARE["cpu" in self._v2]))
         for ctrl, setting, value in settings:
             path = self._file(ctrl, setting)
             if path is not None and value is not None:
@@ -177,22 +188,62 @@ class SandboxCgroup:
         return fds
 
     def pids(self) -> list[int]:
+        """Every member, those of child cgroups (``child``) included."""
         found: set[int] = set()
-        for path in self.procs_files():
-            try:
-                found.update(int(x) for x in path.read_text().split())
-            except (OSError, ValueError):
-                continue
+        for path in self.paths:
+            for procs in [path / "cgroup.procs", *path.glob("*/cgroup.procs")]:
+                try:
+                    found.update(int(x) for x in procs.read_text().split())
+                except (OSError, ValueError):
+                    continue
         return sorted(found)
 
     def remove(self) -> bool:
-        """Remove every directory (only empty cgroups can go); True once none is left."""
+        """Remove every directory, child cgroups first (only empty cgroups can go); True once
+        none is left."""
         gone = True
         for path in self.paths:
-            try:
-                path.rmdir()
-            except FileNotFoundError:
-                continue
-            except OSError:
-                gone = False
+            children = [p for p in path.iterdir() if p.is_dir()] if path.is_dir() else []
+            for doomed in [*children, path]:
+                try:
+                    doomed.rmdir()
+                except FileNotFoundError:
+                    continue
+                except OSError:
+                    gone = False
         return gone
+
+    def child(self, name: str) -> SandboxCgroup | None:
+        """A child cgroup in every hierarchy, under this one's limits, for one command whose
+        CPU time is measured (``cpu_seconds``); None where CPU time cannot be read."""
+        dirs = {ctrl: path / name for ctrl, path in self.dirs.items()}
+        child = SandboxCgroup(list(dirs.values()), dirs=dirs, v2=self._v2)
+        try:
+            for path in child.paths:
+                path.mkdir(exist_ok=True)
+            if child.cpu_seconds() is not None:
+                return child
+        except (OSError, ValueError) as exc:
+            log.warning("cannot set up a child cgroup %s: %s", name, exc)
+        child.remove()
+        return None
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time of every process that ran in this cgroup (None: not accounted here)."""
+        acct = self.dirs.get("cpuacct")
+        if acct is not None and "cpuacct" not in self._v2:
+            return int((acct / "cpuacct.usage").read_text()) / 1e9
+        unified = next((self.dirs[c] for c in sorted(self._v2)), None)
+        if unified is None:
+            return None
+        for line in (unified / "cpu.stat").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == "usage_usec":
+                return int(value) / 1e6
+        return None
+
+    def set_cpu_share(self, factor: int) -> None:
+        """This cgroup's CPU share, as a multiple of the default one (where it is set)."""
+        path = self._file("cpu", "cpu")
+        if path is not None:
+            path.write_text(str(factor * DEFAULT_CPU_SHARE["cpu" in self._v2]))

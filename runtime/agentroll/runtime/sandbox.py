@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from agentroll.runtime import procs
 from agentroll.runtime.action.errors import ActionError
 from agentroll.runtime.base import ExecResult, SandboxSpec
 from agentroll.runtime.cgroup import SandboxCgroup
+from agentroll.runtime.cpulimit import GRADING_CPU_SHARE, CpuLimit, grading_usage
 from agentroll.runtime.errors import (
     ContainmentError,
     SandboxClosed,
@@ -97,9 +99,12 @@ class ProcessSandbox:
         raise NotImplementedError
 
     @contextlib.contextmanager
-    def exec_command(self, argv: Sequence[str]) -> Iterator[list[str]]:
+    def exec_command(
+        self, argv: Sequence[str], cgroup: SandboxCgroup | None = None
+    ) -> Iterator[list[str]]:
         """``exec_argv`` for one exec; a backend that must hold something open while the
-        command runs (or refuse to run it) overrides this instead."""
+        command runs (or refuse to run it) overrides this instead. ``cgroup``: where the
+        command runs instead of the sandbox's own cgroup (a backend with cgroups joins it)."""
         yield self.exec_argv(argv)
 
     def exec_env(self) -> dict[str, str] | None:
@@ -214,24 +219,69 @@ class ProcessSandbox:
         *,
         timeout: float,  # noqa: ASYNC109 (contract: the caller's limit, enforced inside)
         input: bytes | None = None,
+        cpu_limit_s: float | None = None,
     ) -> ExecResult:
+        """See ``Sandbox.exec``."""
         if self.stopped:
             raise SandboxClosed(f"sandbox {self.id} is stopped")
         if not argv:
             raise ValueError("exec needs a non-empty argv")
         started = time.monotonic()
-        with self.exec_command(argv) as command:
-            out, err, returncode = await self._run_exec(command, input, limit_s=timeout)
+        meter = None if cpu_limit_s is None else self._cpu_meter()
+        if cpu_limit_s is not None and meter is None:
+            timeout = min(timeout, cpu_limit_s)  # nothing counts CPU time: wall-clock it is
+        cpu = None if meter is None or cpu_limit_s is None else CpuLimit(meter, cpu_limit_s)
+        try:
+            with self.exec_command(argv, meter) as command:
+                out, err, returncode = await self._run_exec(
+                    command, input, limit_s=timeout, cpu=cpu
+                )
+            cpu_s = None if cpu is None else cpu.measure()
+        finally:
+            if meter is not None:
+                self._release_meter(meter)
+        usage = grading_usage.get() if cpu_limit_s is not None else None
+        if usage is not None:
+            usage.add(time.monotonic() - started, cpu_s)
         return ExecResult(
             exit_code=returncode,
             stdout=out.decode(errors="replace"),
             stderr=err.decode(errors="replace"),
             timed_out=returncode is None,
             duration_s=time.monotonic() - started,
+            cpu_s=cpu_s,
         )
 
+    _graded = 0
+    """``exec`` calls with a CPU-time limit now running (the sandbox's CPU share is raised)."""
+
+    def _cpu_meter(self) -> SandboxCgroup | None:
+        """A fresh child cgroup for one CPU-limited exec, the sandbox's share raised while any
+        runs; None without cgroups that count CPU time."""
+        if self.cgroup is None:
+            return None
+        meter = self.cgroup.child(f"exec-{secrets.token_hex(4)}")
+        if meter is not None:
+            self._graded += 1
+            with contextlib.suppress(OSError):
+                self.cgroup.set_cpu_share(GRADING_CPU_SHARE)
+        return meter
+
+    def _release_meter(self, meter: SandboxCgroup) -> None:
+        # A process the command left behind keeps it; the sandbox's teardown removes it then.
+        meter.remove()
+        self._graded -= 1
+        if self._graded == 0 and self.cgroup is not None:
+            with contextlib.suppress(OSError):
+                self.cgroup.set_cpu_share(1)
+
     async def _run_exec(
-        self, command: Sequence[str], input: bytes | None, *, limit_s: float
+        self,
+        command: Sequence[str],
+        input: bytes | None,
+        *,
+        limit_s: float,
+        cpu: CpuLimit | None = None,
     ) -> tuple[bytes, bytes, int | None]:
         """Run the exec helper; its output and exit status (None: timed out and killed)."""
         try:
@@ -248,7 +298,8 @@ class ProcessSandbox:
             raise SandboxStartError(f"sandbox {self.id}: cannot exec: {exc}") from exc
         try:
             async with asyncio.timeout(limit_s):  # not wait_for: it can swallow a cancel on 3.11
-                out, err = await proc.communicate(input)
+                talk = proc.communicate(input)
+                out, err = await (talk if cpu is None else cpu.bound(talk))
         except TimeoutError:
             await self._kill_exec(proc)
             out, err = await asyncio.wait_for(proc.communicate(), 5)

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from agentroll.handlers import AgentError, AgentHandler, ErrorDecision, Reward
+from agentroll.handlers.budget import stop_margin_s
+from agentroll.runtime.cpulimit import GradingUsage, grading_usage
 from agentroll.server.admission import NodeAdmission
 from agentroll.server.context import JobContext
 from agentroll.server.errors import ServerError
@@ -97,7 +99,11 @@ class Pipeline:
             return Verdict(Outcome.cancelled, None, exc.cause, str(exc), "queued")
         except _StageFailed as exc:
             d = exc.decision
-            return Verdict(Outcome(d.outcome), None, d.cause, d.message, exc.stage)
+            outcome = Outcome(d.outcome)
+            # Every scored rollout is graded: a failure the policy caused where nothing could
+            # grade it (INIT, EVAL, a RUN error not evaluated) earns 0, and says why.
+            reward = Reward(0.0, {"reason": d.cause}) if outcome is Outcome.agent_error else None
+            return Verdict(outcome, reward, d.cause, d.message, exc.stage)
         except TimeoutError:
             if not deadline.expired():
                 raise
@@ -150,6 +156,10 @@ class Pipeline:
         if handler.eval_sandbox == "fresh":
             ctx.release_sandboxes()  # EVAL starts its own; the agent's sandbox cannot leak in
         await self._enter(job, "eval", self.eval)
+        # Graders' CPU-limited commands end their wall-clock backstops inside EVAL.
+        ends = min(time.monotonic() + limits.eval_timeout_s, ctx.deadline)
+        usage = GradingUsage(deadline=ends - stop_margin_s(limits.eval_timeout_s))
+        grading = grading_usage.set(usage)
         try:
             reward = await self._work(
                 job,
@@ -160,7 +170,10 @@ class Pipeline:
                 limits.eval_timeout_s,
             )
         finally:
+            grading_usage.reset(grading)
             self.eval.release()
+            job.timing.grade_wall_s = usage.wall_s
+            job.timing.grade_cpu_s = None if usage.unmeasured else usage.cpu_s
         if run_failure is not None:
             d = run_failure.decision
             return Verdict(Outcome.agent_error, reward, d.cause, d.message, "run")

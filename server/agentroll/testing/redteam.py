@@ -11,6 +11,7 @@ import asyncio
 import json
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,19 +246,26 @@ async def _leftovers(seen: set[str], timeout_s: float = 30) -> set[int]:
 
 
 async def run_batch(
-    workdir: Path, attacks: dict[str, tuple[str, dict[str, Any]]], honest: int
+    workdir: Path,
+    attacks: dict[str, tuple[str, dict[str, Any]]],
+    honest: int,
+    *,
+    policy: str = POLICY,
+    requests: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> BatchResult:
     """Every attack and `honest` honest rollouts through a real `agentroll serve` process
-    (and a `scripted-llm` one), so `/healthz` measures the server's own event loop."""
+    (and a `scripted-llm` one playing `policy`), so `/healthz` measures the server's own event
+    loop. `requests`: more job fields (e.g. `limits`) for the attacks they name."""
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     state_dir = workdir / "sandboxes"
+    more = requests or {}
     jobs = [
-        {"job_id": f"attack-{name}", "handler": handler, "instance": instance}
+        {"job_id": f"attack-{name}", "handler": handler, "instance": instance, **more.get(name, {})}
         for name, (handler, instance) in attacks.items()
     ] + honest_jobs(honest)
     seen: set[str] = set()
     stop, worst = asyncio.Event(), [0.0]
-    llm_args = ["scripted-llm", "--port", "0", "--policy", POLICY, "--wrong-rate", "0"]
+    llm_args = ["scripted-llm", "--port", "0", "--policy", policy, "--wrong-rate", "0"]
     serve_args = ["serve", "--port", "0", "--db", str(workdir / "agentroll.db")]
     with (
         agentroll_process(llm_args, workdir, "llm", nice=REMOTE_NICE) as llm,

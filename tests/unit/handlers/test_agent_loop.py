@@ -39,6 +39,9 @@ class Upper(Tool):
 class Limits:
     max_turns: int = 30
     max_response_tokens: int = 32768
+    run_timeout_s: float = 1800.0
+    eval_timeout_s: float = 600.0
+    deadline_s: float = 7200.0
 
 
 @dataclass
@@ -81,6 +84,9 @@ class Context:
 
     def time_left(self) -> float:
         return 60.0
+
+    def agent_time(self) -> float:
+        return 0.0
 
     def set_finish_reason(self, reason: str) -> None:
         self.finish_reason = reason

@@ -18,6 +18,7 @@ def _trajectory(**fields: object) -> Trajectory:
         "handler": "math",
         "outcome": "ok",
         "status": "completed",
+        "reward": 1.0,
     }
     return Trajectory.model_validate({**base, **fields})
 
@@ -32,6 +33,19 @@ def test_token_fields_must_align() -> None:  # docs/design.md, invariant 2
 def test_infra_error_never_carries_a_reward() -> None:
     with pytest.raises(ValidationError, match="no reward"):
         _trajectory(outcome=Outcome.infra_error, status="failed", reward=0.0)
+
+
+@pytest.mark.parametrize("outcome", [Outcome.ok, Outcome.agent_error])
+@pytest.mark.parametrize("reward", [None, float("nan"), float("inf")])
+def test_a_scored_outcome_always_carries_a_finite_reward(outcome: Outcome, reward: object) -> None:
+    with pytest.raises(ValidationError, match=f"an {outcome.value} trajectory carries a finite"):
+        _trajectory(outcome=outcome, reward=reward)
+    assert _trajectory(outcome=outcome, reward=0.0).reward == 0.0
+
+
+@pytest.mark.parametrize("outcome", [Outcome.timed_out, Outcome.cancelled])
+def test_a_dropped_outcome_may_come_without_a_reward(outcome: Outcome) -> None:
+    assert _trajectory(outcome=outcome, status=outcome.value, reward=None).reward is None
 
 
 def test_segments_stay_inside_the_response() -> None:
@@ -73,7 +87,9 @@ def test_every_agent_trace_holds_the_token_invariants() -> None:
 
 def test_no_agent_of_an_infra_error_carries_a_reward_and_names_are_unique() -> None:
     with pytest.raises(ValidationError, match="no reward"):
-        _trajectory(outcome="infra_error", status="failed", agents=[_trace(reward=0.0)])
+        _trajectory(
+            outcome="infra_error", status="failed", reward=None, agents=[_trace(reward=0.0)]
+        )
     with pytest.raises(ValidationError, match="unique"):
         _trajectory(agents=[_trace(), _trace()])
 

@@ -26,9 +26,16 @@ class AgentConfig(BaseModel):
     max_turns: int | None = Field(None, ge=1, le=10_000)
     """Model turns; None: the job's `limits.max_turns` (default 30). The lower of both wins."""
     wall_time_s: float | None = Field(None, gt=0)
-    """Seconds the loop may run; None: until the job's deadline."""
+    """Seconds the loop may run. Whatever it is, the loop's budget also ends inside RUN's
+    timeout (`limits.run_timeout_s`, less a stop margin of 10 % up to 10 s) and leaves EVAL
+    its room before the job's deadline; it is checked before every generation and every tool
+    call, and clips each call's limit. Running out ends the rollout `agent_error`
+    (`wall_time`), graded on what it left."""
     tool_timeout_s: float = Field(60.0, gt=0, le=3600)
-    """Limit of one tool call (a bash command, a Python cell)."""
+    """Limit of one tool call (a bash command, a Python cell); clipped to the time left."""
+    max_calls_per_reply: int = Field(16, ge=1, le=1000)
+    """Tool calls one reply may make. A reply with more runs none of them and ends the
+    rollout `agent_error` (`too_many_calls`), graded on what earlier turns left."""
     max_consecutive_errors: int = Field(3, ge=1, le=100)
     """Turns in a row whose every call was malformed or invalid before the rollout ends as
     `agent_error` (each such turn gets an error observation the model can recover from)."""

@@ -6,13 +6,17 @@
 
 It ends when the model calls `submit` (finish_reason `submit`), replies without a tool call
 (`stop`), or hits a limit: turns (`max_turns`), tokens (`length`, raised by the session as
-`ContextLengthExceeded`), wall time (`wall_time`) or too many malformed turns in a row
+`ContextLengthExceeded`), time (`wall_time`), more calls in one reply than
+`max_calls_per_reply` (`too_many_calls`) or too many malformed turns in a row
 (`tool_errors`). Limits end the rollout as `agent_error` (the policy's doing; the reward is
 still computed). Progress lives in `ctx.state["agent"]` (an `AgentRun`) from the first turn,
 so EVAL sees what happened however the loop ended.
+
+Time is budgeted before every generation and every tool call, and each call's own limit is
+clipped to what is left (`agentroll.handlers.budget`): a reply full of `sleep`s ends the loop
+at its budget, inside RUN's timeout, and is graded -- never `timed_out`.
 """
 
-import math
 import time
 from collections import Counter
 from collections.abc import Sequence
@@ -21,6 +25,7 @@ from typing import Any
 
 from agentroll.handlers.agent.config import AgentConfig
 from agentroll.handlers.agent.tools import Tool, check_arguments
+from agentroll.handlers.budget import run_budget
 from agentroll.handlers.context import Message, RolloutContext
 from agentroll.handlers.errors import AgentError, ContextLengthExceeded
 from agentroll.handlers.toolcalls import (
@@ -46,7 +51,8 @@ class AgentRun:
     """What the loop did so far; EVAL reads it from `ctx.state["agent"]`."""
 
     ended: str | None = None
-    """Why it ended: submit, stop, max_turns, length, wall_time, tool_errors (None: running)."""
+    """Why it ended: submit, stop, max_turns, length, wall_time, too_many_calls, tool_errors
+    (None: running)."""
     submission: dict[str, Any] | None = None
     """The arguments of the `submit` call, when there was one."""
     final_text: str = ""
@@ -78,11 +84,12 @@ class AgentLoop:
         ctx.state[STATE_KEY] = run
         config = self.config
         max_turns = min(config.max_turns or ctx.limits.max_turns, ctx.limits.max_turns)
-        budget = min(config.wall_time_s or math.inf, ctx.time_left())
+        budget = run_budget(ctx, config.wall_time_s)
         deadline = time.monotonic() + budget
         await ctx.llm.start(messages, tools=self.schemas)
         consecutive_errors = 0
         while True:
+            self._check_time(ctx, run, deadline, budget, 0.0)
             try:
                 turn = await ctx.llm.generate()
             except ContextLengthExceeded:
@@ -95,7 +102,8 @@ class AgentLoop:
             if not reply.calls and not reply.errors:
                 self._end(ctx, run, "stop" if turn.finish_reason != "length" else "length")
                 return run
-            observations, executed = await self._act(ctx, run, reply, deadline)
+            self._check_calls(ctx, run, reply)
+            observations, executed = await self._act(ctx, run, reply, deadline, budget)
             if run.ended == "submit":
                 return run
             consecutive_errors = 0 if executed else consecutive_errors + 1
@@ -113,13 +121,6 @@ class AgentLoop:
                     cause="max_turns",
                     finish_reason="max_turns",
                 )
-            if time.monotonic() >= deadline:
-                self._end(ctx, run, "wall_time")
-                raise AgentError(
-                    f"wall-time limit of {budget:.0f} s reached without submitting",
-                    cause="wall_time",
-                    finish_reason="wall_time",
-                )
             try:
                 await ctx.llm.add_messages(observations)
             except ContextLengthExceeded:
@@ -130,13 +131,48 @@ class AgentLoop:
         run.ended = reason
         ctx.set_finish_reason(reason)
 
+    def _check_calls(self, ctx: RolloutContext, run: AgentRun, reply: ParsedReply) -> None:
+        """End the loop (`too_many_calls`) on a reply with more calls than the cap. None of it
+        runs: running the first ones would still pay the flood in work done on the node."""
+        cap = self.config.max_calls_per_reply
+        if len(reply.calls) <= cap:
+            return
+        self._end(ctx, run, "too_many_calls")
+        raise AgentError(
+            f"{len(reply.calls)} tool calls in one reply; the limit is {cap}",
+            cause="too_many_calls",
+            finish_reason="too_many_calls",
+        )
+
+    def _check_time(
+        self, ctx: RolloutContext, run: AgentRun, deadline: float, budget: float, need_s: float
+    ) -> None:
+        """End the loop (`wall_time`) once less than `need_s` of its budget is left."""
+        if deadline - time.monotonic() > need_s:
+            return
+        self._end(ctx, run, "wall_time")
+        raise AgentError(
+            f"time budget of {budget:.0f} s used up without submitting",
+            cause="wall_time",
+            finish_reason="wall_time",
+        )
+
     async def _act(
-        self, ctx: RolloutContext, run: AgentRun, reply: ParsedReply, deadline: float
+        self,
+        ctx: RolloutContext,
+        run: AgentRun,
+        reply: ParsedReply,
+        deadline: float,
+        budget: float,
     ) -> tuple[list[Message], int]:
-        """Run the reply's calls in order; returns the observations and how many ran."""
+        """Run the reply's calls in order, each only while the budget lasts; returns the
+        observations and how many ran."""
         observations: list[Message] = []
         executed = 0
         for call in reply.calls:
+            tool = self.tools.get(ALIASES.get(call.name, call.name))
+            runs_in_sandbox = tool is not None and not tool.ends_episode
+            self._check_time(ctx, run, deadline, budget, MIN_TOOL_TIMEOUT_S * runs_in_sandbox)
             text, ok = await self._call(ctx, run, call, deadline)
             if not ok:
                 run.invalid_calls += 1
@@ -164,9 +200,7 @@ class AgentLoop:
         problems = check_arguments(tool.parameters, call.arguments)
         if problems:
             return f"invalid arguments for {tool.name}: " + "; ".join(problems), False
-        timeout = max(
-            MIN_TOOL_TIMEOUT_S, min(self.config.tool_timeout_s, deadline - time.monotonic())
-        )
+        timeout = min(self.config.tool_timeout_s, deadline - time.monotonic())
         began = time.monotonic()
         try:
             text = await tool.call(

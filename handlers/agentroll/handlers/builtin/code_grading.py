@@ -27,6 +27,7 @@ from agentroll.handlers.context import Reward
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import ExecResult, Sandbox, SandboxError
 from agentroll.runtime.action.errors import ActionError
+from agentroll.runtime.cpulimit import grading_wall_s
 
 RUNNER_SLACK_S = 30.0
 GRADING_ATTEMPTS = 2
@@ -81,10 +82,12 @@ async def _grade_in(
     try:
         await sandbox.upload(f"{folder}/{solution_file}", source.encode())
         await sandbox.upload(f"{folder}/runner.py", runner_source())
+        limit_s = len(tests) * (timeout_s + 1) + RUNNER_SLACK_S
         done = await sandbox.exec(
             ["python3", f"{folder}/runner.py", folder],
             input=json.dumps(spec).encode(),
-            timeout=len(tests) * (timeout_s + 1) + RUNNER_SLACK_S,
+            timeout=grading_wall_s(limit_s),
+            cpu_limit_s=limit_s,
         )
     except (SandboxError, ActionError) as exc:  # nothing of the solution has run
         return SandboxLost(False, f"{type(exc).__name__}: {exc}")

@@ -19,7 +19,9 @@ rebuilt from the proxy's recorded calls (see `agentroll.server.proxy`).
 
 Outcomes: a harness that exits non-zero is `agent_error` (its exit code and stderr tail in
 the message), one stopped by a cap or its time limit too (still scored); a proxy or bridge
-failure is `infra_error`.
+failure is `infra_error`. Its time limit is `timeout_s` clipped to RUN's budget
+(`agentroll.handlers.budget`), so a harness that would outlive RUN's timeout is killed and
+graded (`harness_timeout`), never `timed_out`.
 """
 
 from functools import cache
@@ -29,6 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentroll.handlers.agent import ToolAgentHandler
 from agentroll.handlers.base import AgentHandler, parsed_instance
+from agentroll.handlers.budget import run_budget
 from agentroll.handlers.context import ProxyLimits, Reward, RolloutContext
 from agentroll.handlers.harness.config import HarnessConfig
 from agentroll.handlers.harness.runner import new_folder, outcome_error, run_harness
@@ -120,7 +123,8 @@ class HarnessHandler(AgentHandler):
         proxy = await ctx.open_llm_proxy(sandbox, limits=limits, parser=harness.parser)
         folder = new_folder()
         launch = harness.launch(self.instruction(ctx), folder, proxy.model)
-        timeout = max(1.0, min(harness.timeout_s, ctx.time_left()))
+        # Its budget ends inside RUN's timeout: one that runs it out is killed and graded.
+        timeout = max(1.0, run_budget(ctx, harness.timeout_s))
         run = await run_harness(
             sandbox, proxy, launch, folder=folder, timeout_s=timeout, python=harness.python
         )

@@ -51,6 +51,7 @@ from agentroll.handlers.builtin.swe_pytest import (
 )
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import Sandbox, procs
+from agentroll.runtime.cpulimit import grading_wall_s
 from agentroll.runtime.sandbox import spawn
 
 MAX_OUTPUT_BYTES = 16 << 20
@@ -93,7 +94,11 @@ async def run_logged(
         '{ bash -c "$1" 2>&1 4>&-; printf "\\nagentroll-exit %s" "$?" >&4; } '
         f"| head -c {MAX_OUTPUT_BYTES}"
     )
-    done = await sandbox.exec(["sh", "-c", script, "sh", test_cmd], timeout=timeout_s)
+    done = await sandbox.exec(
+        ["sh", "-c", script, "sh", test_cmd],
+        timeout=grading_wall_s(timeout_s),
+        cpu_limit_s=timeout_s,
+    )
     exit_line = _EXIT_LINE.search(done.stderr)
     disrupted = ""
     if done.timed_out:

@@ -32,6 +32,7 @@ from typing import Any
 
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import Sandbox
+from agentroll.runtime.cpulimit import grading_wall_s
 
 PROBE_TIMEOUT_S = 300.0
 MAX_REPORT_BYTES = 8 << 20
@@ -104,7 +105,9 @@ async def run_pytest(
         "AGENTROLL_REPORT_FD=3\n"
         f"( {test_cmd} -p {module} {' '.join(shlex.quote(a) for a in args)} ) 3>&1 > {log} 2>&1"
     )
-    done = await sandbox.exec(["sh", "-c", script], timeout=timeout_s)
+    done = await sandbox.exec(
+        ["sh", "-c", script], timeout=grading_wall_s(timeout_s), cpu_limit_s=timeout_s
+    )
     report, problem = read_report(done.stdout)
     tail = await _tail(sandbox, log)
     return PytestRun(done.exit_code, done.timed_out, report, problem, tail)

@@ -1,12 +1,14 @@
 """The trajectory contract `agentroll.trajectory.v1`: what a trainer consumes.
 
 Versioned: fields are added, never repurposed. The token fields obey the invariants of
-docs/design.md (invariants 1-4); the length invariant (2) and "infrastructure failure is never
-reward 0" are checked here, so a malformed trajectory cannot even be constructed on either side
-of the wire. A multi-agent job's trajectory adds `agents`, one `AgentTrace` per agent, each
-held to the same invariants; a single-agent one never carries the key.
+docs/design.md (invariants 1-4); the length invariant (2), "infrastructure failure is never
+reward 0" and its converse, "a scored outcome carries a reward" (`ok` and `agent_error` always
+have a finite one), are checked here, so a malformed trajectory cannot even be constructed on
+either side of the wire. A multi-agent job's trajectory adds `agents`, one `AgentTrace` per
+agent, each held to the same invariants; a single-agent one never carries the key.
 """
 
+import math
 from collections.abc import Sequence
 from enum import StrEnum
 from typing import Any, Literal
@@ -20,9 +22,10 @@ class Outcome(StrEnum):
     ok = "ok"
     """The rollout ran; the reward is meaningful (it may be 0). Train on it."""
     agent_error = "agent_error"
-    """The policy broke the protocol (bad tool call, context overflow, turn limit).
+    """The policy broke the protocol (bad tool call, context overflow, turn, call or time
+    budget used up).
 
-    The reward is meaningful: train on it as given."""
+    The reward is meaningful, and always present: train on it as given."""
     infra_error = "infra_error"
     """Sandbox, LLM backend, reward service or server failed. Drop it and resubmit."""
     cancelled = "cancelled"
@@ -57,6 +60,14 @@ class Timing(BaseModel):
     )
     sandbox_start_s: float = Field(0.0, description="Time spent starting sandboxes.")
     tool_calls: int = 0
+    grade_wall_s: float = Field(
+        0.0, description="Time graders' commands ran under a CPU-time limit (in EVAL)."
+    )
+    grade_cpu_s: float | None = Field(
+        0.0,
+        description="CPU time those commands used; null where nothing counted it (a server "
+        "without cgroups, Apptainer): their limits were then wall-clock ones.",
+    )
 
 
 class ErrorInfo(BaseModel):
@@ -156,6 +167,12 @@ class Trajectory(BaseModel):
             self.reward is not None or any(a.reward is not None for a in agents)
         ):
             raise ValueError("an infra_error trajectory carries no reward")
+        if self.outcome in (Outcome.ok, Outcome.agent_error) and (
+            self.reward is None or not math.isfinite(self.reward)
+        ):
+            raise ValueError(
+                f"an {self.outcome.value} trajectory carries a finite reward (got {self.reward})"
+            )
         names = [a.name for a in agents]
         if len(set(names)) != len(names):
             raise ValueError(f"agent names must be unique (got {names})")

@@ -91,6 +91,7 @@ BUILTIN_RULES = {
     "opencode": "agentroll.testing.scripted_llm.rules.chat_clis:opencode_rule",
     "qwen_code": "agentroll.testing.scripted_llm.rules.chat_clis:qwen_code_rule",
     "redteam": "agentroll.testing.scripted_llm.rules.redteam:redteam_rule",
+    "redteam_budgets": "agentroll.testing.scripted_llm.rules.redteam_budgets:redteam_budgets_rule",
     "verify": "agentroll.testing.scripted_llm.rules.verify:verify_rule",
     "judge": "agentroll.testing.scripted_llm.rules.judge:judge_rule",
     "judge_garbage": "agentroll.testing.scripted_llm.rules.judge:judge_garbage_rule",
@@ -147,8 +148,9 @@ TASK_RULES = ("swe", "code", "stem", "math")
 def default_rules() -> RuleRegistry:
     """A fresh registry holding the built-in rules: `default`, `echo`, one per bundled task
     family: `math`, `code`, `swe`, `stem` (tool-using where the prompt offers tools),
-    `mini_swe` (the mini-swe-agent harness), `redteam` (the attack catalogue), `verify`,
-    the verifier agent of `solve_verify` (put it before `math` in a chain), `judge` /
-    `judge_garbage`, judge models for `llm_judge` (a backend of their own), and one per
-    coding-agent CLI preset: `claude_code`, `codex`, `gemini_cli`, `opencode`, `qwen_code`."""
+    `mini_swe` (the mini-swe-agent harness), `redteam` and `redteam_budgets` (the attack
+    catalogue), `verify`, the verifier agent of `solve_verify` (put it before `math` in a
+    chain), `judge` / `judge_garbage`, judge models for `llm_judge` (a backend of their
+    own), and one per coding-agent CLI preset: `claude_code`, `codex`, `gemini_cli`,
+    `opencode`, `qwen_code`."""
     return RuleRegistry(BUILTIN_RULES)

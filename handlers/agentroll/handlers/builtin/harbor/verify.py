@@ -47,6 +47,7 @@ from agentroll.handlers.builtin.harbor.task import HarborTask
 from agentroll.handlers.context import Reward
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import Sandbox
+from agentroll.runtime.cpulimit import grading_wall_s
 
 TESTS_DIR = "/tests"
 LOGS_DIR = "/logs"
@@ -175,7 +176,9 @@ async def _run_tests(
     script = f"{TESTS_DIR}/{task.test_script.name}"
     command = f"exec env {shlex.join(f'{k}={v}' for k, v in env.items())} bash {script}"
     result = await sandbox.exec(
-        ["bash", "-c", f"{command} >{OUTPUT_FILE} 2>&1 </dev/null"], timeout=timeout_s
+        ["bash", "-c", f"{command} >{OUTPUT_FILE} 2>&1 </dev/null"],
+        timeout=grading_wall_s(timeout_s, reserve_s=STOP_TIMEOUT_S + 2 * SETUP_TIMEOUT_S),
+        cpu_limit_s=timeout_s,
     )
     # Before anything is read: nothing the tests started may write the reward or the output.
     await sandbox.stop_agent(timeout=STOP_TIMEOUT_S)
