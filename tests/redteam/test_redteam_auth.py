@@ -18,14 +18,15 @@ pytestmark = [
 
 
 def test_a_policy_hunting_for_the_api_token_finds_nothing(
-    tmp_path: Path, server_token_file: Path
+    tmp_path_factory: pytest.TempPathFactory, server_token_file: Path
 ) -> None:
     attack = {"steal_api_token": ATTACKS["steal_api_token"]}
-    batch = asyncio.run(run_batch(tmp_path / "batch", attack, honest=1))
+    workdir = tmp_path_factory.mktemp("rt-auth")  # short: sandbox sockets live under it
+    batch = asyncio.run(run_batch(workdir, attack, honest=1))
     token = server_token_file.read_text().strip()  # the server generated it there
     t = batch.attacks["steal_api_token"]
     observed = "\n".join(str(m.get("content")) for m in t.messages if m.get("role") == "tool")
-    assert "hunt-done" in observed and "closed 8700" in observed  # the hunt did run
+    assert "hunt-done" in observed and "closed 8700" in observed, t  # the hunt did run
     assert token not in t.model_dump_json()
     assert [line for line in observed.splitlines() if line.rstrip().endswith("api-token")] == []
     # The policy's own doing, scored on its answer; its honest neighbour is untouched.
