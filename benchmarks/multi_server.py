@@ -88,8 +88,9 @@ def throughput(workdir: Path, llm: str, count: int, groups: int, size: int) -> t
 def failover(workdir: Path, llm: str, groups: int, size: int) -> None:
     with ExitStack() as stack:
         procs = servers(stack, workdir, 3, "fo")
+        # dead after 5 s of failed health checks (the default, 30 s, rides out longer stalls)
         with ServerPool(
-            [p.url for p in procs], token=procs[0].token, health_interval_s=1.0
+            [p.url for p in procs], token=procs[0].token, health_interval_s=1.0, dead_after_s=5.0
         ) as pool:
             pool.add_backend({"id": "llm", "base_url": llm})
             with GroupCollector(pool) as collector:

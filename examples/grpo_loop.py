@@ -8,8 +8,14 @@ Each step: keep `--in-flight` groups generating, take `--batch-groups` finished 
 turn them into a padded batch with GRPO advantages, "train" (your optimizer step goes in
 `train_step`), then pause generation on every server, push the new weights (`push_weights`:
 your NCCL broadcast / checkpoint reload goes there) and resume with the next policy version.
-Groups still in flight keep running across the update; samples more than `--max-lag`
-versions behind are dropped and resampled by the collector.
+Groups still in flight keep running across the update; a group with a sample more than
+`--max-lag` versions behind the live one when it is handed out is sampled again, whole.
+
+The collector's defaults keep the data unbiased: a group is samples 0..n-1, fixed at
+submission, never whichever finished first (in agent tasks slow usually means failing).
+`--oversample k` adds k spares that stand in only for samples lost to infra errors (up to k
+more rollouts per group, most cancelled); `timed_out` samples are not retried, their group
+comes back invalid. What could not be kept is counted in `collector.stats` (`unused_*`).
 """
 
 import argparse
@@ -89,7 +95,7 @@ def run(args: argparse.Namespace, urls: list[str] | Path, backends: list[str]) -
         pool.resume(version, max_policy_lag=args.max_lag)
         with GroupCollector(
             pool, oversample=args.oversample, max_policy_lag=args.max_lag, max_retries=2
-        ) as collector:
+        ) as collector:  # selection="by_index" (the default): unbiased groups
             serial = itertools.count()
 
             def top_up() -> None:
@@ -133,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--batch-groups", type=int, default=4)
     parser.add_argument("--in-flight", type=int, default=8)
-    parser.add_argument("--oversample", type=int, default=1)
+    parser.add_argument(
+        "--oversample", type=int, default=0, help="spares per group, for infra failures only"
+    )
     parser.add_argument("--max-lag", type=int, default=1)
     args = parser.parse_args(argv)
     if args.server_list or args.servers:

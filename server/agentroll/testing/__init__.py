@@ -4,6 +4,8 @@
   policies (`agentroll scripted-llm`);
 - `fake_apptainer`: an `apptainer` CLI that runs its instances through bubblewrap;
 - `fake_images`: an image builder that needs neither mmdebstrap nor network;
+- `fake_rollout_server`: an in-memory agentroll server on a virtual clock, behind an httpx
+  transport, for trainer-client tests (selection bias, faults) that must not depend on speed;
 - `redteam`: the red-team suite's attack catalogue and batch runner;
 - `sandboxes`: agentroll's sandboxes seen from outside (their processes, their leases).
 

@@ -142,6 +142,7 @@ TOOL_ATTACKS = (
     "memory_hog_bash",
     "disk_fill",
     "disk_fill_workspace",
+    "steal_api_token",
 )
 ATTACKS: dict[str, tuple[str, dict[str, Any]]] = {
     **{name: ("math", math_attack(name)) for name in TOOL_ATTACKS},

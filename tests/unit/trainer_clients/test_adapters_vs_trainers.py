@@ -139,6 +139,10 @@ def test_verl_trains_the_reward_where_its_estimators_read_it() -> None:
     # sample's sampled tokens see its reward 1, though its last tokens are an observation
     returns = verl_reinforce_pp_returns(scores, mask)
     assert returns[0][mask[0] == 1].tolist() == [1.0, 1.0]
+    # control: the same reward on the last attended token (an observation) never gets there
+    on_observation = np.zeros_like(scores)
+    on_observation[0, 3] = 1.0
+    assert verl_reinforce_pp_returns(on_observation, mask)[0][mask[0] == 1].tolist() == [0.0, 0.0]
     assert whitened_is_finite(returns, mask)
     # logprobs line up with the response tokens they belong to
     sampled = mask[0] == 1
@@ -240,6 +244,9 @@ def test_nemo_rl_groups_by_prompt_and_gets_nonzero_advantages() -> None:
         [2 / 3, -2 / 3, 2 / 3, -2 / 3]
     )
     assert np.abs(nemo_grpo(rows, normalize=True)[4:]).max() == 0.0
+    # control: were `length` the whole sequence, NeMo RL would see a group of one per sample
+    whole = [{**r, "length": sum(len(m["token_ids"]) for m in r["message_log"])} for r in rows]
+    assert np.abs(nemo_grpo(whole, normalize=False)).max() == 0.0
     assert [r["truncated"] for r in rows][:2] == [True, False]
     # the token loss mask NeMo RL derives (assistant messages with logprobs) is response_mask
     for row, t in zip(rows, [OVERFLOW, PLAIN, EMPTY, SHORT], strict=False):

@@ -8,7 +8,7 @@ import pytest
 from tests.unit.trainer_clients.fake_servers import TEMPLATE, answer, collector_over, fates
 
 from agentroll.testing.fake_rollout_server import FakeRolloutServer
-from agentroll.trainer_clients import FeedError, GroupSpec, InvalidRequest
+from agentroll.trainer_clients import FeedError, GroupSpec, InvalidRequest, ServerUnavailable
 
 
 def refusing_resubmissions(status: int, times: int) -> tuple[FakeRolloutServer, list[str]]:
@@ -184,3 +184,45 @@ async def test_a_server_dead_for_good_fails_over_and_its_jobs_are_cancelled_when
     assert failovers == [dying.url]
     assert sorted(dying.cancelled) == ["g-s0-r0", "g-s1-r0"]
     assert collector.pool.members[0].alive
+
+
+async def test_an_unconfirmed_submit_runs_elsewhere_and_is_cancelled_where_it_may_have_landed() -> (
+    None
+):
+    flaky, spare = FakeRolloutServer(fates()), FakeRolloutServer(fates(), url="http://fake-1")
+    cancels: list[bytes] = []
+
+    async def intercept(request: httpx.Request) -> httpx.Response | None:
+        if request.url.path == "/v1/jobs":  # the answer is lost: created there or not?
+            raise httpx.ReadTimeout("no answer", request=request)
+        if request.url.path == "/v1/jobs/cancel":
+            cancels.append(request.content)
+        return None
+
+    flaky.intercept = intercept
+    async with collector_over([flaky, spare]) as collector:
+        await collector.submit_groups([GroupSpec("g", TEMPLATE, 2)])
+        group = await collector.next_group(timeout_s=30)
+        for _ in range(500):  # the next health check of the flaky server sends the cancel
+            if cancels:
+                break
+            await asyncio.sleep(0.01)
+    assert group is not None and group.valid
+    assert spare.submitted == ["g-s0-r0", "g-s1-r0"]
+    assert cancels and b"g-s0-r0" in cancels[0] and b"g-s1-r0" in cancels[0]
+
+
+async def test_a_submit_no_server_confirms_is_raised_and_keeps_nothing() -> None:
+    servers = [FakeRolloutServer(fates(), url=f"http://fake-{i}") for i in range(2)]
+
+    async def intercept(request: httpx.Request) -> httpx.Response | None:
+        if request.url.path == "/v1/jobs":
+            raise httpx.ConnectError("refused", request=request)
+        return None
+
+    for server in servers:
+        server.intercept = intercept
+    async with collector_over(servers) as collector:
+        with pytest.raises(ServerUnavailable, match="unconfirmed"):
+            await collector.submit_groups([GroupSpec("g", TEMPLATE, 2)])
+        assert collector.pending == 0 and not collector.has_more()

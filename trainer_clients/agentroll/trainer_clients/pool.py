@@ -199,7 +199,7 @@ class AsyncServerPool:
             raise min(errors, key=lambda e: not isinstance(e, ApiError))
 
     async def _send(
-        self, member: Member, requests: list[JobRequest]
+        self, member: Member, requests: list[JobRequest], tried: frozenset[str] = frozenset()
     ) -> ApiError | ServerUnavailable | None:
         unconfirmed: ServerUnavailable | None = None
         for attempt in range(self.max_failures):
@@ -219,23 +219,27 @@ class AsyncServerPool:
             if done:
                 self._spawn(self._fetch_finished(member, done))
             return None
-        return await self._place_elsewhere(member, requests, unconfirmed)
+        return await self._place_elsewhere(member, requests, unconfirmed, tried | {member.url})
 
     async def _place_elsewhere(
-        self, member: Member, requests: list[JobRequest], cause: ServerUnavailable | None
+        self,
+        member: Member,
+        requests: list[JobRequest],
+        cause: ServerUnavailable | None,
+        tried: frozenset[str],
     ) -> ApiError | ServerUnavailable | None:
         """The submit may or may not have reached `member`: run the jobs on another server
         and cancel them on this one once it answers (never twice to completion)."""
         ids = {r.job_id for r in requests if r.job_id}
         for job_id in ids:
             member.jobs.pop(job_id, None)
-        others = [m for m in self.alive() if m is not member]
+        others = [m for m in self.alive() if m.url not in tried]
         if not others:  # the caller sends them again under the same ids: idempotent there
             return ServerUnavailable(f"submit to {member.url} unconfirmed: {cause}")
         member.moved |= ids
         target = min(others, key=lambda m: m.load)
         target.jobs.update({r.job_id: r for r in requests if r.job_id})
-        return await self._send(target, requests)
+        return await self._send(target, requests, tried)
 
     def _backoff(self, attempt: int) -> float:
         return float(min(self.retry_delay_s * 2**attempt, self.max_backoff_s))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from agentroll.testing.scripted_llm.policy import Conversation, Reply, RuleContext
 from agentroll.testing.scripted_llm.rules.code import find_code_task
 from agentroll.testing.scripted_llm.rules.math import find_math_task
+from agentroll.testing.scripted_llm.rules.redteam_auth import AUTH_ATTACK_STEPS
 from agentroll.testing.scripted_llm.rules.steps import call, offered_tools, step, task_text
 from agentroll.testing.scripted_llm.rules.swe import find_swe_task
 
@@ -116,6 +117,7 @@ ATTACKS: dict[str, Attack] = {
     "pathological_power": Attack((), finish="boxed:2^{2^{40}}"),
     "pathological_factorial": Attack((), finish="boxed:10^{10^{10}}!"),
     "ambiguous_commas": Attack((), finish="boxed:1, 2"),
+    **{name: Attack(steps) for name, steps in AUTH_ATTACK_STEPS.items()},
 }
 
 
