@@ -73,7 +73,7 @@ async def test_warm_pool_hands_out_ready_sandboxes(state_dir: Path) -> None:
     assert sb.spec.label == "job-1"
     assert (await sb.tools.bash("echo $ROLE", timeout=10)).output.strip() == "pooled"
     other = await pool.acquire(SandboxSpec(network=True), timeout=30)  # no pool: started fresh
-    assert other.address is not None
+    assert other.spec.network and (await other.exec(["ip", "-br", "link"], timeout=10)).stdout
     await asyncio.gather(sb.stop(), other.stop())
     await pool.close()
     assert pool.idle(spec) == 0

@@ -1,0 +1,219 @@
+"""A bubblewrap sandbox with network: its own namespace behind slirp4netns, never the node's.
+
+From inside a real networked sandbox: the node's loopback (a real agentroll server's API and
+/metrics, a backend's port), the node's own address, another sandbox's listener and the
+routes are out of reach; its own loopback and DNS work; and, in a lab of namespaces this test
+makes (agentroll.testing.netlab), a public address answers through the NAT while a private
+neighbour does not.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from rt_support import HAVE_BWRAP, marked_pids
+from tests.conftest import ServerFactory
+
+from agentroll.runtime import SandboxSpec, netns, procs
+from agentroll.runtime.bwrap import BwrapRuntime, BwrapSandbox
+from agentroll.runtime.config import BwrapConfig, SandboxNetworkConfig
+
+HAVE_SLIRP = all(shutil.which(t) for t in ("slirp4netns", "unshare", "ip", "bash"))
+pytestmark = [
+    pytest.mark.integration,
+    pytest.mark.skipif(not (HAVE_BWRAP and HAVE_SLIRP), reason="bwrap or slirp4netns missing"),
+]
+ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="the lab's namespaces and veth need root")
+
+# Connects to each HOST:PORT and reports what came back (or the error), as JSON; "self" is a
+# listener the probe opens on the sandbox's own loopback first.
+PROBE = """
+import json, socket, sys, threading
+own = socket.create_server(("127.0.0.1", 0))
+def serve():
+    while True:
+        c, _ = own.accept(); c.sendall(b"own-loopback"); c.close()
+threading.Thread(target=serve, daemon=True).start()
+out = {}
+for target in sys.argv[1:]:
+    host, _, port = target.rpartition(":")
+    addr = ("127.0.0.1", own.getsockname()[1]) if target == "self" else (host, int(port))
+    try:
+        with socket.create_connection(addr, timeout=3) as s:
+            s.settimeout(3)
+            out[target] = s.recv(100).decode(errors="replace") or "connected"
+    except OSError as exc:
+        out[target] = type(exc).__name__ + ": " + str(exc)
+print(json.dumps(out))
+"""
+
+
+class TokenServer:
+    """A host listener that sends ``token`` to whoever connects."""
+
+    def __init__(self, host: str, token: str, port: int = 0) -> None:
+        self.sock = socket.create_server((host, port))
+        self.port = self.sock.getsockname()[1]
+        self.token = token.encode()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(self.token)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+@pytest.fixture
+def host_listeners() -> Iterator[dict[str, TokenServer]]:
+    """Listeners on the node's loopback and on its own non-loopback address (if it has one)."""
+    servers = {"loopback": TokenServer("127.0.0.1", "host-loopback")}
+    own = [n for n in netns.read_node_networks() if n.prefixlen == 32]
+    if own:
+        servers["node"] = TokenServer(str(own[0].network_address), "node-address")
+    yield servers
+    for s in servers.values():
+        s.close()
+
+
+async def probe(sb: BwrapSandbox, *targets: str) -> dict[str, str]:
+    out = await sb.exec(["python3", "-c", PROBE, *targets], timeout=60)
+    assert out.exit_code == 0, out.stderr
+    return dict(json.loads(out.stdout))
+
+
+async def test_a_networked_sandbox_reaches_nothing_on_the_node(
+    bwrap: BwrapRuntime,
+    host_listeners: dict[str, TokenServer],
+    agentroll_server: ServerFactory,
+) -> None:
+    async with agentroll_server() as (server, _):
+        api_port = int(server.url.rsplit(":", 1)[1].strip("/"))
+        neighbour = await bwrap.start(SandboxSpec(network=True), timeout=30)
+        await neighbour.tools.bash(
+            'python3 -c \'import socket\ns = socket.create_server(("0.0.0.0", 8000))\n'
+            'while True:\n    c, _ = s.accept(); c.sendall(b"neighbour"); c.close()\' &',
+            timeout=10,
+        )
+        sb = await bwrap.start(SandboxSpec(network=True), timeout=30)
+        assert isinstance(sb, BwrapSandbox) and sb.nat is not None
+        lo = host_listeners["loopback"].port
+        targets = [
+            f"127.0.0.1:{lo}", f"{netns.GATEWAY}:{lo}",  # a backend on the node's loopback
+            f"127.0.0.1:{api_port}", f"{netns.GATEWAY}:{api_port}",  # the agentroll API
+            "127.0.0.1:8000", f"{netns.GATEWAY}:8000", "10.0.2.100:8000",  # the neighbour
+        ]  # fmt: skip
+        if "node" in host_listeners:
+            node = host_listeners["node"]
+            targets.append(f"{node.sock.getsockname()[0]}:{node.port}")
+        seen = await probe(sb, "self", *targets)
+        assert seen.pop("self") == "own-loopback"
+        for target, answer in seen.items():
+            assert "Error" in answer, f"{target} answered from inside the sandbox: {answer}"
+        if "node" in host_listeners:
+            assert "No route to host" in seen[targets[-1]]
+        assert "unreachable" in seen[f"{netns.GATEWAY}:{lo}"].lower()
+        # The neighbour's listener is there, in its own namespace: ours reached none of it.
+        assert (await probe(neighbour, "127.0.0.1:8000"))["127.0.0.1:8000"] == "neighbour"
+        metrics = (
+            "import urllib.request, sys\n"
+            "for url in sys.argv[1:]:\n"
+            "    try:\n        urllib.request.urlopen(url, timeout=3); print('OPENED', url)\n"
+            "    except OSError as e:\n        print('BLOCKED', url, e)\n"
+        )
+        urls = [f"http://{h}:{api_port}/metrics" for h in ("127.0.0.1", netns.GATEWAY)]
+        out = await sb.exec(["python3", "-c", metrics, *urls], timeout=30)
+        assert "OPENED" not in out.stdout and out.stdout.count("BLOCKED") == 2, out.stdout
+        await asyncio.gather(sb.stop(), neighbour.stop())
+
+
+async def test_the_routes_and_resolver_are_fixed_from_inside(bwrap: BwrapRuntime) -> None:
+    sb = await bwrap.start(SandboxSpec(network=True), timeout=30)
+    resolv = await sb.exec(["cat", "/etc/resolv.conf"], timeout=10)
+    assert resolv.stdout == f"nameserver {netns.RESOLVER}\n"
+    res = await sb.tools.bash(
+        "ip route del 10.0.0.0/8; ip route add 10.0.0.0/8 dev tap0; ip link set tap0 down;"
+        " unshare -n true || echo no-new-netns; ip route show 10.0.0.0/8",
+        timeout=20,
+    )
+    assert res.output.count("Operation not permitted") >= 3
+    assert "no-new-netns" in res.output and "unreachable 10.0.0.0/8" in res.output
+    await sb.stop()
+
+
+async def test_the_nat_is_owned_and_torn_down_with_its_sandbox(bwrap: BwrapRuntime) -> None:
+    sb = await bwrap.start(SandboxSpec(network=True), timeout=30)
+    assert isinstance(sb, BwrapSandbox) and sb.nat is not None
+    nat = sb.nat.pid
+    assert nat in marked_pids(sb.id)  # teardown's scan and the orphan reaper find it too
+    await sb.stop()
+    assert sb.nat.proc.returncode is not None
+    assert nat not in {p.pid for p in await asyncio.to_thread(procs.scan)}
+    assert marked_pids(sb.id) == []
+    # Without network there is no NAT and no interface but lo.
+    quiet = await bwrap.start(SandboxSpec(), timeout=30)
+    assert isinstance(quiet, BwrapSandbox) and quiet.nat is None
+    await quiet.stop()
+
+
+@pytest.mark.skipif(shutil.which("iptables-restore") is None, reason="iptables missing")
+async def test_an_allowed_host_port_and_nothing_else(
+    state_dir: Path, host_listeners: dict[str, TokenServer]
+) -> None:
+    mirror = TokenServer("127.0.0.1", "package-mirror")
+    config = SandboxNetworkConfig(allowed_host_ports=(mirror.port,))
+    rt = BwrapConfig(state_dir=state_dir, network=config).build()
+    try:
+        sb = await rt.start(SandboxSpec(network=True), timeout=30)
+        assert isinstance(sb, BwrapSandbox)
+        lo = host_listeners["loopback"].port
+        seen = await probe(sb, f"{netns.GATEWAY}:{mirror.port}", f"{netns.GATEWAY}:{lo}")
+        assert seen[f"{netns.GATEWAY}:{mirror.port}"] == "package-mirror"
+        assert "ConnectionRefusedError" in seen[f"{netns.GATEWAY}:{lo}"]
+        res = await sb.tools.bash("iptables -F OUTPUT; echo rc=$?", timeout=20)
+        assert "rc=0" not in res.output
+        await sb.stop()
+    finally:
+        await rt.close()
+        mirror.close()
+
+
+@ROOT
+async def test_the_internet_is_reachable_and_a_private_neighbour_is_not(state_dir: Path) -> None:
+    from agentroll.testing.netlab import CLUSTER_PEER, NODE_ADDR, PUBLIC_ADDR, NetLab
+
+    lab = await asyncio.to_thread(NetLab, state_dir)
+    rt = BwrapConfig(
+        state_dir=state_dir, network=SandboxNetworkConfig(slirp4netns_path=str(lab.slirp4netns))
+    ).build()
+    try:
+        sb = await rt.start(SandboxSpec(network=True), timeout=30)
+        assert isinstance(sb, BwrapSandbox)
+        port = lab.port
+        seen = await probe(sb, f"{PUBLIC_ADDR}:{port}", f"{CLUSTER_PEER}:{port}",
+                           f"{NODE_ADDR}:{port}")  # fmt: skip
+        assert seen[f"{PUBLIC_ADDR}:{port}"] == lab.token
+        assert "No route to host" in seen[f"{CLUSTER_PEER}:{port}"]
+        assert "No route to host" in seen[f"{NODE_ADDR}:{port}"]
+        # DNS: the sandbox asks slirp4netns's resolver, which asks the lab's DNS server.
+        lookup = "import socket; print(socket.gethostbyname('pypi.internet.test'))"
+        out = await sb.exec(["python3", "-c", lookup], timeout=30)
+        assert out.stdout.strip() == PUBLIC_ADDR, out.stderr
+        await sb.stop()
+    finally:
+        await rt.close()
+        await asyncio.to_thread(lab.close)
