@@ -10,21 +10,25 @@ neighbour does not.
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import json
 import os
 import shutil
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rt_support import HAVE_BWRAP, marked_pids
+from rt_support import HAVE_BWRAP, make_config, marked_pids
 from tests.conftest import ServerFactory
 
-from agentroll.runtime import SandboxSpec, netns, procs
+from agentroll.handlers.harness.runner import bridge_source
+from agentroll.runtime import Bind, SandboxSpec, netns, procs
 from agentroll.runtime.bwrap import BwrapRuntime, BwrapSandbox
 from agentroll.runtime.config import BwrapConfig, SandboxNetworkConfig
+from agentroll.runtime.errors import SandboxStartError
 
 HAVE_SLIRP = all(shutil.which(t) for t in ("slirp4netns", "unshare", "ip", "bash"))
 pytestmark = [
@@ -45,7 +49,7 @@ threading.Thread(target=serve, daemon=True).start()
 out = {}
 for target in sys.argv[1:]:
     host, _, port = target.rpartition(":")
-    addr = ("127.0.0.1", own.getsockname()[1]) if target == "self" else (host, int(port))
+    addr = ("127.0.0.1", own.getsockname()[1]) if target == "self" else (host.strip("[]"), port)
     try:
         with socket.create_connection(addr, timeout=3) as s:
             s.settimeout(3)
@@ -60,10 +64,17 @@ class TokenServer:
     """A host listener that sends ``token`` to whoever connects."""
 
     def __init__(self, host: str, token: str, port: int = 0) -> None:
-        self.sock = socket.create_server((host, port))
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.sock = socket.create_server((host, port), family=family)
         self.port = self.sock.getsockname()[1]
         self.token = token.encode()
         threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def target(self) -> str:
+        """HOST:PORT as the probe takes it (an IPv6 host in brackets)."""
+        host = self.sock.getsockname()[0]
+        return f"[{host}]:{self.port}" if ":" in host else f"{host}:{self.port}"
 
     def _serve(self) -> None:
         while True:
@@ -85,9 +96,21 @@ def host_listeners() -> Iterator[dict[str, TokenServer]]:
     own = [n for n in netns.read_node_networks() if n.prefixlen == 32]
     if own:
         servers["node"] = TokenServer(str(own[0].network_address), "node-address")
+    if own6 := _node_ipv6():
+        servers["node6"] = TokenServer(own6, "node-ipv6-address")
     yield servers
     for s in servers.values():
         s.close()
+
+
+def _node_ipv6() -> str | None:
+    """A global (not loopback, not link-local) IPv6 address of the node's, if it has one."""
+    with open("/proc/net/if_inet6") as f:
+        for line in f:
+            raw, scope = line.split()[0], line.split()[3]
+            if scope == "00":  # global scope
+                return str(ipaddress.IPv6Address(bytes.fromhex(raw)))
+    return None
 
 
 async def probe(sb: BwrapSandbox, *targets: str) -> dict[str, str]:
@@ -117,15 +140,16 @@ async def test_a_networked_sandbox_reaches_nothing_on_the_node(
             f"127.0.0.1:{api_port}", f"{netns.GATEWAY}:{api_port}",  # the agentroll API
             "127.0.0.1:8000", f"{netns.GATEWAY}:8000", "10.0.2.100:8000",  # the neighbour
         ]  # fmt: skip
-        if "node" in host_listeners:
-            node = host_listeners["node"]
-            targets.append(f"{node.sock.getsockname()[0]}:{node.port}")
-        seen = await probe(sb, "self", *targets)
+        metadata = "169.254.169.254:80"  # a cloud's metadata service: a private range
+        targets.append(metadata)
+        node_targets = [s.target for name, s in host_listeners.items() if name != "loopback"]
+        seen = await probe(sb, "self", *targets, *node_targets)
         assert seen.pop("self") == "own-loopback"
         for target, answer in seen.items():
             assert "Error" in answer, f"{target} answered from inside the sandbox: {answer}"
-        if "node" in host_listeners:
-            assert "No route to host" in seen[targets[-1]]
+        assert "No route to host" in seen[metadata]
+        for target in node_targets:  # IPv4: an unreachable route; IPv6: no route at all
+            assert "unreachable" in seen[target].lower() or "No route" in seen[target]
         assert "unreachable" in seen[f"{netns.GATEWAY}:{lo}"].lower()
         # The neighbour's listener is there, in its own namespace: ours reached none of it.
         assert (await probe(neighbour, "127.0.0.1:8000"))["127.0.0.1:8000"] == "neighbour"
@@ -217,3 +241,99 @@ async def test_the_internet_is_reachable_and_a_private_neighbour_is_not(state_di
     finally:
         await rt.close()
         await asyncio.to_thread(lab.close)
+
+
+async def test_a_killed_server_leaves_no_nat_behind(state_dir: Path) -> None:
+    """slirp4netns leaves when its exit pipe closes with the server; the reaper finds the rest."""
+    tests, state = str(Path(__file__).parent), str(state_dir)
+    script = (
+        "import asyncio, sys\n"
+        f"sys.path.insert(0, {tests!r})\n"
+        "from rt_support import make_config\n"
+        "from pathlib import Path\n"
+        "from agentroll.runtime import SandboxSpec\n"
+        "async def main():\n"
+        f"    rt = make_config('bwrap', Path({state!r})).build()\n"
+        "    sb = await rt.start(SandboxSpec(network=True), timeout=30)\n"
+        "    print(sb.id, sb.nat.pid, flush=True)\n"
+        "    await asyncio.sleep(300)\n"
+        "asyncio.run(main())\n"
+    )
+    owner = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", script, stdout=asyncio.subprocess.PIPE, start_new_session=True
+    )
+    assert owner.stdout is not None
+    sandbox_id, nat = (await asyncio.wait_for(owner.stdout.readline(), 60)).decode().split()
+    owner.kill()
+    await owner.wait()
+    for _ in range(200):  # generous: the machine may be busy
+        if int(nat) not in {p.pid for p in await asyncio.to_thread(procs.scan)}:
+            break
+        await asyncio.sleep(0.1)
+    else:
+        pytest.fail(f"slirp4netns {nat} outlived its server")
+    rt = make_config("bwrap", state_dir).build()
+    assert await rt.reap_orphans() == 1
+    assert marked_pids(sandbox_id) == []
+    await rt.close()
+
+
+# Inside the sandbox, run by the bridge: the rollout's proxy answers, the node does not.
+HARNESS = """
+import os, socket, sys, urllib.request
+print(urllib.request.urlopen(os.environ["OPENAI_BASE_URL"] + "/models", timeout=10).read().decode())
+for host in ("127.0.0.1", "10.0.2.2"):
+    try:
+        socket.create_connection((host, int(sys.argv[1])), timeout=3); print("REACHED", host)
+    except OSError as exc:
+        print("blocked", host, type(exc).__name__)
+"""
+
+
+@pytest.mark.parametrize("network", [True, False])
+async def test_the_bridge_reaches_its_own_proxy_and_nothing_else(
+    bwrap: BwrapRuntime, host_listeners: dict[str, TokenServer], tmp_path: Path, network: bool
+) -> None:
+    async def proxy(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 14\r\nConnection: close\r\n\r\n")
+        writer.write(b"rollout-proxy\n")
+        await writer.drain()
+        writer.close()
+
+    sockets = tmp_path / "llm"
+    sockets.mkdir()
+    server = await asyncio.start_unix_server(proxy, str(sockets / "proxy.sock"))
+    spec = SandboxSpec(network=network, binds=(Bind(host=sockets, dest="/run/llm"),))
+    sb = await bwrap.start(spec, timeout=30)
+    try:
+        config = {
+            "socket": "/run/llm/proxy.sock",
+            "argv": ["python3", "-c", HARNESS, str(host_listeners["loopback"].port)],
+            "env": {"OPENAI_API_KEY": "rollout-key"},
+        }
+        await sb.upload("/tmp/bridge.py", bridge_source())
+        await sb.upload("/tmp/bridge.json", json.dumps(config).encode())
+        run = await sb.exec(["python3", "/tmp/bridge.py", "/tmp/bridge.json"], timeout=60)
+        assert run.exit_code == 0, run.stderr
+        lines = run.stdout.split("\n")
+        assert lines[0] == "rollout-proxy"
+        assert [line.split()[:2] for line in lines[2:4]] == [
+            ["blocked", "127.0.0.1"], ["blocked", "10.0.2.2"],
+        ]  # fmt: skip
+    finally:
+        await sb.stop()
+        server.close()
+
+
+async def test_apptainer_refuses_a_sandbox_with_network(state_dir: Path) -> None:
+    """Without root, Apptainer could only share the node's network: it says so and starts none."""
+    rt = make_config("fake-apptainer", state_dir).build()
+    try:
+        with pytest.raises(SandboxStartError, match="refuses sandboxes with network"):
+            await rt.start(SandboxSpec(network=True), timeout=30)
+        assert not rt.live and rt.leases.all() == []
+        sb = await rt.start(SandboxSpec(), timeout=30)  # without network it still starts
+        await sb.stop()
+    finally:
+        await rt.close()
