@@ -162,6 +162,14 @@ async def test_a_networked_sandbox_reaches_nothing_on_the_node(
         urls = [f"http://{h}:{api_port}/metrics" for h in ("127.0.0.1", netns.GATEWAY)]
         out = await sb.exec(["python3", "-c", metrics, *urls], timeout=30)
         assert "OPENED" not in out.stdout and out.stdout.count("BLOCKED") == 2, out.stdout
+        # Abstract Unix sockets belong to a network namespace: the node's are not the sandbox's.
+        with socket.socket(socket.AF_UNIX) as abstract:
+            name = f"agentroll-test-{sb.id}"
+            abstract.bind("\0" + name)
+            abstract.listen()
+            connect = f"import socket; socket.socket(socket.AF_UNIX).connect('\\0{name}')"
+            out = await sb.exec(["python3", "-c", connect], timeout=30)
+            assert out.exit_code != 0 and "ConnectionRefusedError" in out.stderr, out.stderr
         await asyncio.gather(sb.stop(), neighbour.stop())
 
 
