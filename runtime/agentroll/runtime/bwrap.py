@@ -240,16 +240,16 @@ class BwrapRuntime(BaseRuntime):
             self._slirp = usernat.tools(self.config.network)
         return self._slirp
 
-    def _network_files(self, sb: BwrapSandbox) -> tuple[Path, Path | None, Path | None] | None:
-        """Routes, firewall and resolv.conf of a sandbox with network (None: no network)."""
+    def _network_files(self, sb: BwrapSandbox) -> usernat.NetworkFiles | None:
+        """What the launcher of a sandbox with network needs (None: no network)."""
         if not sb.spec.network:
             return None
-        routes, firewall, resolv = usernat.write_files(sb.base_dir, self.config.network)
+        self._slirp4netns()  # refuse before anything is written if a tool is missing
         etc_resolv = Path(sb.spec.image or "/") / "etc" / "resolv.conf"
-        if etc_resolv.is_symlink() or not etc_resolv.is_file():
+        dns = etc_resolv.is_file() and not etc_resolv.is_symlink()
+        if not dns:
             log.warning("sandbox %s: %s is not a file: DNS is not configured", sb.id, etc_resolv)
-            return routes, firewall, None
-        return routes, firewall, resolv
+        return usernat.write_files(sb.base_dir, self.config.network, dns=dns)
 
     async def _boot(self, sandbox: ProcessSandbox, deadline: float) -> None:
         assert isinstance(sandbox, BwrapSandbox)
@@ -269,7 +269,7 @@ class BwrapRuntime(BaseRuntime):
             argv = bwrap_argv(
                 spec, bwrap=self.bwrap, socket_dir=sb.socket_dir, workspace=sb.workdir,
                 env=sb.env, command=server, info_fd=write_fd, uid=self.config.sandbox_uid,
-                python_dirs=pydirs, resolv_conf=net[2] if net else None,
+                python_dirs=pydirs, resolv_conf=net.resolv_conf if net else None,
             )  # fmt: skip
             launcher_env = {"PATH": DEFAULT_PATH, **marker_env(sb.id, self.instance_id)}
             fds = [write_fd, listener.fileno(), *cgroup_fds]
@@ -277,7 +277,7 @@ class BwrapRuntime(BaseRuntime):
                 await sb.launch(argv, launcher_env, pass_fds=fds)
             else:
                 sb.nat = await usernat.launch_networked(
-                    sb, argv, launcher_env, pass_fds=fds, routes=net[0], firewall=net[1],
+                    sb, argv, launcher_env, pass_fds=fds, files=net,
                     slirp4netns=self._slirp4netns(), deadline=deadline,
                 )  # fmt: skip
         except BaseException:

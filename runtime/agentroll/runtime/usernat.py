@@ -19,6 +19,7 @@ import contextlib
 import os
 import shutil
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from agentroll.runtime import netns, procs
@@ -55,8 +56,9 @@ def tools(config: SandboxNetworkConfig) -> str:
     needed = ["unshare", "bash", "ip", *(["iptables-restore"] if config.allowed_host_ports else [])]
     missing = [name for name in needed if shutil.which(name) is None]
     slirp = shutil.which(config.slirp4netns_path or "slirp4netns")
-    if slirp is None or missing:
-        missing += [] if slirp else [config.slirp4netns_path or "slirp4netns"]
+    if slirp is None:
+        missing.append(config.slirp4netns_path or "slirp4netns")
+    if missing or slirp is None:
         raise RuntimeUnavailable(
             f"a sandbox with network needs {', '.join(missing)} (Debian packages slirp4netns, "
             "iproute2, util-linux, iptables; scripts/install-system-deps.sh installs them)"
@@ -64,8 +66,17 @@ def tools(config: SandboxNetworkConfig) -> str:
     return slirp
 
 
-def write_files(base: Path, config: SandboxNetworkConfig) -> tuple[Path, Path | None, Path]:
-    """The launcher's route batch and firewall, and the sandbox's resolv.conf, under ``base``."""
+@dataclass(frozen=True)
+class NetworkFiles:
+    """What ``write_files`` made for one sandbox, under its directory."""
+
+    routes: Path  # ``ip -batch`` input run by the launcher
+    firewall: Path | None  # ``iptables-restore`` input, with allowed host ports only
+    resolv_conf: Path | None  # bound over /etc/resolv.conf (None: the image has no such file)
+
+
+def write_files(base: Path, config: SandboxNetworkConfig, *, dns: bool) -> NetworkFiles:
+    """The launcher's route batch and firewall, and (with ``dns``) the sandbox's resolv.conf."""
     blocked = [*netns.read_node_networks(), *config.blocked_networks]
     routes = base / "net-routes"
     routes.write_text(netns.route_batch(blocked))
@@ -73,9 +84,11 @@ def write_files(base: Path, config: SandboxNetworkConfig) -> tuple[Path, Path | 
     if config.allowed_host_ports:
         firewall = base / "net-firewall"
         firewall.write_text(netns.firewall_rules(config.allowed_host_ports))
-    resolv = base / "resolv.conf"
-    resolv.write_text(netns.resolv_conf())
-    return routes, firewall, resolv
+    resolv = None
+    if dns:
+        resolv = base / "resolv.conf"
+        resolv.write_text(netns.resolv_conf())
+    return NetworkFiles(routes, firewall, resolv)
 
 
 async def launch_networked(
@@ -84,21 +97,21 @@ async def launch_networked(
     env: Mapping[str, str],
     *,
     pass_fds: Sequence[int],
-    routes: Path,
-    firewall: Path | None,
+    files: NetworkFiles,
     slirp4netns: str,
     deadline: float,
 ) -> UserModeNat:
     """Launch ``command`` (bwrap) as ``sb``'s launcher inside a NAT-ed namespace of its own.
 
-    ``routes`` and ``firewall`` are the files ``write_files`` made; with a firewall, slirp4netns
-    maps the gateway to the node's loopback and the firewall lets only the allowed ports by.
+    With a firewall in ``files``, slirp4netns maps the gateway to the node's loopback and the
+    firewall lets only the allowed ports by.
     """
+    firewall = files.firewall
     unshared_r, unshared_w = os.pipe()
     go_r, go_w = os.pipe()
     try:
         gate = netns.gate_argv(
-            unshared_fd=unshared_w, go_fd=go_r, routes=str(routes),
+            unshared_fd=unshared_w, go_fd=go_r, routes=str(files.routes),
             firewall=str(firewall) if firewall else None, command=command,
         )  # fmt: skip
         await sb.launch(gate, env, pass_fds=[*pass_fds, unshared_w, go_r])

@@ -28,7 +28,7 @@ from agentroll.handlers.harness.runner import bridge_source
 from agentroll.runtime import Bind, SandboxSpec, netns, procs
 from agentroll.runtime.bwrap import BwrapRuntime, BwrapSandbox
 from agentroll.runtime.config import BwrapConfig, SandboxNetworkConfig
-from agentroll.runtime.errors import SandboxStartError
+from agentroll.runtime.errors import RuntimeUnavailable, SandboxStartError
 
 HAVE_SLIRP = all(shutil.which(t) for t in ("slirp4netns", "unshare", "ip", "bash"))
 pytestmark = [
@@ -332,6 +332,19 @@ async def test_the_bridge_reaches_its_own_proxy_and_nothing_else(
     finally:
         await sb.stop()
         server.close()
+
+
+async def test_without_slirp4netns_a_sandbox_with_network_is_refused_and_leaves_nothing(
+    state_dir: Path,
+) -> None:
+    config = SandboxNetworkConfig(slirp4netns_path=str(state_dir / "no-such-slirp4netns"))
+    rt = BwrapConfig(state_dir=state_dir, network=config).build()
+    try:
+        with pytest.raises(RuntimeUnavailable, match="no-such-slirp4netns"):
+            await rt.start(SandboxSpec(network=True), timeout=30)
+        assert not rt.live and rt.leases.all() == []
+    finally:
+        await rt.close()
 
 
 async def test_apptainer_refuses_a_sandbox_with_network(state_dir: Path) -> None:

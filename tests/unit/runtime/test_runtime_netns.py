@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from agentroll.runtime import SandboxSpec, netns
+from agentroll.runtime import SandboxSpec, netns, usernat
 from agentroll.runtime.bwrap import bwrap_argv
 from agentroll.runtime.config import BwrapConfig, SandboxNetworkConfig
+from agentroll.runtime.errors import RuntimeUnavailable
 
 # /proc/net/fib_trie of a node with eth0 192.0.2.2/24 and a docker bridge 172.17.0.1/16.
 FIB_TRIE = """Main:
@@ -142,3 +143,9 @@ def test_bwrap_shares_the_launchers_namespace_and_binds_the_resolver() -> None:
     assert argv[i - 1 : i + 2] == ["--ro-bind", "/s/resolv.conf", "/etc/resolv.conf"]
     quiet = bwrap_argv(SandboxSpec(), **common)  # type: ignore[arg-type]
     assert "--share-net" not in quiet and "/etc/resolv.conf" not in quiet
+
+
+def test_a_missing_nat_tool_is_named() -> None:
+    config = SandboxNetworkConfig(slirp4netns_path="/nonexistent/slirp4netns")
+    with pytest.raises(RuntimeUnavailable, match="/nonexistent/slirp4netns"):
+        usernat.tools(config)
