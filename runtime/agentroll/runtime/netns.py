@@ -26,6 +26,9 @@ What the sandbox reaches:
 
   IPv6 is not configured (slirp4netns without ``--enable-ipv6``): the sandbox has only ``::1``.
 
+A server that is not root needs unprivileged user namespaces (as bubblewrap does) and a
+``/dev/net/tun`` it may open (stock Debian makes it usable by everyone); root needs neither.
+
 ``allowed_host_ports`` re-opens single TCP ports of the node's loopback (a package mirror on
 the node): slirp4netns then maps the gateway to the node's loopback, and the launcher lets
 only those ports through to it (``iptables``, in the sandbox's network namespace).

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from rt_support import HAVE_BWRAP, make_config, marked_pids
+from rt_support import HAVE_NAT, make_config, marked_pids
 from tests.conftest import ServerFactory
 
 from agentroll.handlers.harness.runner import bridge_source
@@ -30,10 +30,9 @@ from agentroll.runtime.bwrap import BwrapRuntime, BwrapSandbox
 from agentroll.runtime.config import BwrapConfig, SandboxNetworkConfig
 from agentroll.runtime.errors import RuntimeUnavailable, SandboxStartError
 
-HAVE_SLIRP = all(shutil.which(t) for t in ("slirp4netns", "unshare", "ip", "bash"))
 pytestmark = [
     pytest.mark.integration,
-    pytest.mark.skipif(not (HAVE_BWRAP and HAVE_SLIRP), reason="bwrap or slirp4netns missing"),
+    pytest.mark.skipif(not HAVE_NAT, reason="bwrap, slirp4netns or a usable /dev/net/tun missing"),
 ]
 ROOT = pytest.mark.skipif(os.geteuid() != 0, reason="the lab's namespaces and veth need root")
 

@@ -8,7 +8,7 @@ import socket
 from pathlib import Path
 
 import pytest
-from rt_support import HAVE_BWRAP, marked_pids
+from rt_support import HAVE_BWRAP, HAVE_NAT, marked_pids
 
 from agentroll.runtime import Limits, SandboxSpec
 from agentroll.runtime.action.errors import ActionRequestError
@@ -83,6 +83,7 @@ async def test_network_is_unreachable(bwrap: BwrapRuntime) -> None:
         await sb.stop()
 
 
+@pytest.mark.skipif(not HAVE_NAT, reason="slirp4netns or a usable /dev/net/tun missing")
 async def test_network_on_gives_an_own_loopback(bwrap: BwrapRuntime) -> None:
     """Sandboxes with network each have their own namespace: the same port, no collision."""
     a = await bwrap.start(SandboxSpec(network=True), timeout=30)
