@@ -88,7 +88,8 @@ class SingularityConfig(CommonConfig):
     #: Image used when a spec names none (a .sif file or a sandbox directory).
     default_image: Path | None = None
     fakeroot: bool = False
-    #: Give each instance its own empty network namespace when the spec has network off.
+    #: Give each instance its own empty network namespace (``--network none``). Off, every
+    #: instance shares the node's network, the server's loopback included (a warning says so).
     network_isolation: bool = True
     #: ``--writable-tmpfs`` (an in-memory overlay) so the image root is writable.
     writable_tmpfs: bool = True

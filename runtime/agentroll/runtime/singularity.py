@@ -221,6 +221,11 @@ class SingularityRuntime(BaseRuntime):
         self.binary = detect_binary(config.binary)
         self._node_gate = asyncio.Semaphore(config.max_starts_per_node)
         self._image_gates: dict[str, asyncio.Semaphore] = {}
+        if not config.network_isolation:
+            log.warning(
+                "singularity: network_isolation is off: every sandbox shares this node's "
+                "network, so agents can reach this server and any inference server on the node"
+            )
 
     def _needs_address(self, spec: SandboxSpec) -> bool:
         # Without network isolation every instance shares the host's ports.

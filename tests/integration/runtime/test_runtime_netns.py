@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
+import logging
 import os
 import shutil
 import socket
@@ -357,3 +358,17 @@ async def test_apptainer_refuses_a_sandbox_with_network(state_dir: Path) -> None
         await sb.stop()
     finally:
         await rt.close()
+
+
+def test_apptainer_without_network_isolation_says_what_it_shares(
+    state_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = make_config("fake-apptainer", state_dir)
+    shared = config.model_copy(update={"network_isolation": False})
+    with caplog.at_level(logging.WARNING, logger="agentroll.runtime.singularity"):
+        shared.build()
+    assert "shares this node's network" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="agentroll.runtime.singularity"):
+        config.build()
+    assert "network" not in caplog.text
