@@ -1,6 +1,6 @@
 """Networked sandboxes: what their own namespace and NAT cost, beside the old --share-net.
 
-    sudo .venv/bin/python benchmarks/sandbox_network.py [--samples 10] [--mib 256]
+    sudo .venv/bin/python benchmarks/sandbox_network.py [--samples 10] [--mib 256] [--concurrent 50]
 
 * start-up: start request -> action server ready, median, for a sandbox without network, one
   sharing the server's network (``--share-net``, how sandboxes with network used to start)
@@ -9,6 +9,8 @@
   network namespaces this program makes; root only, nothing leaves the machine) to a client
   on the node's network (what --share-net gave) and to one inside a sandbox behind slirp4netns
   (target: >= 119 MiB/s, 1 Gbit/s: more than one sandbox's share of a node's uplink)
+* concurrency: ``--concurrent`` sandboxes with network started and stopped at once (target: no
+  errors, no slirp4netns left)
 """
 
 from __future__ import annotations
@@ -73,12 +75,28 @@ async def sandbox_mib_s(rt: BwrapRuntime, lab: NetLab, mib: int, runs: int) -> f
         await sb.stop()
 
 
+async def concurrent(rt: BwrapRuntime, n: int) -> tuple[int, int, float]:
+    """Start and stop ``n`` sandboxes with network at once: errors, and NATs left behind."""
+    t = time.perf_counter()
+    started = await asyncio.gather(
+        *(rt.start(SandboxSpec(network=True), timeout=300) for _ in range(n)),
+        return_exceptions=True,
+    )
+    ok = [sb for sb in started if isinstance(sb, BwrapSandbox)]
+    for err in {repr(e) for e in started if isinstance(e, BaseException)}:
+        print("  start error:", err[:200])
+    nats = [sb.nat.proc for sb in ok if sb.nat is not None]
+    stopped = await asyncio.gather(*(sb.stop() for sb in ok), return_exceptions=True)
+    errors = n - len(ok) + sum(isinstance(r, BaseException) for r in stopped)
+    return errors, sum(p.returncode is None for p in nats), time.perf_counter() - t
+
+
 def node_mib_s(lab: NetLab, mib: int, runs: int) -> float:
     argv = ["python3", "-c", CLIENT, PUBLIC_ADDR, str(lab.port + 1), str(mib)]
     return statistics.median(float(lab.run(lab.node, *argv)) for _ in range(runs))
 
 
-async def main(samples: int, mib: int) -> None:
+async def main(samples: int, mib: int, n_concurrent: int) -> None:
     state = Path(tempfile.mkdtemp(prefix="ar-bench-", dir="/tmp"))
     lab = NetLab(state) if os.geteuid() == 0 else None
     try:
@@ -88,6 +106,7 @@ async def main(samples: int, mib: int) -> None:
         none = await start_ms(plain, SandboxSpec(), samples)
         share = await start_ms(shared, SandboxSpec(network=True), samples)
         nat = await start_ms(plain, SandboxSpec(network=True), samples)
+        errors, left, took = await concurrent(plain, n_concurrent)
         await asyncio.gather(plain.close(), shared.close())
         print(f"start-up, median of {samples}")
         report("  no network", f"{none:8.1f} ms", "report", None)
@@ -95,6 +114,10 @@ async def main(samples: int, mib: int) -> None:
         report("  own namespace + slirp4netns", f"{nat:8.1f} ms", "report", None)
         report("  added by the NAT (vs --share-net)", f"{nat - share:8.1f} ms", "<= 50 ms",
                nat - share <= 50)  # fmt: skip
+        print(f"{n_concurrent} sandboxes with network at once")
+        report("  start or stop errors", str(errors), "0", errors == 0)
+        report("  slirp4netns left running", str(left), "0", left == 0)
+        report("  start+stop wall time", f"{took:8.1f} s", "report", None)
         if lab is None:
             print("throughput: skipped (the lab's namespaces need root)")
             return
@@ -120,5 +143,6 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=10)
     parser.add_argument("--mib", type=int, default=256)
+    parser.add_argument("--concurrent", type=int, default=50)
     args = parser.parse_args()
-    asyncio.run(main(args.samples, args.mib))
+    asyncio.run(main(args.samples, args.mib, args.concurrent))
