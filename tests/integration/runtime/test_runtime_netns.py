@@ -162,6 +162,22 @@ async def test_a_networked_sandbox_reaches_nothing_on_the_node(
         urls = [f"http://{h}:{api_port}/metrics" for h in ("127.0.0.1", netns.GATEWAY)]
         out = await sb.exec(["python3", "-c", metrics, *urls], timeout=30)
         assert "OPENED" not in out.stdout and out.stdout.count("BLOCKED") == 2, out.stdout
+        # UDP too: datagrams to the node's loopback through the gateway never arrive.
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as udp:
+            udp.bind(("127.0.0.1", 0))
+            udp.setblocking(False)
+            send = (
+                "import socket, sys; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+                "for host in sys.argv[2:]:\n    s.sendto(b'datagram', (host, int(sys.argv[1])))\n"
+            )
+            port = str(udp.getsockname()[1])
+            out = await sb.exec(
+                ["python3", "-c", send, port, netns.GATEWAY, "127.0.0.1"], timeout=30
+            )
+            assert out.exit_code == 0, out.stderr
+            await asyncio.sleep(1.0)  # a datagram through slirp4netns would have arrived by now
+            with pytest.raises(BlockingIOError):
+                udp.recvfrom(100)
         # Abstract Unix sockets belong to a network namespace: the node's are not the sandbox's.
         with socket.socket(socket.AF_UNIX) as abstract:
             name = f"agentroll-test-{sb.id}"
