@@ -167,10 +167,12 @@ async def _attach(
                 *sb._niced(argv), stdin=asyncio.subprocess.DEVNULL, stdout=logf, stderr=logf,
                 env=dict(env), start_new_session=True, pass_fds=(ready_w, exit_r),
             )  # fmt: skip
-    except OSError as exc:
+    except BaseException as exc:  # a cancellation too: spawn has reaped the child already
         os.close(exit_w)
         os.close(ready_r)
-        raise SandboxStartError(f"cannot run {slirp4netns}: {exc}") from exc
+        if isinstance(exc, OSError):
+            raise SandboxStartError(f"cannot run {slirp4netns}: {exc}") from exc
+        raise
     finally:
         os.close(ready_w)
         os.close(exit_r)

@@ -388,3 +388,23 @@ def test_apptainer_without_network_isolation_says_what_it_shares(
     with caplog.at_level(logging.WARNING, logger="agentroll.runtime.singularity"):
         config.build()
     assert "network" not in caplog.text
+
+
+async def test_a_cancelled_networked_start_leaves_no_nat(bwrap: BwrapRuntime) -> None:
+    """Cancelled before, while and after slirp4netns attaches: nothing of it is left."""
+    before = {p.sandbox_id for p in await asyncio.to_thread(procs.scan) if p.sandbox_id}
+    cancelled = 0
+    for delay in (0.0, 0.005, 0.01, 0.02, 0.04, 0.08):
+        task = asyncio.create_task(bwrap.start(SandboxSpec(network=True), timeout=30))
+        await asyncio.sleep(delay)
+        task.cancel()
+        try:
+            sb = await task
+        except asyncio.CancelledError:
+            cancelled += 1
+        else:  # finished before the cancel landed
+            await sb.stop()
+    assert cancelled >= 2
+    assert bwrap.live == [] and bwrap.leases.all() == []
+    after = {p.sandbox_id for p in await asyncio.to_thread(procs.scan) if p.sandbox_id}
+    assert after <= before
