@@ -38,7 +38,7 @@ bytes per second in our measurement (containers/README.md), but slirp4netns's ~3
 more than a node's uplink gives one sandbox. slirp4netns is the one whose lifetime is ours:
 it stays in the foreground as our child, says when the namespace is configured
 (``--ready-fd``) and exits when our end of ``--exit-fd`` closes, so even a server killed with
-SIGKILL leaves none behind; it runs in an empty mount namespace under seccomp
+SIGKILL leaves none behind; it runs in a mount namespace of its own under seccomp
 (``--enable-sandbox --enable-seccomp``); and it blocks the node's loopback with one flag. The
 pasta packaged with Debian 12 forwards every port the node listens on into the namespace unless
 told ``-T none``, copies the node's addresses into it, daemonizes and logs to syslog.
