@@ -7,6 +7,9 @@ command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
 # util-linux (nsenter, prlimit): exec into sandboxes and apply their resource limits.
 # mmdebstrap: builds root-filesystem images for bubblewrap sandboxes (agentroll build-image).
 command -v nsenter >/dev/null 2>&1 && command -v prlimit >/dev/null 2>&1 || missing+=(util-linux)
+# slirp4netns + iproute2: sandboxes with network get their own namespace behind user-mode NAT.
+command -v slirp4netns >/dev/null 2>&1 || missing+=(slirp4netns)
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 command -v mmdebstrap >/dev/null 2>&1 || missing+=(mmdebstrap)
 # buildah + umoci: build task images from Dockerfiles rootless (build_task_image, build-image --tag).
 command -v buildah >/dev/null 2>&1 || missing+=(buildah)

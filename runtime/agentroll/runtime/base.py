@@ -92,6 +92,8 @@ class SandboxSpec(BaseModel):
     #: The complete environment of the sandbox. The server's own environment is never inherited.
     env: tuple[tuple[str, str], ...] = ()
     limits: Limits = Limits()
+    #: bwrap: a network namespace of its own behind user-mode NAT (the internet, never the
+    #: node; see netns.py); singularity refuses it.
     network: bool = False
     #: Working directory inside the sandbox (the writable workspace is mounted here).
     workdir: str = "/workspace"
@@ -148,7 +150,8 @@ class Sandbox(Protocol):
     socket_dir: Path
     #: Host path of the writable workspace; None when it lives only inside the sandbox.
     workdir: Path | None
-    #: The loopback address owned by this sandbox when it has network access, else None.
+    #: A loopback address of its own where sandboxes share the node's network (singularity
+    #: without network isolation), else None.
     address: str | None
 
     @property

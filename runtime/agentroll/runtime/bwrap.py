@@ -1,11 +1,12 @@
 """Bubblewrap runtime: unprivileged namespaces, the default on workstations and CI.
 
-Each sandbox is ``bwrap --unshare-all`` (``--share-net`` only when the spec asks for network)
-in a new user namespace with every capability dropped and nested user namespaces disabled, its
-own session, killed with its parent. Its root is a tmpfs onto which the image's top-level
-directories are bound read-only (the host's system directories by default, see hostroot.py);
-``/proc``, ``/dev``, a size-limited ``/tmp``, the writable workspace and the sandbox's own
-socket directory are mounted on top.
+Each sandbox is ``bwrap --unshare-all`` in a new user namespace with every capability dropped
+and nested user namespaces disabled, its own session, killed with its parent. Its root is a
+tmpfs onto which the image's top-level directories are bound read-only (the host's system
+directories by default, see hostroot.py); ``/proc``, ``/dev``, a size-limited ``/tmp``, the
+writable workspace and the sandbox's own socket directory are mounted on top. A sandbox that
+asks for network gets a network namespace of its own behind user-mode NAT, never the node's
+(netns.py, usernat.py).
 
 The action server is the PID namespace's init (``--as-pid-1``). The agent's tools run as the
 same uid in the same namespace, so this is what keeps them from ending it: the kernel never
@@ -36,7 +37,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from agentroll.runtime import hostroot, procs
+from agentroll.runtime import hostroot, procs, usernat
 from agentroll.runtime.base import SandboxSpec
 from agentroll.runtime.cgroup import SandboxCgroup
 from agentroll.runtime.core import BaseRuntime
@@ -52,10 +53,11 @@ from agentroll.runtime.launch import (
 )
 from agentroll.runtime.lease import Lease
 from agentroll.runtime.limits import join_cgroup_argv, prlimit_argv
-from agentroll.runtime.sandbox import ProcessSandbox
+from agentroll.runtime.sandbox import ProcessSandbox, read_until_eof
 
 if TYPE_CHECKING:
     from agentroll.runtime.config import BwrapConfig
+    from agentroll.runtime.usernat import UserModeNat
 
 log = logging.getLogger(__name__)
 
@@ -97,8 +99,13 @@ def bwrap_argv(
     info_fd: int,
     uid: int,
     python_dirs: tuple[str, ...] = (),
+    resolv_conf: Path | None = None,
 ) -> list[str]:
-    """The complete bwrap command line for ``spec`` (pure: unit-tested as is)."""
+    """The complete bwrap command line for ``spec`` (pure: unit-tested as is).
+
+    With network, bwrap keeps the network namespace it is started in: the launcher's own,
+    behind slirp4netns (usernat.py), never the server's.
+    """
     argv = [bwrap, "--unshare-all"]
     if spec.network:
         argv.append("--share-net")
@@ -108,6 +115,8 @@ def bwrap_argv(
         "--info-fd", str(info_fd), "--hostname", "sandbox",
     ]  # fmt: skip
     argv += root_args(spec.image)
+    if resolv_conf is not None:
+        argv += ["--ro-bind", str(resolv_conf), "/etc/resolv.conf"]
     argv += ["--proc", "/proc", "--dev", "/dev"]
     for d in ("/tmp", *spec.scratch):
         argv += ["--size", str(spec.limits.tmp_bytes), "--tmpfs", d]
@@ -138,6 +147,8 @@ class BwrapSandbox(ProcessSandbox):
     nsenter = "nsenter"
     #: The namespace's init: the action server.
     init: InitHandle | None = None
+    #: The user-mode NAT of a sandbox with network.
+    nat: UserModeNat | None = None
     env: dict[str, str]
 
     @contextlib.contextmanager
@@ -156,6 +167,10 @@ class BwrapSandbox(ProcessSandbox):
 
     def exec_env(self) -> dict[str, str]:
         return self.env
+
+    async def _terminate_extra(self, grace_s: float) -> None:
+        if self.nat is not None:
+            await self.nat.stop()
 
     def _kill_inner(self) -> None:
         # Killing the namespace's init kills every process in it; bwrap (its parent) reaps it.
@@ -176,10 +191,14 @@ class BwrapRuntime(BaseRuntime):
         self.config = config
         self.bwrap = _which(config.bwrap_path or "bwrap")
         self.nsenter = _which("nsenter")
+        self._slirp: str | None = None  # looked up at the first sandbox with network
         self._warned_nproc = False
 
     def _host_workspace(self, spec: SandboxSpec) -> bool:
         return spec.limits.workspace_bytes is None
+
+    def _needs_address(self, spec: SandboxSpec) -> bool:
+        return False  # a sandbox with network has a network namespace, and ports, of its own
 
     def _python(self, spec: SandboxSpec) -> tuple[str, tuple[str, ...]]:
         host_python = (
@@ -219,6 +238,22 @@ class BwrapRuntime(BaseRuntime):
                 "cannot be enforced (the kernel exempts uid 0 from RLIMIT_NPROC)"
             )
 
+    def _slirp4netns(self) -> str:
+        if self._slirp is None:
+            self._slirp = usernat.tools(self.config.network)
+        return self._slirp
+
+    def _network_files(self, sb: BwrapSandbox) -> usernat.NetworkFiles | None:
+        """What the launcher of a sandbox with network needs (None: no network)."""
+        if not sb.spec.network:
+            return None
+        self._slirp4netns()  # refuse before anything is written if a tool is missing
+        etc_resolv = Path(sb.spec.image or "/") / "etc" / "resolv.conf"
+        dns = etc_resolv.is_file() and not etc_resolv.is_symlink()
+        if not dns:
+            log.warning("sandbox %s: %s is not a file: DNS is not configured", sb.id, etc_resolv)
+        return usernat.write_files(sb.base_dir, self.config.network, dns=dns)
+
     async def _boot(self, sandbox: ProcessSandbox, deadline: float) -> None:
         assert isinstance(sandbox, BwrapSandbox)
         sb = sandbox
@@ -233,14 +268,21 @@ class BwrapRuntime(BaseRuntime):
             server = action_server_argv(
                 python, spec.workdir, spec.limits, cgroup_fds, listen_fd=listener.fileno()
             )
+            net = self._network_files(sb)
             argv = bwrap_argv(
                 spec, bwrap=self.bwrap, socket_dir=sb.socket_dir, workspace=sb.workdir,
                 env=sb.env, command=server, info_fd=write_fd, uid=self.config.sandbox_uid,
-                python_dirs=pydirs,
+                python_dirs=pydirs, resolv_conf=net.resolv_conf if net else None,
             )  # fmt: skip
             launcher_env = {"PATH": DEFAULT_PATH, **marker_env(sb.id, self.instance_id)}
             fds = [write_fd, listener.fileno(), *cgroup_fds]
-            await sb.launch(argv, launcher_env, pass_fds=fds)
+            if net is None:
+                await sb.launch(argv, launcher_env, pass_fds=fds)
+            else:
+                sb.nat = await usernat.launch_networked(
+                    sb, argv, launcher_env, pass_fds=fds, files=net,
+                    slirp4netns=self._slirp4netns(), deadline=deadline,
+                )  # fmt: skip
         except BaseException:
             os.close(read_fd)  # _read_info, which owns it otherwise, will not run
             raise
@@ -280,40 +322,8 @@ def _listen(path: Path) -> socket.socket:
 
 
 async def _read_info(fd: int, deadline: float) -> dict[str, int]:
-    """bwrap's --info-fd JSON (empty if bwrap died before writing it).
-
-    Read with a plain reader callback and closed exactly once here: handing the fd to
-    `connect_read_pipe` wrapped in a file object makes uvloop and the file both close it,
-    and under load the reused descriptor number then aborts the event loop (uvloop #763).
-    """
-    loop = asyncio.get_running_loop()
-    os.set_blocking(fd, False)
-    chunks: list[bytes] = []
-    done: asyncio.Future[None] = loop.create_future()
-
-    def readable() -> None:
-        try:
-            data = os.read(fd, 65536)
-        except BlockingIOError:
-            return
-        except OSError as exc:
-            if not done.done():
-                done.set_exception(exc)
-            return
-        if data:
-            chunks.append(data)
-        elif not done.done():
-            done.set_result(None)  # end of file: bwrap closed its end
-
-    loop.add_reader(fd, readable)
-    try:
-        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
-        async with asyncio.timeout(max(deadline - loop.time(), 0.1)):
-            await done
-    finally:
-        loop.remove_reader(fd)
-        os.close(fd)
-    data = b"".join(chunks)
+    """bwrap's --info-fd JSON (empty if bwrap died before writing it)."""
+    data = await read_until_eof(fd, deadline)
     try:
         return json.loads(data) if data else {}
     except ValueError as exc:

@@ -9,12 +9,14 @@ lazily, so choosing ``bwrap`` never imports the Apptainer code and vice versa::
 
 from __future__ import annotations
 
+from ipaddress import IPv4Network
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentroll.runtime.netaddr import DEFAULT_RANGE
+from agentroll.runtime.netns import DEFAULT_BLOCKED_NETWORKS
 
 if TYPE_CHECKING:
     from agentroll.runtime.bwrap import BwrapRuntime
@@ -42,6 +44,26 @@ class CommonConfig(BaseModel):
     nice: int = Field(10, ge=0, le=19)
 
 
+class SandboxNetworkConfig(BaseModel):
+    """What a sandbox that asks for network may reach (bwrap; see runtime/netns.py).
+
+    It always reaches the internet through its own user-mode NAT (slirp4netns), never the
+    node's loopback, the node's own addresses or the networks the node is attached to.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    #: IPv4 ranges unreachable from inside, on top of the node's own addresses and networks.
+    blocked_networks: tuple[IPv4Network, ...] = tuple(
+        IPv4Network(n) for n in DEFAULT_BLOCKED_NETWORKS
+    )
+    #: TCP ports of the node's loopback a sandbox may reach, at 10.0.2.2:PORT (e.g. a package
+    #: mirror). Needs ``iptables`` on the node.
+    allowed_host_ports: tuple[Annotated[int, Field(ge=1, le=65535)], ...] = ()
+    #: The slirp4netns executable; None: from PATH.
+    slirp4netns_path: str | None = None
+
+
 class BwrapConfig(CommonConfig):
     type: Literal["bwrap"] = "bwrap"
     bwrap_path: str | None = None
@@ -50,6 +72,8 @@ class BwrapConfig(CommonConfig):
     #: Bind the host interpreter, venv and agentroll source into the sandbox. None: only for
     #: host-root sandboxes (images are expected to have agentroll installed).
     host_python: bool | None = None
+    #: Sandboxes that ask for network: what they may reach.
+    network: SandboxNetworkConfig = SandboxNetworkConfig()
 
     def build(self, *, instance_id: str | None = None) -> BwrapRuntime:
         from agentroll.runtime.bwrap import BwrapRuntime
@@ -64,7 +88,8 @@ class SingularityConfig(CommonConfig):
     #: Image used when a spec names none (a .sif file or a sandbox directory).
     default_image: Path | None = None
     fakeroot: bool = False
-    #: Give each instance its own empty network namespace when the spec has network off.
+    #: Give each instance its own empty network namespace (``--network none``). Off, every
+    #: instance shares the node's network, the server's loopback included (a warning says so).
     network_isolation: bool = True
     #: ``--writable-tmpfs`` (an in-memory overlay) so the image root is writable.
     writable_tmpfs: bool = True

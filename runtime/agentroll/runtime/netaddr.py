@@ -1,7 +1,8 @@
 """Race-free loopback addresses: each networked sandbox owns one 127.x.y.z.
 
-Sandboxes that share the host network (bwrap with network on, Apptainer without network
-isolation) would collide on TCP ports; each gets its own address instead and binds there.
+Sandboxes that share the host network (Apptainer without network isolation) would collide on
+TCP ports; each gets its own address instead and binds there. (A bwrap sandbox with network
+has a network namespace of its own, see netns.py, and needs none.)
 Ownership is a file ``<state>/addr/<address>`` created with O_CREAT|O_EXCL, which is atomic
 across processes and servers sharing the state directory. The file names its owner; release
 unlinks it, and the reaper releases the addresses of dead sandboxes.

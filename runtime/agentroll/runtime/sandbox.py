@@ -64,6 +64,43 @@ async def spawn(*argv: str, **kwargs: Any) -> asyncio.subprocess.Process:
         raise
 
 
+async def read_until_eof(fd: int, deadline: float) -> bytes:
+    """Everything written to the pipe ``fd`` until its writers close it; ``fd`` is closed.
+
+    Read with a plain reader callback and closed exactly once here: handing the fd to
+    `connect_read_pipe` wrapped in a file object makes uvloop and the file both close it,
+    and under load the reused descriptor number then aborts the event loop (uvloop #763).
+    """
+    loop = asyncio.get_running_loop()
+    os.set_blocking(fd, False)
+    chunks: list[bytes] = []
+    done: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:
+        try:
+            data = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            if not done.done():
+                done.set_exception(exc)
+            return
+        if data:
+            chunks.append(data)
+        elif not done.done():
+            done.set_result(None)  # end of file: every writer closed its end
+
+    loop.add_reader(fd, readable)
+    try:
+        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation.
+        async with asyncio.timeout(max(deadline - loop.time(), 0.1)):
+            await done
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+    return b"".join(chunks)
+
+
 class ProcessSandbox:
     """A sandbox whose lifetime is one owned launcher process. Backends override the hooks."""
 

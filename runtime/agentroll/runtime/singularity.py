@@ -21,6 +21,9 @@ The action server joins the instance, so it is not its PID namespace's init: it 
 as far as an ordinary process of the container's user can (action/guard.py), but the agent can
 kill it, and can ptrace it where the agent holds capabilities in the container (``--fakeroot``).
 ``exec`` refuses (``SandboxClosed``) once a pidfd on the instance's process reports it dead.
+
+A spec with network is refused (``SandboxStartError``): without root, Apptainer can only share
+the node's network, which would let the agent reach the server and the inference fleet.
 """
 
 from __future__ import annotations
@@ -218,10 +221,15 @@ class SingularityRuntime(BaseRuntime):
         self.binary = detect_binary(config.binary)
         self._node_gate = asyncio.Semaphore(config.max_starts_per_node)
         self._image_gates: dict[str, asyncio.Semaphore] = {}
+        if not config.network_isolation:
+            log.warning(
+                "singularity: network_isolation is off: every sandbox shares this node's "
+                "network, so agents can reach this server and any inference server on the node"
+            )
 
     def _needs_address(self, spec: SandboxSpec) -> bool:
         # Without network isolation every instance shares the host's ports.
-        return spec.network or not self.config.network_isolation
+        return not self.config.network_isolation
 
     def _cli_env(self, sandbox_id: str) -> dict[str, str]:
         env = {"PATH": DEFAULT_PATH, "HOME": os.environ.get("HOME", "/"), "LANG": "C.UTF-8"}
@@ -252,6 +260,15 @@ class SingularityRuntime(BaseRuntime):
     async def _boot(self, sandbox: ProcessSandbox, deadline: float) -> None:
         assert isinstance(sandbox, SingularitySandbox)
         sb, spec = sandbox, sandbox.spec
+        if spec.network:
+            # Apptainer's own networks (CNI bridges) need root or setuid, and without them an
+            # instance shares the node's network: its loopback, the server, the inference fleet.
+            raise SandboxStartError(
+                "the singularity runtime refuses sandboxes with network: the instance would "
+                "share the node's network (its loopback, this server, the inference servers); "
+                "run tasks that need the internet on the bwrap runtime, which gives each sandbox "
+                "its own network namespace behind user-mode NAT"
+            )
         loop = asyncio.get_running_loop()
         image = self._image(spec)
         env = sandbox_env(spec, sb.id, self.instance_id, sb.address)

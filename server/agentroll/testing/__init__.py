@@ -8,6 +8,7 @@
   transport, for trainer-client tests (selection bias, faults) that must not depend on speed;
 - `redteam`: the red-team suite's attack catalogue and batch runner;
 - `sandboxes`: agentroll's sandboxes seen from outside (their processes, their leases).
+- `netlab`: "the internet" for sandboxes with network, in network namespaces of its own.
 
 Production code never imports this package (`tests/unit/test_layering.py`): only the command
 line (`agentroll scripted-llm`) and the demo do, on demand. Importing it is cheap.

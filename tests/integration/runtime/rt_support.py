@@ -17,6 +17,13 @@ from agentroll.runtime import procs
 from agentroll.runtime.config import BwrapConfig, LocalConfig, SingularityConfig
 
 HAVE_BWRAP = shutil.which("bwrap") is not None and shutil.which("nsenter") is not None
+# Sandboxes with network: slirp4netns and the launcher's tools, and a tun device it may open
+# (root always may; stock Debian makes /dev/net/tun usable by everyone).
+HAVE_NAT = (
+    HAVE_BWRAP
+    and all(shutil.which(tool) for tool in ("slirp4netns", "unshare", "ip", "bash"))
+    and (os.geteuid() == 0 or os.access("/dev/net/tun", os.R_OK | os.W_OK))
+)
 REAL_APPTAINER = shutil.which("apptainer") or shutil.which("singularity")
 REAL_IMAGE = os.environ.get("AGENTROLL_TEST_APPTAINER_IMAGE")
 
