@@ -155,10 +155,9 @@ def test_control_a_reward_on_the_last_attended_token_never_reaches_training(
     data = rollout_batch(MULTI_TURN)
     prompt_len = data.batch["prompts"].shape[1]
     last_attended = data.batch["attention_mask"][:, prompt_len:].sum(-1) - 1
+    rewards = data.batch["rm_scores"].sum(-1)
     on_observation = torch.zeros_like(data.batch["rm_scores"])
-    on_observation[torch.arange(len(on_observation)), last_attended] = data.batch["rm_scores"].sum(
-        -1
-    )
+    on_observation[torch.arange(len(rewards)), last_attended] = rewards
     data.batch["rm_scores"] = on_observation
     out = after_generation(data, estimator)
     assert sampled(out, 0, "returns") == [0.0, 0.0]
