@@ -4,7 +4,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed-$(shell cat pyproject.toml tests/fixtures/*/pyproject.toml | sha1sum | cut -c1-12)
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml tests/fixtures/*/pyproject.toml tests/requirements-verl.txt | sha1sum | cut -c1-12)
 
 .PHONY: demo test lint typecheck pytest setup system-deps clean
 
@@ -28,7 +28,12 @@ setup: $(STAMP) system-deps
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[dev]" -e tests/fixtures/external_handler_pkg
+	$(BIN)/pip install -q -e ".[dev,verl-check]" -e tests/fixtures/external_handler_pkg
+	@# verl's wheel also ships top-level `tests` and `scripts` packages: in site-packages its
+	@# `tests` would shadow this repository's tests/. So it goes to a folder of its own, and
+	@# only its `verl` package is linked into site-packages.
+	$(BIN)/pip install -q --no-deps --upgrade --target $(VENV)/verl-nodeps -r tests/requirements-verl.txt
+	ln -sfn "$(abspath $(VENV))/verl-nodeps/verl" "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/verl"
 	rm -f $(VENV)/.installed-*; touch $@
 
 # Debian packages the sandboxes need; installed only when missing.

@@ -1,13 +1,9 @@
-"""Each adapter's output, fed through the trainer's own advantage computation.
+"""The OpenRLHF and NeMo RL adapters' output, fed through each trainer's advantage computation.
 
-verl, OpenRLHF and NeMo RL do not install here (verl pulls ray, torch and transformers:
-several GB; OpenRLHF needs CUDA-only wheels; NeMo RL is not on PyPI). So each check below is
-written from the trainer's source at a named commit, in numpy, step for step:
+OpenRLHF and NeMo RL do not install here (OpenRLHF needs CUDA-only wheels; NeMo RL is not on
+PyPI). So each check below is written from the trainer's source at a named commit, in numpy,
+step for step (verl does install: test_adapters_vs_verl.py runs its own code on this batch):
 
-- verl b178a3c: `verl/trainer/ppo/core_algos.py` (`compute_grpo_outcome_advantage`,
-  `compute_reinforce_plus_plus_outcome_advantage`, `verl/utils/torch_functional.masked_whiten`)
-  and `verl/trainer/ppo/ray_trainer.py` (rewards from `rm_scores`, `old_log_probs` recomputed
-  and `union`ed);
 - OpenRLHF 3c3be62: `openrlhf/trainer/ppo_utils/experience_maker.py`
   (`compute_advantages_and_returns`, group_norm, `get_cumulative_returns`) and
   `openrlhf/models/utils.py` (`compute_reward`: the reward on the last action token);
@@ -33,7 +29,6 @@ from agentroll.trainer_clients.adapters import (  # noqa: E402
     policy_trajectories,
     to_nemo_rl,
     to_openrlhf,
-    to_verl,
 )
 
 PROMPT_A, PROMPT_Z = [5, 6, 7], [8, 9]
@@ -90,75 +85,6 @@ def batch_items() -> list[Group]:
 
 
 GRPO_A = [0.866, -0.866, 0.866, -0.866]  # rewards [1, 0, 1, 0]: mean 0.5, sample std 0.577
-
-
-# -- verl b178a3c ---------------------------------------------------------------------------
-def verl_grpo(token_rewards: Any, response_mask: Any, uid: Any, eps: float = 1e-6) -> Any:
-    scores = token_rewards.sum(-1)
-    out = np.zeros_like(scores)
-    for group in dict.fromkeys(uid):
-        rows = uid == group
-        members = scores[rows]
-        mean, std = (0.0, 1.0) if len(members) == 1 else (members.mean(), members.std(ddof=1))
-        out[rows] = (members - mean) / (std + eps)
-    return out[:, None] * response_mask
-
-
-def masked_whiten(values: Any, mask: Any) -> Any:
-    mean = (values * mask).sum() / mask.sum()
-    var = (((values - mean) ** 2) * mask).sum() / mask.sum()
-    var = var * mask.sum() / (mask.sum() - 1)  # masked_var's unbiased correction
-    return (values - mean) / np.sqrt(var + 1e-8)
-
-
-def verl_reinforce_pp_returns(token_rewards: Any, response_mask: Any, gamma: float = 1.0) -> Any:
-    returns = np.zeros_like(token_rewards)
-    running = np.zeros(len(token_rewards))
-    for t in reversed(range(token_rewards.shape[1])):
-        running = token_rewards[:, t] + gamma * running
-        returns[:, t] = running
-        running = running * response_mask[:, t]  # reset after EOS
-    return returns
-
-
-def test_verl_trains_the_reward_where_its_estimators_read_it() -> None:
-    batch = pad_batch(batch_items())
-    d = to_verl(batch)["batch"]
-    uid = to_verl(batch)["non_tensor_batch"]["uid"]
-    assert batch.skipped == {"n": "n-s1: outcome agent_error has no reward"}
-    assert list(uid) == ["a"] * 4 + ["z"] * 4
-    mask, scores = d["response_mask"].astype(np.float64), d["rm_scores"].astype(np.float64)
-
-    # GRPO: the empty response's reward still counts in its group's baseline
-    adv = verl_grpo(scores, mask, uid)
-    per_sample = [adv[b][mask[b] == 1][0] if mask[b].any() else None for b in range(8)]
-    expected = [pytest.approx(a, abs=1e-3) for a in GRPO_A]
-    assert per_sample[:4] == [expected[0], expected[1], None, expected[3]]
-    assert np.abs(adv[4:]).max() == 0.0  # zero-variance group: nothing to learn
-    # REINFORCE++ (and GAE) carry a reward back only from a sampled token: the overflow
-    # sample's sampled tokens see its reward 1, though its last tokens are an observation
-    returns = verl_reinforce_pp_returns(scores, mask)
-    assert returns[0][mask[0] == 1].tolist() == [1.0, 1.0]
-    # control: the same reward on the last attended token (an observation) never gets there
-    on_observation = np.zeros_like(scores)
-    on_observation[0, 3] = 1.0
-    assert verl_reinforce_pp_returns(on_observation, mask)[0][mask[0] == 1].tolist() == [0.0, 0.0]
-    assert whitened_is_finite(returns, mask)
-    # logprobs line up with the response tokens they belong to
-    sampled = mask[0] == 1
-    assert d["rollout_log_probs"][0][sampled].tolist() == pytest.approx([-0.21, -0.22])
-
-
-def whitened_is_finite(returns: Any, mask: Any) -> bool:
-    return bool(np.isfinite(masked_whiten(returns, mask) * mask).all())
-
-
-def test_verl_fields_it_recomputes_are_not_set() -> None:
-    d = to_verl(pad_batch(batch_items()))["batch"]
-    # ray_trainer recomputes old_log_probs and `union`s it (asserting on a different value),
-    # and overwrites token_level_scores / token_level_rewards / advantages itself
-    assert not {"old_log_probs", "token_level_scores", "token_level_rewards", "advantages"} & set(d)
-    assert {"rm_scores", "rollout_log_probs", "response_mask", "responses", "prompts"} <= set(d)
 
 
 # -- OpenRLHF 3c3be62 -----------------------------------------------------------------------

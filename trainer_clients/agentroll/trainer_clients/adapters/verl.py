@@ -1,25 +1,29 @@
 """verl's `DataProto` fields, as numpy arrays.
 
-Checked against verl at commit b178a3c (0.8.0.dev; `verl/trainer/ppo/ray_trainer.py`,
-`verl/trainer/ppo/core_algos.py`): what its PPO trainer reads after generation.
+Checked against verl 0.9.1 (PyPI): the tests build verl's own `DataProto` from this output and
+run it through what its PPO trainer does after generation (`verl/trainer/ppo/ray_trainer.py`:
+`extract_reward`, the `union` with the recomputed `old_log_probs`, `compute_advantage` with
+GRPO / GAE / REINFORCE++, `compute_data_metrics`) and its policy loss (`core_algos`).
 
-| verl key                     | shape    | from agentroll                                      |
-|------------------------------|----------|-----------------------------------------------------|
-| batch.prompts                | (B, P)   | prompt_ids, left-padded                             |
-| batch.responses              | (B, R)   | response_ids, right-padded                          |
-| batch.input_ids              | (B, P+R) | prompts ++ responses                                |
-| batch.attention_mask         | (B, P+R) | 1 on real tokens                                    |
-| batch.position_ids           | (B, P+R) | cumsum(attention_mask) - 1                          |
-| batch.response_mask          | (B, R)   | response_mask (0 on tool output, glue and padding)  |
-| batch.rollout_log_probs      | (B, R)   | the sampler's logprobs (0.0 where mask is 0)        |
-| batch.rm_scores              | (B, R)   | the reward on the last *sampled* token, 0 elsewhere |
-| non_tensor_batch.uid         | (B,)     | group_id (GRPO, RLOO, ... group samples by uid)     |
+| verl key                            | shape    | from agentroll                                  |
+|-------------------------------------|----------|-------------------------------------------------|
+| batch.prompts                       | (B, P)   | prompt_ids, left-padded                         |
+| batch.responses                     | (B, R)   | response_ids, right-padded                      |
+| batch.input_ids                     | (B, P+R) | prompts ++ responses                            |
+| batch.attention_mask                | (B, P+R) | 1 on real tokens                                |
+| batch.position_ids                  | (B, P+R) | cumsum(attention_mask) - 1                      |
+| batch.response_mask                 | (B, R)   | response_mask (0 on tool output, glue, padding) |
+| batch.rollout_log_probs             | (B, R)   | the sampler's logprobs (0.0 where mask is 0)    |
+| batch.rm_scores                     | (B, R)   | the reward on the last *sampled* token, else 0  |
+| non_tensor_batch.uid                | (B,)     | group_id (GRPO, RLOO, ... group samples by uid) |
+| non_tensor_batch.multi_modal_inputs | (B,)     | {} each (the trainer reads it for every batch)  |
 
 Where the reward sits matters: verl's GAE and REINFORCE++ carry a reward back only from a
-token with response_mask 1, so a rollout that ended by context overflow (its last tokens are
-an observation, mask 0) gets it on its last sampled token, not its last token. A sample with
-no sampled token at all (an empty response) gets it on column 0: GRPO sums the row, so the
-group's baseline still counts it, and nothing of it is trained.
+token with response_mask 1 (past observation spans, but never from one), so a rollout that
+ended by context overflow (its last tokens are an observation, mask 0) gets it on its last
+sampled token, not its last token (where verl's own agent loop would put it, and lose it).
+A sample with no sampled token at all (an empty response) gets it on column 0: GRPO sums the
+row, so the group's baseline still counts it, and nothing of it is trained.
 
 Left out on purpose, because verl computes them itself: `old_log_probs` (recomputed by the
 actor; `DataProto.union` refuses a batch that already holds a different one: use
@@ -63,6 +67,9 @@ def to_verl(batch: PaddedBatch) -> dict[str, Any]:
             "rollout_log_probs": batch.response("old_logprobs"),
             "rm_scores": scores,
         },
-        "non_tensor_batch": {"uid": np.asarray(batch.group_ids, dtype=object)},
+        "non_tensor_batch": {
+            "uid": np.asarray(batch.group_ids, dtype=object),
+            "multi_modal_inputs": np.asarray([{} for _ in batch.group_ids], dtype=object),
+        },
         "meta_info": {"job_ids": list(batch.job_ids), "policy_versions": batch.policy_versions},
     }
