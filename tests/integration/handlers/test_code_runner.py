@@ -75,7 +75,7 @@ def test_an_exit_hook_of_the_solution_has_no_say_in_the_verdict(tmp_path: Path) 
     wrong = "import atexit, os\natexit.register(os._exit, 0)\ndef double(x):\n    return x\n"
     results = run_runner(tmp_path, wrong, CHECKS)
     assert results == [
-        {"passed": False, "detail": "AssertionError"},
+        {"passed": False, "detail": "AssertionError: assert double(2) == 4"},
         {"passed": True, "detail": ""},
     ]
 

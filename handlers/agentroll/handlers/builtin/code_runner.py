@@ -287,6 +287,17 @@ def _exception(name: Any, detail: Any) -> Exception:
     return Exception(f"{name}: {detail}")
 
 
+def _failure(exc: BaseException, test: str) -> str:
+    """`AssertionError: <message>`, or the line of the test that failed when it has none."""
+    where, frame = "", exc.__traceback__
+    while frame is not None:
+        if frame.tb_frame.f_code.co_filename == "<test>":
+            lines = test.splitlines()
+            where = lines[frame.tb_lineno - 1].strip() if frame.tb_lineno <= len(lines) else ""
+        frame = frame.tb_next
+    return _tail(f"{type(exc).__name__}: {str(exc) or where}".rstrip(": "))
+
+
 def judge() -> None:
     """One assert-style test (see the module docstring); the verdict is its one stdout line."""
     verdicts = os.fdopen(os.dup(1), "wb")  # taken before the test or the callee runs
@@ -300,8 +311,7 @@ def judge() -> None:
     except Ungraded:
         verdict = {"passed": False, "detail": session.failure}
     except BaseException as exc:  # any other end of the test fails it
-        message = f": {exc}" if str(exc) else ""
-        verdict = {"passed": False, "detail": _tail(f"{type(exc).__name__}{message}")}
+        verdict = {"passed": False, "detail": _failure(exc, spec["test"])}
     if session.failure:  # a test that caught Ungraded still failed
         verdict = {"passed": False, "detail": session.failure}
     _send(verdicts, verdict)
