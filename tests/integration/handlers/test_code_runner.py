@@ -302,3 +302,25 @@ def test_a_solution_named_like_a_module_of_the_runner_is_never_imported_by_it(
     honest = run_runner(tmp_path / "honest", HONEST, CHECKS, f"{module}.py")
     assert forged == [{"passed": False, "detail": "timed out after 3 s"}] * 2
     assert honest == [{"passed": True, "detail": ""}] * 2
+
+
+FLOODED_DETAIL = """import os
+_lines = b'["names", [["double", "call"]]]\\n["not_plain", "' + b"x" * 500000 + b'"]\\n'
+for _fd in map(int, os.listdir("/proc/self/fd")):
+    try:
+        os.write(_fd, _lines)
+    except OSError:
+        pass
+
+
+def double(x):
+    return 2 * x
+"""
+
+
+def test_what_the_solution_writes_into_a_detail_is_bounded(tmp_path: Path) -> None:
+    """Replies forged on the solution's own channel count as its answers, never more: here a
+    'not plain' of half a megabyte, which fails the test with a detail cut to its start."""
+    results = run_runner(tmp_path, FLOODED_DETAIL, [CHECKS[0]])
+    assert results[0]["passed"] is False
+    assert results[0]["detail"] == "x" * 300

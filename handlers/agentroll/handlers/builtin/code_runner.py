@@ -55,7 +55,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from typing import IO, Any
+from typing import IO, Any, NoReturn
 
 MAX_DETAIL = 300
 MAX_OUTPUT = 1 << 20
@@ -239,8 +239,8 @@ class Judge:
             self.process.kill()
             return self.process.wait()
 
-    def fail(self, detail: str) -> Any:
-        self.failure = self.failure or detail
+    def fail(self, detail: str) -> NoReturn:
+        self.failure = self.failure or detail[:MAX_DETAIL]  # the solution may have written it
         raise Ungraded(detail)
 
     def call(self, name: str, args: tuple, kwargs: dict) -> Any:
@@ -264,10 +264,11 @@ class Judge:
         reply = self.receive("importing the solution")
         if type(reply) is list and reply[:1] == ["raised"] and len(reply) == 3:
             raise _exception(*reply[1:])
-        if type(reply) is not list or reply[:1] != ["names"] or type(reply[1]) is not list:
+        names = reply[1] if type(reply) is list and len(reply) == 2 else None
+        if type(names) is not list or reply[0] != "names":
             self.fail(f"the solution's names are not plain data: {reply!r:.200}")
         found: dict[str, Any] = {"__name__": "__test__"}
-        for entry in reply[1]:
+        for entry in names:
             if type(entry) is not list or not entry or type(entry[0]) is not str:
                 continue
             export = entry[0]
@@ -386,7 +387,7 @@ def _verdict(printed: str) -> dict[str, Any] | None:
     with contextlib.suppress(ValueError):
         verdict = json.loads(printed)
         if type(verdict) is dict and type(verdict.get("passed")) is bool:
-            return {"passed": verdict["passed"], "detail": str(verdict.get("detail", ""))}
+            return {"passed": verdict["passed"], "detail": str(verdict.get("detail"))[:MAX_DETAIL]}
     return None
 
 
