@@ -324,3 +324,43 @@ def test_what_the_solution_writes_into_a_detail_is_bounded(tmp_path: Path) -> No
     results = run_runner(tmp_path, FLOODED_DETAIL, [CHECKS[0]])
     assert results[0]["passed"] is False
     assert results[0]["detail"] == "x" * 300
+
+
+# Judges that cannot start a process, as under a process limit (the runner itself can).
+REFUSE = """def _refuse(*args, **kwargs):
+    raise BlockingIOError(11, "Resource temporarily unavailable")
+
+
+if sys.argv[1:2] == ["--judge"]:
+    subprocess.Popen = _refuse
+
+"""
+
+
+def test_a_solution_process_that_cannot_start_is_the_runners_failure(tmp_path: Path) -> None:
+    """Before any solution code ran, the runner cannot work here (the grader makes that an
+    infrastructure error); after a test ran, what it left may be why: that test fails."""
+    (tmp_path / "solution.py").write_text(HONEST)
+    spec = json.loads(runner_spec(TOKEN, "solution.py", [], 20))
+    spec["source"] = spec["source"].replace(
+        '\nif __name__ == "__main__":', f'\n{REFUSE}if __name__ == "__main__":'
+    )
+    outcomes = []
+    for tests in ([CHECKS[0]], [{"stdin": "", "stdout": ""}, CHECKS[0]]):
+        done = subprocess.run(
+            runner_argv(sys.executable, str(tmp_path)),
+            input=json.dumps({**spec, "tests": tests}).encode(),
+            capture_output=True,
+            timeout=300,
+            check=False,
+        )
+        outcomes.append(read_runner_output(done.stdout.decode(), TOKEN)[1])
+    refused = "cannot start the solution's process: [Errno 11] Resource temporarily unavailable"
+    assert outcomes[0] == {"token": TOKEN, "error": f"cannot run a test: {refused}"}
+    assert outcomes[1] == {
+        "token": TOKEN,
+        "results": [
+            {"passed": True, "detail": ""},
+            {"passed": False, "detail": f"cannot run the test: {refused}"},
+        ],
+    }

@@ -305,7 +305,11 @@ def judge() -> None:
     os.dup2(2, 1)
     _prctl(PR_SET_DUMPABLE, 0)
     spec = json.load(sys.stdin)
-    session = Judge(spec["source"], spec["solution_file"])
+    try:
+        session = Judge(spec["source"], spec["solution_file"])
+    except OSError as exc:  # no solution code has run in this test: the runner decides
+        _send(verdicts, {"cannot_start": f"cannot start the solution's process: {exc}"})
+        return
     try:
         exec(compile(spec["test"], "<test>", "exec"), session.namespace())
         verdict = {"passed": True, "detail": ""}
@@ -384,8 +388,11 @@ def _read(fh: IO[bytes]) -> tuple[str, bool]:
 
 
 def _verdict(printed: str) -> dict[str, Any] | None:
+    """The judge's verdict; OSError if it could not start the solution's process."""
     with contextlib.suppress(ValueError):
         verdict = json.loads(printed)
+        if type(verdict) is dict and type(verdict.get("cannot_start")) is str:
+            raise OSError(verdict["cannot_start"])
         if type(verdict) is dict and type(verdict.get("passed")) is bool:
             return {"passed": verdict["passed"], "detail": str(verdict.get("detail"))[:MAX_DETAIL]}
     return None
