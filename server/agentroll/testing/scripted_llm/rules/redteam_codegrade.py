@@ -15,8 +15,13 @@ import re
 
 from agentroll.testing.scripted_llm.policy import Conversation, Reply, RuleContext
 from agentroll.testing.scripted_llm.rules.code import find_code_task
-from agentroll.testing.scripted_llm.rules.steps import call, offered_tools, step, task_text
-from agentroll.testing.scripted_llm.rules.steps import write_file as write
+from agentroll.testing.scripted_llm.rules.steps import (
+    call,
+    offered_tools,
+    step,
+    task_text,
+    write_file,
+)
 
 MARKER = re.compile(r"\[redteam-codegrade:([a-z_]+)\]")
 TARGET = re.compile(r"Write your solution to `([A-Za-z_][A-Za-z0-9_]*\.py)`")
@@ -85,6 +90,5 @@ def codegrade_rule(conv: Conversation, ctx: RuleContext) -> Reply | None:
         return None
     if step(conv) > 0:
         return call("submit", {}, "Done.")
-    name = found.group(1)
-    source = {**LIARS, "shadow": SHADOW}.get(name, task.solution)
-    return write(offered_tools(conv), target.group(1), source, "Here is my solution.")
+    source = {**LIARS, "shadow": SHADOW, "honest": task.solution}[found.group(1)]
+    return write_file(offered_tools(conv), target.group(1), source, "Here is my solution.")
