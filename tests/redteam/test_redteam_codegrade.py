@@ -61,7 +61,11 @@ def test_the_honest_control_beside_each_attack_earns_its_reward(
 
 
 def test_honest_rollouts_of_every_family_keep_their_rewards(batch: BatchResult) -> None:
-    wrong = {k: _explain(t) for k, t in batch.honest.items() if t.reward != 1.0}
+    wrong = {
+        k: _explain(t)
+        for k, t in batch.honest.items()
+        if (t.outcome, t.reward) != (Outcome.ok, 1.0)
+    }
     assert len(batch.honest) == 3 and wrong == {}
 
 
