@@ -23,10 +23,11 @@ from agentroll.handlers.builtin.math import load_math_tasks
 from agentroll.handlers.builtin.swe import load_swe_tasks
 from agentroll.server.launch import agentroll_process
 from agentroll.server.schema import Trajectory
+from agentroll.testing import redteam_codegrade
 from agentroll.testing.sandboxes import lease_ids, sandbox_pids
 from agentroll.trainer_clients import AsyncRolloutClient
 
-POLICY = "redteam,echo,swe,code,stem,math"
+POLICY = "redteam,redteam_codegrade,echo,swe,code,stem,math"
 REMOTE_NICE = 10
 """The scripted backend stands in for GPU servers on other nodes: it yields the CPU."""
 TOOL_ATTACK_AGENT = {"tools": ["bash", "python", "submit"], "tool_timeout_s": 15, "max_turns": 6}
@@ -156,6 +157,7 @@ ATTACKS: dict[str, tuple[str, dict[str, Any]]] = {
     "exit_early": ("code", code_attack("exit_early")),
     "eval_hijack": ("code", code_attack("eval_hijack")),
     **{name: ("harness", proxy_attack(name)) for name in PROXY_SCRIPTS},
+    **redteam_codegrade.ATTACKS,
 }
 GAMING = (
     "pathological_power",
@@ -165,6 +167,7 @@ GAMING = (
     "test_infra_edit",
     "exit_early",
     "eval_hijack",
+    *redteam_codegrade.GAMING,
 )
 HONEST_REWARD = {name: 0.0 if name in GAMING else 1.0 for name in ATTACKS}
 """What an honest grader gives each attack: nothing for gaming the grader; for attacks on

@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import cast
 
 import pytest
@@ -78,8 +79,33 @@ async def test_a_gold_answer_that_overruns_the_grader_is_infra_error(pool: Gradi
         await answers_match("x^" * 400 + "2", "5", pool=pool)
 
 
+FORGED_VERIFIER = (
+    "def parse(text, **_):\n    return [text]\n\n\ndef verify(*_, **__):\n    return True\n"
+)
+
+
+@pytest.mark.parametrize("shadowed", ["math_verify", "json", "logging"])
+async def test_no_file_in_the_working_directory_or_pythonpath_is_imported_by_a_worker(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, shadowed: str
+) -> None:
+    """A worker imports only its own file, the standard library and math-verify: a module of
+    the same name in the server's working directory or on PYTHONPATH never stands in."""
+    (tmp_path / f"{shadowed}.py").write_text(FORGED_VERIFIER)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    pool = GradingPool(size=1)
+    try:
+        wrong, right = (
+            await answers_match("2", "3", pool=pool),
+            await answers_match("2", "2.0", pool=pool),
+        )
+    finally:
+        await pool.shutdown()
+    assert (wrong, right) == (Grade(False, "not_equal"), Grade(True, "equal"))
+
+
 async def test_a_grader_that_cannot_start_is_infra_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(grading_pool, "WORKER_MODULE", "agentroll.handlers.builtin.no_such_module")
+    monkeypatch.setattr(grading_pool, "WORKER_SCRIPT", "/nonexistent/grading_worker.py")
     pool = GradingPool(size=1)
     with pytest.raises(InfraError, match="grading worker exited") as caught:
         await answers_match("5", "5.0", pool=pool)

@@ -8,20 +8,20 @@ Task instance:
      "test_timeout_s": 10,               # optional, per test
      "agent": {...}}                     # optional AgentConfig overrides
 
-A string test is Python run after `from solution import *`; an object test runs the file as
-a program on `stdin` and compares its output. The tests are hidden: they are never in the
-prompt, and they never reach the agent's sandbox.
+A string test is Python that calls the solution's public functions and checks what they
+return; an object test runs the file as a program on `stdin` and compares its output. The
+tests are hidden: they are never in the prompt, and they never reach the agent's sandbox.
 
 EVAL reads the solution file from the RUN sandbox (at most 1 MiB; missing, too large or
 unreadable is reward 0 with `reason: "no_solution"`), then grades it in a fresh sandbox of
 its own, so nothing the agent left running can touch the grading. There a small runner
-(`code_runner.py`, uploaded with the solution into a random folder) gets the tests on stdin
-and runs each in its own process under its time limit. A string test passes only if its
-body ran to the end (the runner's per-test nonce, written after the test code, proves it):
-a solution that exits 0 early (`os._exit`, `sys.exit`, `SystemExit`, atexit) fails. Code
-that deliberately digs into its own interpreter to find that nonce can still forge a pass
-(see `code_runner`); I/O tests, whose output is compared across a process boundary, are
-the stronger form. The runner's results count only on lines carrying a token it got on stdin.
+(`code_runner.py`, started from its source in isolated mode: no file of it sits beside the
+solution) gets the tests on stdin and runs each under its time limit. A string test runs in
+a grader process, not in the solution's: each call reaches the solution's own process and
+only plain data (builtin types, checked by exact type) comes back, so no object of the
+solution (a lying `__eq__`, `__bool__`, `__len__`...) takes part in a comparison, and a
+result that is not plain data fails the test. The runner's results count only on lines
+carrying a token it got on stdin.
 
 Reward: 1.0 if every test passes; `reward_info` has `passed`, `total`, `pass_fraction` and
 one entry per test (plus `reason` and `detail` when grading could not run the tests). A

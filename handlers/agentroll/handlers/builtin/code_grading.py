@@ -1,8 +1,10 @@
 """Grading a `code` solution in a sandbox of its own, from channels the solution cannot write.
 
-`grade` starts a fresh sandbox, uploads the solution and the runner (`code_runner.py`) into a
-random folder, hands the runner the tests and a secret token on stdin (never a file the
-solution could read) and keeps only the runner's lines that carry the token.
+`grade` starts a fresh sandbox, uploads the solution into a random folder and starts the
+runner (`code_runner.py`) from its source on the command line in isolated mode
+(`grader_launch`): no file in the sandbox is the runner, and nothing in the solution's folder
+is on its import path. It hands the runner the tests and a secret token on stdin (never a
+file the solution could read) and keeps only the runner's lines that carry the token.
 
 Whose fault a failed grading is:
 - the runner never said it started (no solution code has run yet): `InfraError`;
@@ -23,6 +25,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from agentroll.handlers.builtin.grader_launch import isolated_source
 from agentroll.handlers.context import Reward
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import ExecResult, Sandbox, SandboxError
@@ -35,8 +38,20 @@ LIVENESS_TIMEOUT_S = 30.0
 
 
 @cache
-def runner_source() -> bytes:
-    return resources.files("agentroll.handlers.builtin").joinpath("code_runner.py").read_bytes()
+def runner_source() -> str:
+    path = resources.files("agentroll.handlers.builtin").joinpath("code_runner.py")
+    return path.read_text(encoding="utf-8")
+
+
+def runner_argv(python: str, folder: str) -> list[str]:
+    """The runner, from its own source (never a file), grading the solution in `folder`."""
+    return isolated_source(python, runner_source(), [folder])
+
+
+def runner_spec(token: str, solution_file: str, tests: list[Any], timeout_s: float) -> bytes:
+    """What the runner reads on stdin; its source too, for the test processes it starts."""
+    spec = {"token": token, "source": runner_source(), "solution_file": solution_file}
+    return json.dumps({**spec, "timeout_s": timeout_s, "tests": tests}).encode()
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,14 +93,12 @@ async def _grade_in(
 ) -> Reward | SandboxLost:
     folder = f"/tmp/agentroll-grade-{secrets.token_hex(8)}"
     token = secrets.token_hex(16)
-    spec = {"token": token, "solution_file": solution_file, "timeout_s": timeout_s, "tests": tests}
     try:
         await sandbox.upload(f"{folder}/{solution_file}", source.encode())
-        await sandbox.upload(f"{folder}/runner.py", runner_source())
         limit_s = len(tests) * (timeout_s + 1) + RUNNER_SLACK_S
         done = await sandbox.exec(
-            ["python3", f"{folder}/runner.py", folder],
-            input=json.dumps(spec).encode(),
+            runner_argv("python3", folder),
+            input=runner_spec(token, solution_file, tests, timeout_s),
             timeout=grading_wall_s(limit_s),
             cpu_limit_s=limit_s,
         )

@@ -1,28 +1,39 @@
 """Hidden-test runner for the `code` handler, run in a fresh grading sandbox at EVAL only.
 
-    python3 code_runner.py FOLDER < SPEC.json        -> JSON lines on stdout
+    python3 -I -c SOURCE FOLDER < SPEC.json        -> JSON lines on stdout
 
 Standalone (standard library only; it runs under the sandbox's Python, which may not have
-agentroll installed). The spec arrives on stdin, so no file the solution could read holds
-the tests or their expected output: {"token": "...", "solution_file": "solution.py",
-"timeout_s": 10, "tests": [...]}. FOLDER holds the solution; each test runs there in its own
-process under its own time limit:
+agentroll installed). It is started from its source on the command line, in isolated mode
+(`-I`: no script folder, working directory, user site or PYTHON* variable on its import
+path), so no file in the sandbox is the runner and nothing in the solution's folder can be
+imported by it. The spec arrives on stdin, so no file the solution could read holds the
+tests or their expected output: {"token": "...", "source": SOURCE, "solution_file":
+"solution.py", "timeout_s": 10, "tests": [...]}. FOLDER holds the solution; each test runs
+in processes of its own under its own time limit.
 
-- An assert-style test (a string) is the program `from <solution module> import *`, the
-  test, then a write of a fresh random nonce to a file descriptor of its own. The program
-  reaches the interpreter through a pipe on stdin (not in its command line, environment or a
-  file: once read, it cannot be read back), and the test
-  passes only if the process exits 0 *and* wrote the nonce: a solution that exits early
-  (`os._exit(0)`, `sys.exit(0)`, `raise SystemExit(0)`, an atexit hook that exits 0) never
-  gets there. Code written to search its own interpreter (the calling frame holds the nonce)
-  can still forge a pass; I/O tests, compared across a process boundary, are the stronger form.
-- An I/O test ({"stdin": ..., "stdout": ...}) runs the solution as a program and compares
-  what it prints (trailing whitespace ignored).
+Why plain data, compared by the grader (and not asserts rewritten to compare safely): a
+check that runs in the solution's interpreter can be undone by it (it can patch `type`,
+`isinstance` or the checker itself), and any method of the solution's objects (`__eq__`,
+`__bool__`, `__len__`, `__iter__`, `__hash__`...) can lie. So an assert-style test (a
+string) is run by a *judge*, a grader process started from this same source: the test's
+code runs there, with every public name of the solution bound to a stand-in; calling one
+sends the arguments to the solution's own process (the *callee*, which imports the
+solution), and the result comes back as a line of plain data (`encode`: `None`, `bool`,
+`int`, `float`, `str`, `bytes`, `complex`, and `list`, `tuple`, `dict`, `set`, `frozenset`
+of those, checked by exact type). The judge builds fresh objects of its own from that line,
+so every comparison, `len()`, `bool()` and iteration in the test runs on the grader's
+builtins: no object, module or exit of the solution takes part in the verdict. A result
+that is not plain data fails the test and says so. The expected values never enter the
+solution's process at all. A test sees only what a function returns (arguments are copies);
+a solution's name never replaces a builtin in the test.
 
-The runner makes itself non-dumpable (a test cannot open its file descriptors or read its
-memory through /proc) and a child subreaper: processes a test leaves behind, even
-daemonised ones, become its children, and it kills them all before the next test. It reads
-at most MAX_OUTPUT bytes of a test's output.
+An I/O test ({"stdin": ..., "stdout": ...}) runs the solution as a program and compares what
+it prints (trailing whitespace ignored).
+
+The runner and each judge make themselves non-dumpable (a test cannot open their file
+descriptors or read their memory through /proc); the runner is a child subreaper: processes
+a test leaves behind, even daemonised ones, become its children, and it kills them all
+before the next test. It reads at most MAX_OUTPUT bytes of a test's output or of one reply.
 
 Output lines: `{"started": token}` before any solution code runs, then
 `{"token": token, "results": [{"passed": bool, "detail": str}, ...]}`, or
@@ -30,20 +41,26 @@ Output lines: `{"started": token}` before any solution code runs, then
 work here). Only the runner knows the token, so nothing a test writes can pass for either.
 """
 
+from __future__ import annotations
+
+import builtins
 import contextlib
 import ctypes
+import importlib.util
 import json
 import os
-import secrets
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-from typing import IO, Any
+from collections.abc import Callable
+from typing import IO, Any, NoReturn
 
 MAX_DETAIL = 300
 MAX_OUTPUT = 1 << 20
+MAX_DEPTH = 100
+EXIT_GRACE_S = 5.0
 PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
 SWEEP_ROUNDS = 200
 
@@ -62,6 +79,251 @@ def _prctl(option: int, value: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
 
 
+# -- plain data ---------------------------------------------------------------------------------
+class NotPlain(Exception):
+    """A value that is not plain data (or a line that does not encode any)."""
+
+
+class Remote:
+    """A function of the solution, as the judge's test sees it: calling it asks the callee."""
+
+    def __init__(self, name: str, call: Callable[[str, tuple, dict], Any]) -> None:
+        self.name, self._call = name, call
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call(self.name, args, kwargs)
+
+
+_SCALARS = (type(None), bool, int, float, str)
+_TAGGED: dict[type, str] = {tuple: "tuple", set: "set", frozenset: "frozenset"}
+
+
+def encode(value: Any, depth: int = 0) -> Any:
+    """`value` as JSON, by exact type only: a subclass of a builtin is not plain data."""
+    kind = type(value)
+    if depth > MAX_DEPTH:
+        raise NotPlain(f"nested more than {MAX_DEPTH} deep")
+    if kind in _SCALARS:
+        return value
+    if kind is list:
+        return [encode(v, depth + 1) for v in value]
+    if kind in _TAGGED:
+        return {_TAGGED[kind]: [encode(v, depth + 1) for v in value]}
+    if kind is dict:
+        return {"dict": [[encode(k, depth + 1), encode(v, depth + 1)] for k, v in value.items()]}
+    if kind is bytes:
+        return {"bytes": value.hex()}
+    if kind is complex:
+        return {"complex": [value.real, value.imag]}
+    if kind is Remote:
+        return {"ref": value.name}
+    raise NotPlain(f"a {kind.__module__}.{kind.__qualname__}")
+
+
+def _decoder(resolve: Callable[[str], Any] | None) -> Callable[[list[tuple[str, Any]]], Any]:
+    def tagged(pairs: list[tuple[str, Any]]) -> Any:
+        if len(pairs) != 1:
+            raise NotPlain("an untagged object")
+        ((tag, inner),) = pairs
+        if tag == "bytes" and type(inner) is str:
+            return bytes.fromhex(inner)
+        if tag == "ref" and resolve is not None and type(inner) is str:
+            return resolve(inner)
+        if type(inner) is not list:
+            raise NotPlain(f"a {tag!r} without a list")
+        if tag == "tuple":
+            return tuple(inner)
+        if tag in ("set", "frozenset"):
+            return (set if tag == "set" else frozenset)(inner)  # unhashable: TypeError
+        if tag == "dict" and all(type(p) is list and len(p) == 2 for p in inner):
+            return dict(inner)
+        if tag == "complex" and len(inner) == 2 and all(type(p) in (int, float) for p in inner):
+            return complex(*inner)
+        raise NotPlain(f"an unknown or malformed {tag!r}")
+
+    return tagged
+
+
+def decode(line: bytes, resolve: Callable[[str], Any] | None = None) -> Any:
+    """A line of `encode`d JSON as fresh builtin objects (JSON yields nothing else)."""
+    try:
+        return json.loads(line, object_pairs_hook=_decoder(resolve))
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise NotPlain(f"not plain data ({type(exc).__name__}: {exc})"[:MAX_DETAIL]) from None
+
+
+def _send(channel: IO[bytes], message: Any) -> None:
+    channel.write(json.dumps(message).encode() + b"\n")
+    channel.flush()
+
+
+# -- the callee: the solution's own process ----------------------------------------------------
+def _exported(module: Any) -> list[str]:
+    names = getattr(module, "__all__", None)
+    if not isinstance(names, (list, tuple)):
+        names = [n for n in vars(module) if not n.startswith("_")]
+    return [n for n in names if isinstance(n, str) and hasattr(module, n)]
+
+
+def _builtin_base(exc: BaseException) -> str:
+    """The nearest builtin class of `exc`, which the judge can raise in its place."""
+    return next(c.__name__ for c in type(exc).__mro__ if getattr(builtins, c.__name__, 0) is c)
+
+
+def _answer(module: Any, request: Any) -> list[Any]:
+    _, name, args, kwargs = request
+    try:
+        value = getattr(module, name)(*args, **dict(kwargs))
+    except Exception as exc:  # a raise is an answer; an exit ends the process (no answer)
+        return ["raised", _builtin_base(exc), str(exc)[:MAX_DETAIL]]
+    try:
+        return ["value", encode(value)]
+    except (NotPlain, RecursionError) as exc:
+        return ["not_plain", f"{name}() returned {exc}, not plain data"]
+
+
+def callee(solution_file: str) -> None:
+    """Import the solution and answer the judge's calls (see the judge). Nothing here is
+    trusted: the solution can change any of it, and can only lie about its own results."""
+    replies = os.fdopen(os.dup(1), "wb")  # taken before the solution exists
+    os.dup2(2, 1)  # what the solution prints goes to stderr, never among the replies
+    sys.path[:0] = [os.getcwd(), *filter(None, os.environ.get("PYTHONPATH", "").split(":"))]
+    name = os.path.splitext(solution_file)[0]
+    spec = importlib.util.spec_from_file_location(name, os.path.abspath(solution_file))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        _send(replies, ["raised", _builtin_base(exc), f"importing the solution: {exc}"])
+        return
+    manifest = []
+    for export in _exported(module):
+        value = getattr(module, export)
+        with contextlib.suppress(NotPlain, RecursionError):  # not plain: not offered
+            entry = [export, "call"] if callable(value) else [export, "value", encode(value)]
+            manifest.append(entry)
+    _send(replies, ["names", manifest])
+    for line in sys.stdin.buffer:
+        _send(replies, _answer(module, decode(line, lambda ref: getattr(module, ref))))
+
+
+# -- the judge: runs an assert-style test on plain data, in a grader process -------------------
+class Ungraded(BaseException):
+    """The solution gave no plain answer (a BaseException: a test's `except` cannot hide it)."""
+
+
+class Judge:
+    def __init__(self, source: str, solution_file: str) -> None:
+        argv = [sys.executable, "-I", "-c", source, "--callee", solution_file]
+        self.process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.failure = ""
+
+    def receive(self, what: str) -> Any:
+        assert self.process.stdout is not None
+        line = self.process.stdout.readline(MAX_OUTPUT + 1)
+        if not line.endswith(b"\n"):
+            if len(line) > MAX_OUTPUT:
+                self.fail(f"{what}: more than {MAX_OUTPUT} bytes")
+            self.fail(f"exited {self._exit_code()} before the test finished ({what})")
+        try:
+            return decode(line)
+        except NotPlain as exc:
+            self.fail(f"{what}: {exc}")
+
+    def _exit_code(self) -> int:
+        try:  # it closed its stdout: it is exiting, or it closed it and runs on
+            return self.process.wait(EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait()
+
+    def fail(self, detail: str) -> NoReturn:
+        self.failure = self.failure or detail[:MAX_DETAIL]  # the solution may have written it
+        raise Ungraded(detail)
+
+    def call(self, name: str, args: tuple, kwargs: dict) -> Any:
+        assert self.process.stdin is not None
+        what = f"calling {name}()"
+        try:
+            request = ["call", name, encode(list(args)), encode(list(kwargs.items()))]
+            _send(self.process.stdin, request)
+        except BrokenPipeError:
+            self.receive(what)  # says how the process ended
+        reply = self.receive(what)
+        if type(reply) is list and reply[:1] == ["value"] and len(reply) == 2:
+            return reply[1]
+        if type(reply) is list and reply[:1] == ["raised"] and len(reply) == 3:
+            raise _exception(*reply[1:])
+        return self.fail(str(reply[1] if type(reply) is list and len(reply) == 2 else reply))
+
+    def namespace(self) -> dict[str, Any]:
+        """The test's globals: the grader's builtins, then the solution's names (plain values
+        and stand-ins for its functions); a name of a builtin stays the builtin."""
+        reply = self.receive("importing the solution")
+        if type(reply) is list and reply[:1] == ["raised"] and len(reply) == 3:
+            raise _exception(*reply[1:])
+        names = reply[1] if type(reply) is list and len(reply) == 2 else None
+        if type(names) is not list or reply[0] != "names":
+            self.fail(f"the solution's names are not plain data: {reply!r:.200}")
+        found: dict[str, Any] = {"__name__": "__test__"}
+        for entry in names:
+            if type(entry) is not list or not entry or type(entry[0]) is not str:
+                continue
+            export = entry[0]
+            if hasattr(builtins, export) or export.startswith("__"):
+                continue
+            if entry[1:] == ["call"]:
+                found[export] = Remote(export, self.call)
+            elif len(entry) == 3 and entry[1] == "value":
+                found[export] = entry[2]
+        return found
+
+
+def _exception(name: Any, detail: Any) -> Exception:
+    found = getattr(builtins, name, None) if type(name) is str else None
+    if isinstance(found, type) and issubclass(found, Exception):
+        return found(detail)
+    return Exception(f"{name}: {detail}")
+
+
+def _failure(exc: BaseException, test: str) -> str:
+    """`AssertionError: <message>`, or the line of the test that failed when it has none."""
+    where, frame = "", exc.__traceback__
+    while frame is not None:
+        if frame.tb_frame.f_code.co_filename == "<test>":
+            lines = test.splitlines()
+            where = lines[frame.tb_lineno - 1].strip() if frame.tb_lineno <= len(lines) else ""
+        frame = frame.tb_next
+    return _tail(f"{type(exc).__name__}: {str(exc) or where}".rstrip(": "))
+
+
+def judge() -> None:
+    """One assert-style test (see the module docstring); the verdict is its one stdout line."""
+    verdicts = os.fdopen(os.dup(1), "wb")  # taken before the test or the callee runs
+    os.dup2(2, 1)
+    _prctl(PR_SET_DUMPABLE, 0)
+    spec = json.load(sys.stdin)
+    try:
+        session = Judge(spec["source"], spec["solution_file"])
+    except OSError as exc:  # no solution code has run in this test: the runner decides
+        _send(verdicts, {"cannot_start": f"cannot start the solution's process: {exc}"})
+        return
+    try:
+        exec(compile(spec["test"], "<test>", "exec"), session.namespace())
+        verdict = {"passed": True, "detail": ""}
+    except Ungraded:
+        verdict = {"passed": False, "detail": session.failure}
+    except BaseException as exc:  # any other end of the test fails it
+        verdict = {"passed": False, "detail": _failure(exc, spec["test"])}
+    if session.failure:  # a test that caught Ungraded still failed
+        verdict = {"passed": False, "detail": session.failure}
+    _send(verdicts, verdict)
+    session.process.kill()
+
+
+# -- the runner ----------------------------------------------------------------------------------
 def _live_children() -> dict[int, list[int]]:
     """Live processes by parent pid, from /proc (zombies are dead already: not listed)."""
     tree: dict[int, list[int]] = {}
@@ -125,37 +387,30 @@ def _read(fh: IO[bytes]) -> tuple[str, bool]:
     return data[:MAX_OUTPUT].decode(errors="replace"), len(data) > MAX_OUTPUT
 
 
-def _program(module: str, test: str, fd: int, nonce: str) -> str:
-    return (
-        f"import os as _agentroll_os\nfrom {module} import *\n{test}\n"
-        f"_agentroll_os.write({fd}, b'{nonce}')\n"
-    )
+def _verdict(printed: str) -> dict[str, Any] | None:
+    """The judge's verdict; OSError if it could not start the solution's process."""
+    with contextlib.suppress(ValueError):
+        verdict = json.loads(printed)
+        if type(verdict) is dict and type(verdict.get("cannot_start")) is str:
+            raise OSError(verdict["cannot_start"])
+        if type(verdict) is dict and type(verdict.get("passed")) is bool:
+            return {"passed": verdict["passed"], "detail": str(verdict.get("detail"))[:MAX_DETAIL]}
+    return None
 
 
-def run_test(test: Any, solution_file: str, timeout_s: float) -> dict[str, Any]:
-    nonce = secrets.token_hex(16)
-    with (
-        tempfile.TemporaryFile() as out,
-        tempfile.TemporaryFile() as err,
-        tempfile.TemporaryFile() as finished,
-    ):
+def run_test(test: Any, spec: dict[str, Any]) -> dict[str, Any]:
+    timeout_s, solution_file = float(spec["timeout_s"]), spec["solution_file"]
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         if isinstance(test, str):
-            module = os.path.splitext(os.path.basename(solution_file))[0]
-            argv = [sys.executable, "-"]  # the program comes on stdin
-            data = _program(module, test, finished.fileno(), nonce).encode()
+            argv = [sys.executable, "-I", "-c", spec["source"], "--judge"]
+            shared = {k: spec[k] for k in ("source", "solution_file")}  # not the token
+            data = json.dumps({**shared, "test": test}).encode()
         else:
             argv = [sys.executable, solution_file]
             data = str(test.get("stdin", "")).encode()
         # An OSError up to here is the runner's own (main decides whose fault it is).
-        # stdin is a pipe, not a file: once Python has read the program, nothing of it (the
-        # nonce) can be read back from it.
         proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=out,
-            stderr=err,
-            pass_fds=(finished.fileno(),),
-            start_new_session=True,
+            argv, stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True
         )
         try:
             proc.communicate(data, timeout=timeout_s)
@@ -167,45 +422,55 @@ def run_test(test: Any, solution_file: str, timeout_s: float) -> dict[str, Any]:
         sweep()
         printed, flooded = _read(out)
         errors, _ = _read(err)
-        finished.seek(0)
-        completed = finished.read(len(nonce) + 1) == nonce.encode()
     if code is None:
         return {"passed": False, "detail": f"timed out after {timeout_s:g} s"}
+    if isinstance(test, str):
+        verdict = _verdict(printed)
+        detail = f"the test ended without a verdict (exit code {code}): {_tail(errors)}"
+        return verdict or {"passed": False, "detail": detail}
     if code != 0:
         return {"passed": False, "detail": f"exit code {code}: {_tail(errors)}"}
-    if isinstance(test, str):
-        if completed:
-            return {"passed": True, "detail": ""}
-        return {"passed": False, "detail": f"exited 0 before the test finished: {_tail(errors)}"}
     if flooded:
         return {"passed": False, "detail": f"printed more than {MAX_OUTPUT} bytes"}
     passed = _normalised(printed) == _normalised(str(test.get("stdout", "")))
     return {"passed": passed, "detail": "" if passed else f"printed {_tail(printed)!r}"}
 
 
-def _emit(line: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(line) + "\n")
-    sys.stdout.flush()
-
-
-def main(argv: list[str]) -> int:
+def runner(folder: str) -> int:
+    report = os.fdopen(os.dup(1), "w")  # the only channel the grader reads
+    os.dup2(2, 1)
     spec = json.load(sys.stdin)
     token = spec["token"]
-    os.chdir(argv[1])
+    os.chdir(folder)
     _prctl(PR_SET_DUMPABLE, 0)
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
-    _emit({"started": token})
+
+    def emit(line: dict[str, Any]) -> None:
+        report.write(json.dumps(line) + "\n")
+        report.flush()
+
+    emit({"started": token})
     results: list[dict[str, Any]] = []
     for test in spec["tests"]:
         try:
-            results.append(run_test(test, spec["solution_file"], float(spec["timeout_s"])))
+            results.append(run_test(test, spec))
         except OSError as exc:
             if not results:  # before any solution code ran: the runner cannot work here
-                _emit({"token": token, "error": f"cannot run a test: {exc}"})
+                emit({"token": token, "error": f"cannot run a test: {exc}"})
                 return 1
             # After a test: what it left (a full /tmp, too many processes) may be why.
             results.append({"passed": False, "detail": f"cannot run the test: {exc}"})
-    _emit({"token": token, "results": results})
+    emit({"token": token, "results": results})
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv[1:2] == ["--judge"]:
+        judge()
+    elif argv[1:2] == ["--callee"]:
+        callee(argv[2])
+    else:
+        return runner(argv[1])
     return 0
 
 

@@ -7,8 +7,10 @@ rollout and `/healthz` would stall with it. A process can be killed.
 Why our own protocol (`grading_worker`, JSON lines over stdin/stdout) and not
 `multiprocessing`: its `spawn` and `forkserver` contexts start helper processes (the fork
 server, the resource tracker) that outlive any pool and that we do not own, and plain `fork`
-is unsafe in a server with threads. A `python -m` child started by asyncio's subprocess
-support is exec'd afresh, inherits no descriptor but its pipes and stderr (`close_fds`),
+is unsafe in a server with threads. A worker is the package's own `grading_worker.py`, run
+by path in isolated mode (`grader_launch`: neither the server's working directory nor any
+`PYTHON*` variable is on its import path) and started by asyncio's subprocess support, so it
+is exec'd afresh, inherits no descriptor but its pipes and stderr (`close_fds`),
 runs in its own session (a Ctrl-C meant for the server does not kill a grading), and is
 ours from start to reaping.
 
@@ -41,13 +43,15 @@ import os
 import sys
 import weakref
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
+from agentroll.handlers.builtin.grader_launch import isolated_script
 from agentroll.handlers.errors import InfraError
 
 log = logging.getLogger("agentroll.handlers.grading")
 
-WORKER_MODULE = "agentroll.handlers.builtin.grading_worker"
+WORKER_SCRIPT = str(Path(__file__).with_name("grading_worker.py"))
 DEFAULT_SIZE = max(1, min(4, os.cpu_count() or 1))
 DEFAULT_TIMEOUT_S = 10.0
 DEFAULT_IDLE_TIMEOUT_S = 20.0
@@ -207,12 +211,9 @@ class GradingPool:
 
     async def _start_worker(self) -> _Worker:
         try:
+            argv = [str(self.memory_limit_bytes), str(os.getpid())]
             process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                WORKER_MODULE,
-                str(self.memory_limit_bytes),
-                str(os.getpid()),
+                *isolated_script(sys.executable, WORKER_SCRIPT, argv),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 start_new_session=True,

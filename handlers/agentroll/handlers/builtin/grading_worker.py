@@ -1,9 +1,12 @@
 """A grading worker process: math-verify's verdicts, one request per line, until stdin closes.
 
-Started by `grading_pool` as `python -m agentroll.handlers.builtin.grading_worker LIMIT PARENT`.
-It imports math-verify once (slow: sympy), caps its own address space at LIMIT bytes and
-serves requests. It never bounds time itself: math-verify's signal-based timeouts cannot
-interrupt long arithmetic inside one C call, so the pool kills a worker that overruns.
+Started by `grading_pool` as `python -I .../grading_worker.py LIMIT PARENT` (isolated: see
+`grader_launch`; standard library and math-verify only, no agentroll import: run by path
+without `-I`, its own folder, which holds the `math` handler's `math.py`, would come first on
+the import path). It takes its reply channel first, then imports math-verify once (slow:
+sympy), caps its own address space at LIMIT bytes and serves requests. It never bounds time
+itself: math-verify's signal-based timeouts cannot interrupt long arithmetic inside one C
+call, so the pool kills a worker that overruns.
 
 Protocol, one JSON object per line (stdin in, stdout out):
 
@@ -26,8 +29,6 @@ import signal
 import sys
 from typing import Any, TextIO
 
-from math_verify import parse, verify
-
 _PR_SET_PDEATHSIG = 1
 
 
@@ -40,10 +41,6 @@ def _die_with(parent_pid: int) -> None:
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if os.getppid() != parent_pid:  # the parent died before the request took effect
         os._exit(0)
-
-
-def _parse(answer: str) -> list[Any]:
-    return list(parse(f"${answer}$", parsing_timeout=None))
 
 
 def _send(replies: TextIO, message: dict[str, Any]) -> None:
@@ -64,6 +61,11 @@ def main() -> None:
     os.nice(GRADER_NICENESS)  # grading policy output never outranks the server's event loop
     replies = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # whatever a library prints goes to stderr, never into the replies
+    from math_verify import parse, verify  # only once the replies are ours
+
+    def _parse(answer: str) -> list[Any]:
+        return list(parse(f"${answer}$", parsing_timeout=None))
+
     # It warns once that its own timeouts are off; the pool bounds time instead.
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     verify(_parse("1"), _parse("1"), timeout_seconds=None)  # sympy's lazy imports, untimed

@@ -92,6 +92,7 @@ BUILTIN_RULES = {
     "qwen_code": "agentroll.testing.scripted_llm.rules.chat_clis:qwen_code_rule",
     "redteam": "agentroll.testing.scripted_llm.rules.redteam:redteam_rule",
     "redteam_budgets": "agentroll.testing.scripted_llm.rules.redteam_budgets:redteam_budgets_rule",
+    "redteam_codegrade": "agentroll.testing.scripted_llm.rules.redteam_codegrade:codegrade_rule",
     "verify": "agentroll.testing.scripted_llm.rules.verify:verify_rule",
     "judge": "agentroll.testing.scripted_llm.rules.judge:judge_rule",
     "judge_garbage": "agentroll.testing.scripted_llm.rules.judge:judge_garbage_rule",
