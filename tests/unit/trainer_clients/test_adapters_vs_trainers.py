@@ -72,7 +72,7 @@ SHORT = sample("a-s3", PROMPT_A, [([26], [])], 0.0)
 FLAT = [sample(f"z-s{k}", PROMPT_Z, [([40 + k], [])], 1.0) for k in range(4)]
 REWARDLESS = [
     sample("n-s0", [1], [([2], [])], 1.0),
-    sample("n-s1", [1], [([3], [])], None, outcome="agent_error"),
+    sample("n-s1", [1], [([3], [])], None, outcome="timed_out"),
 ]
 
 

@@ -81,7 +81,7 @@ def sampled(data: DataProto, row: int, name: str) -> list[float]:
 
 def test_verl_grpo_sees_whole_groups_and_trains_only_sampled_tokens() -> None:
     batch = pad_batch(batch_items())
-    assert batch.skipped == {"n": "n-s1: outcome agent_error has no reward"}
+    assert batch.skipped == {"n": "n-s1: outcome timed_out has no reward"}
     out = after_generation(rollout_batch(), GRPO)
     assert list(out.non_tensor_batch["uid"]) == ["a"] * 4 + ["z"] * 4
     # the empty response (row 2) trains nothing, but its reward 1 counts in the baseline
