@@ -27,13 +27,16 @@ class FakeClient:
         self.base_url = f"http://fake-{vocab}"
         self.model: str | None = None
         self.vocab = vocab
-        self.vocab_size: int | None = None  # no tokenizer given: ids need only fit 31 bits
+        self.vocabulary: int | None = None  # no tokenizer given: ids need only fit 31 bits
         self.replies = list(replies or [])
         self.calls = 0
         self.hold: asyncio.Event | None = None
 
     async def tokenize_messages(self, messages: Any, tools: Any, **_: Any) -> TokenizeResult:
         return TokenizeResult([self.vocab, self.vocab + 1, len(messages)], 1000)
+
+    async def vocab_size(self) -> int | None:
+        return self.vocabulary
 
     async def complete(self, prompt_ids: list[int], sampling: Any, *, timeout_s: float) -> Any:
         self.calls += 1
@@ -209,7 +212,7 @@ async def test_ids_a_backend_sampled_outside_the_vocabulary_are_never_sent_back(
     backend sees it, as the policy's doing (`agent_error`), not retried elsewhere."""
     # A pause splits the turn: its rest is sampled from prompt + the ids sampled so far.
     first, second = FakeClient(10, [_done(sampled, "abort")]), FakeClient(10)
-    first.vocab_size = second.vocab_size = 50
+    first.vocabulary = second.vocabulary = 50
     add(pool, "a", first)
     add(pool, "b", second)
     s = session(pool, GenerationGate())
