@@ -62,11 +62,14 @@ def check_token_ids(ids: Sequence[Any], vocab_size: int | None) -> None:
 
 def failed_on_request(exc: BackendError) -> bool:
     """Whether a backend failed right after receiving the request: a 5xx (not a pause) or a
-    dropped connection. A timeout is a slow backend, and a backend nobody could connect to never
-    got the request: neither failure is the request's."""
+    dropped connection. A timeout is a slow backend, a backend nobody could connect to never
+    got the request, and a malformed answer (not retryable) is the backend's own fault: none
+    of these is the request's."""
     if isinstance(exc, BackendPaused) or exc.timed_out or not exc.sent:
         return False
-    return exc.status is None or exc.status >= 500
+    if exc.status is None:
+        return exc.retryable
+    return exc.status >= 500
 
 
 def refused_request(exc: BackendError) -> bool:
