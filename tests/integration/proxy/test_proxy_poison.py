@@ -78,7 +78,8 @@ async def post(proxy: RolloutProxy, api: str, text: str) -> httpx.Response:
         async with httpx.AsyncClient(
             transport=transport, base_url="http://rollout", headers=headers, timeout=30
         ) as http:
-            body = {"contents": [{"role": "user", "parts": [{"text": say(text)["content"]}]}]}
+            part = {"text": say(text)["content"]}
+            body: dict[str, Any] = {"contents": [{"role": "user", "parts": [part]}]}
             return await http.post("/v1beta/models/policy:generateContent", json=body)
     async with client_for(proxy) as http:
         if api == "anthropic":
