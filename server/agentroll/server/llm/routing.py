@@ -190,12 +190,14 @@ class RoutedCalls:
         self, backend: Backend, control: Callable[[BackendClient], Any], gated: bool
     ) -> bool:
         """Whether `backend` still serves a request nobody shaped (through the gate like any
-        generation, bounded by the request timeout)."""
+        generation, bounded by the request timeout). Served, the backend is routed to again
+        (a dropped connection marked it down): the request is quarantined, not the backend."""
         try:
             async with self._attempt(gated) as flight:
                 await self._try(backend, control, flight)
         except (BackendError, GenerationAborted, ContextLengthExceeded):
             return False
+        self._pool.mark_up(backend)
         return True
 
 
