@@ -38,7 +38,7 @@ async def recover(service: JobService) -> None:
         limit = service.settings.max_requeues
         spent = [j for j in jobs if j.attempts > limit]
         again = [j for j in jobs if j.attempts <= limit]
-        message = f"started {limit + 1} times, and a restart ended each attempt"
+        message = f"its attempts started {limit + 1} times or more, each ended by a restart"
         await _fail_all(service, spent, "requeue_limit", message)
         for job in again:
             service.launch(job)
@@ -74,10 +74,9 @@ def _restore(policy: Policy, saved: dict[str, Any]) -> None:
 
 async def save_control(service: JobService, policy: Policy, *, paused: bool | None = None) -> None:
     """Persist a policy's version, pause state (or `paused`, about to be in force) and the
-    staleness bound a resume set. The
-    default policy keeps the keys it always had; the others have one key each, so pausing
-    two policies at once never loses either write. Raises `StoreError` when the store
-    refuses the write."""
+    staleness bound a resume set. The default policy keeps the keys it always had; the others
+    have one key each, so pausing two policies at once never loses either write. Raises
+    `StoreError` when the store refuses the write."""
     gate = policy.gate
     state: dict[str, Any] = {
         "policy_version": gate.policy_version,
