@@ -13,7 +13,8 @@ class LiveJob:
     request: JobRequest
     submitted_at: float
     """Wall-clock time of the (first) submission."""
-    attempts: int = 1
+    attempts: int = 0
+    """Attempts that started (entered INIT), this server's and its predecessors'."""
     state: JobState = JobState.queued
     started: float = field(default_factory=time.monotonic)
     """Monotonic time this server admitted the job; the deadline counts from here."""

@@ -65,10 +65,13 @@ class Pipeline:
         pools: PoolSizes,
         admit: Callable[[LiveJob], None] | None = None,
         node: NodeAdmission | None = None,
+        started: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         """`admit(job)` runs as a job is about to start INIT; it may raise `Refused`. `node`
-        holds a job back from INIT while the node has no room (see `admission`)."""
+        holds a job back from INIT while the node has no room (see `admission`).
+        `started(job_id)` durably counts an attempt that starts, right before INIT's work."""
         self._admit = admit or (lambda job: None)
+        self._started = started
         self.node = node
         self.ready = StageLimiter("ready_buffer", pools.ready_buffer)
         self.init = StageLimiter("init", pools.init)
@@ -133,6 +136,9 @@ class Pipeline:
             await self._enter(job, "init", self.init)
             try:
                 self._admit(job)
+                if self._started is not None:
+                    await self._started(job.job_id)
+                job.attempts += 1
                 await self._work(
                     job, "init", handler.init, handler.on_init_error, ctx, limits.init_timeout_s
                 )

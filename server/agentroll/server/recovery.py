@@ -1,10 +1,13 @@
 """What a server restores at start and persists for the next one.
 
-At start: each policy's version and pause state the previous server left (a server killed
-during a weight sync comes back paused, at the version it had), the registered backends,
-and every job it left unfinished — requeued (at most `max_requeues` times; beyond that the
-job ends `infra_error`/`requeue_limit`, so a rollout that kills its server is not replayed
-forever) or reported `infra_error`/`server_restart`, as configured.
+At start: each policy's version, pause state and the staleness bound a resume set, as the
+previous server left them (a server killed during a weight sync comes back paused, at the
+version it had), the registered backends, and every job it left unfinished — requeued or
+reported `infra_error`/`server_restart`, as configured. Requeues are counted by work, not by
+restarts: only attempts that started (entered INIT) count, so a job still waiting in the
+queue survives any number of restarts, while one whose every attempt ended in a dead server
+ends `infra_error`/`requeue_limit` after `max_requeues` requeues (a rollout that kills its
+server is not replayed forever).
 """
 
 import logging
@@ -35,11 +38,9 @@ async def recover(service: JobService) -> None:
         limit = service.settings.max_requeues
         spent = [j for j in jobs if j.attempts > limit]
         again = [j for j in jobs if j.attempts <= limit]
-        await _fail_all(service, spent, "requeue_limit", f"requeued {limit} times already")
-        # Counted before the relaunch: a server killed again meanwhile still counts it.
-        await service.store.count_attempt([j.job_id for j in again])
+        message = f"its attempts started {limit + 1} times or more, each ended by a restart"
+        await _fail_all(service, spent, "requeue_limit", message)
         for job in again:
-            job.attempts += 1
             service.launch(job)
         log.warning("requeued %d jobs left unfinished by a previous server", len(again))
         return
@@ -47,7 +48,8 @@ async def recover(service: JobService) -> None:
 
 
 async def restore_control(service: JobService) -> None:
-    """Each policy's version and pause state as the previous server left them."""
+    """Each policy's version, pause state and resumed staleness bound as the previous server
+    left them."""
     saved = await service.store.control()
     _restore(service.policies.default, saved)
     for key, state in saved.items():
@@ -58,6 +60,8 @@ async def restore_control(service: JobService) -> None:
 def _restore(policy: Policy, saved: dict[str, Any]) -> None:
     gate = policy.gate
     gate.policy_version = int(saved.get("policy_version", 0))
+    if isinstance(saved.get("max_policy_lag"), int):
+        policy.max_policy_lag, policy.lag_from_resume = saved["max_policy_lag"], True
     if saved.get("paused"):
         gate.close(saved.get("pause_mode") or "wait")
         log.warning(
@@ -69,16 +73,18 @@ def _restore(policy: Policy, saved: dict[str, Any]) -> None:
 
 
 async def save_control(service: JobService, policy: Policy, *, paused: bool | None = None) -> None:
-    """Persist a policy's version and pause state (or `paused`, about to be in force). The
-    default policy keeps the keys it always had; the others have one key each, so pausing
-    two policies at once never loses either write. Raises `StoreError` when the store
-    refuses the write."""
+    """Persist a policy's version, pause state (or `paused`, about to be in force) and the
+    staleness bound a resume set. The default policy keeps the keys it always had; the others
+    have one key each, so pausing two policies at once never loses either write. Raises
+    `StoreError` when the store refuses the write."""
     gate = policy.gate
     state: dict[str, Any] = {
         "policy_version": gate.policy_version,
         "paused": gate.paused if paused is None else paused,
         "pause_mode": gate.mode,
     }
+    if policy.lag_from_resume:
+        state["max_policy_lag"] = policy.max_policy_lag
     if policy.name != DEFAULT_POLICY:
         state = {POLICY_KEY_PREFIX + policy.name: state}
     await service.store.save_control(state)

@@ -124,7 +124,8 @@ class JobService:
         self.registry = registry
         self.backends = backends
         self.admission = NodeAdmission(settings.admission)
-        self.pipeline = Pipeline(settings.pools, admit=self._refuse_if_stale, node=self.admission)
+        started = store.count_start  # requeues are counted by attempts that started
+        self.pipeline = Pipeline(settings.pools, self._refuse_if_stale, self.admission, started)
         self.live: dict[str, LiveJob] = {}
         self.accepting = True
         self.policies = Policies(settings.max_policy_lag)

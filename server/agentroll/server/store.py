@@ -10,12 +10,20 @@ transaction: every write that spans more than one statement goes through `_trans
 which brackets it in `BEGIN IMMEDIATE ... COMMIT`. Without that, a SIGKILL between a
 result's INSERT and its job's UPDATE leaves a result whose job looks unfinished, and the
 next server runs the job again.
+
+A result is stored as JSON every parser reads (`strict_json`): text no UTF-8 can encode (a
+lone surrogate such as a tool call's `"\\ud800"` leaves behind) is written as the escape's
+own characters, in messages, tool output, errors and metadata alike; token ids are untouched.
+
+`PRAGMA user_version` is the schema version (`SCHEMA_VERSION`); `open` migrates an older
+database's rows in one transaction.
 """
 
 import asyncio
 import contextlib
 import functools
 import json
+import re
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -39,7 +47,7 @@ CREATE TABLE IF NOT EXISTS jobs (
     state         TEXT NOT NULL,
     submitted_at  REAL NOT NULL,
     finished_at   REAL,
-    attempts      INTEGER NOT NULL DEFAULT 1
+    attempts      INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS jobs_unfinished ON jobs (finished_at) WHERE finished_at IS NULL;
 CREATE TABLE IF NOT EXISTS backends (
@@ -66,6 +74,40 @@ UPDATE jobs SET
     finished_at = COALESCE(finished_at, ?)
 WHERE finished_at IS NULL AND job_id IN (SELECT job_id FROM results)
 """
+
+
+_UNENCODABLE = re.compile("[\ud800-\udfff]")
+
+
+def strict_json(value: Any) -> str:
+    """`value` as compact JSON in valid UTF-8: a surrogate code unit (the only text a Python
+    string holds that UTF-8 cannot encode) becomes the six characters of its escape, `\\udXXX`,
+    so a strict parser (orjson, a trainer in another language) reads the whole page."""
+    text = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+    try:
+        text.encode()
+    except UnicodeEncodeError:  # only inside strings: JSON's own syntax is ASCII
+        text = _UNENCODABLE.sub(lambda m: f"\\\\u{ord(m.group()):04x}", text)
+    return text
+
+
+SCHEMA_VERSION = 1
+"""1: `jobs.attempts` counts the attempts that started (entered INIT). 0 counted one per
+restart for every unfinished job, whether it had started or still waited in the queue."""
+
+
+def _migrate(db: sqlite3.Connection) -> None:
+    (version,) = db.execute("PRAGMA user_version").fetchone()
+    if version >= SCHEMA_VERSION:
+        return
+    with _transaction(db):
+        if version < 1:
+            # Version 0 credited each unfinished job one attempt at admission and one more per
+            # restart, started or not. Its interrupted run may never have started: that
+            # attempt is taken back, the ones restarts counted are kept, so a job that kept
+            # killing its server is still stopped at the limit.
+            db.execute("UPDATE jobs SET attempts = MAX(attempts - 1, 0) WHERE finished_at IS NULL")
+        db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
 
 @contextlib.contextmanager
@@ -146,6 +188,7 @@ class JobStore:
             db.execute(f"PRAGMA synchronous={self._synchronous}")
             db.execute("PRAGMA busy_timeout=5000")
             db.executescript(_SCHEMA)
+            _migrate(db)
             with _transaction(db):
                 db.execute(_REPAIR, (time.time(),))
             (self._last_cursor,) = db.execute(
@@ -174,6 +217,7 @@ class JobStore:
                 j.group_id,
                 "queued",
                 j.submitted_at,
+                0,  # attempts: counted as each starts (`count_start`)
             )
             for j in jobs
         ]
@@ -182,7 +226,7 @@ class JobStore:
             with _transaction(db):
                 db.executemany(
                     "INSERT INTO jobs (job_id, request_json, request_hash, handler, group_id,"
-                    " state, submitted_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    " state, submitted_at, attempts) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                     rows,
                 )
 
@@ -290,7 +334,7 @@ class JobStore:
         result["cursor"] = cursor
         db.execute(
             "INSERT INTO results (cursor, job_id, result_json) VALUES (?, ?, ?)",
-            (cursor, job_id, json.dumps(result, separators=(",", ":"))),
+            (cursor, job_id, strict_json(result)),
         )
         db.execute(
             "UPDATE jobs SET state = ?, finished_at = ? WHERE job_id = ?",
@@ -378,12 +422,11 @@ class JobStore:
 
         await self._call(write)
 
-    async def count_attempt(self, job_ids: list[str]) -> None:
+    async def count_start(self, job_id: str) -> None:
+        """One more attempt of the job started (committed before its INIT begins, so a server
+        killed during it still counts it)."""
+
         def update(db: sqlite3.Connection) -> None:
-            with _transaction(db):
-                db.executemany(
-                    "UPDATE jobs SET attempts = attempts + 1, state = 'queued' WHERE job_id = ?",
-                    [(j,) for j in job_ids],
-                )
+            db.execute("UPDATE jobs SET attempts = attempts + 1 WHERE job_id = ?", (job_id,))
 
         await self._call(update)

@@ -108,7 +108,7 @@ async def resume(
     paused_in_backends = gate.mode in ("abort", "keep")
     errors = await _forward(service, policy, "resume") if paused_in_backends else {}
     if max_policy_lag is not None:
-        policy.max_policy_lag = max_policy_lag
+        policy.max_policy_lag, policy.lag_from_resume = max_policy_lag, True
     # A store that refuses the write leaves the gate closed (the trainer retries resume).
     await recovery.save_control(service, policy, paused=False)
     gate.open(policy_version)

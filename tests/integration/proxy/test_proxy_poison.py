@@ -78,7 +78,8 @@ async def post(proxy: RolloutProxy, api: str, text: str) -> httpx.Response:
         async with httpx.AsyncClient(
             transport=transport, base_url="http://rollout", headers=headers, timeout=30
         ) as http:
-            body = {"contents": [{"role": "user", "parts": [{"text": say(text)["content"]}]}]}
+            part = {"text": say(text)["content"]}
+            body: dict[str, Any] = {"contents": [{"role": "user", "parts": [part]}]}
             return await http.post("/v1beta/models/policy:generateContent", json=body)
     async with client_for(proxy) as http:
         if api == "anthropic":
@@ -204,3 +205,49 @@ async def test_ctx_llm_the_task_prompt_alone_is_still_retried_on_another_backend
         turn = await session.generate()
         assert turn.text == "one" and turn.backend_id == "second"
         assert [r["backend"] for r in session.retries] == ["first"]
+
+
+async def test_sglang_reports_its_tokenizer_and_an_id_beyond_it_never_reaches_the_engine(
+    tmp_path: Path,
+) -> None:
+    """SGLang's scheduler dies on an id beyond its vocabulary. Its `tokenizer_path` (from
+    `/model_info`) is read before the first generation request, even when that request is
+    the harness's very first one, so the engine never sees the id."""
+    tokenizer = str(export_tokenizer(tmp_path / "tokenizer"))
+    config = ScriptedLLMConfig(flavor="sglang", tokenizer_path=tokenizer, out_of_vocab="crash")
+    server = await start_in_loop(create_scripted_app(config))
+    http_client = HTTPClient()
+    try:
+        pool = BackendPool(http_client)
+        pool.add(BackendSpec(id="sglang", kind="sglang", base_url=server.url))
+        f = Fleet(Rig(server, pool, GenerationGate()), server, server)
+        proxy = await f.rig.proxy(tmp_path)
+        async with client_for(proxy) as http:
+            resp = await http.post("/completions", json={"prompt": [VOCAB], "max_tokens": 8})
+        assert resp.status_code == 400, resp.text
+        assert f"prompt[0] = {VOCAB} is not a token id of this model" in error_text(resp)
+        assert await f.received(server) == []
+        served = await post(proxy, "completions", "one")
+        assert served.status_code == 200, served.text
+        assert proxy.stopped is None
+        await proxy.close()
+    finally:
+        await http_client.close()
+        await server.stop()
+
+
+async def test_a_token_prompt_longer_than_the_context_is_refused_before_it_is_sent(
+    tmp_path: Path,
+) -> None:
+    async with fleet(tmp_path) as f:
+        proxy = await f.rig.proxy(tmp_path)
+        assert (await post(proxy, "chat", "one")).status_code == 200  # learns the context
+        before = await f.received(f.first)
+        ids = get_tokenizer().encode("word") * 9000  # beyond the scripted model's 8192
+        async with client_for(proxy) as http:
+            resp = await http.post("/completions", json={"prompt": ids, "max_tokens": 8})
+        assert resp.status_code == 400, resp.text
+        assert resp.json()["error"]["code"] == "context_length_exceeded"
+        assert await f.received(f.first) == before and await f.received(f.second) == []
+        assert proxy.stopped is None
+        await proxy.close()

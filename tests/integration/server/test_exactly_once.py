@@ -97,6 +97,20 @@ async def test_a_trajectory_that_cannot_be_built_still_ends_the_job(
         assert service_of(server).live == {}
 
 
+async def test_the_staleness_bound_a_resume_set_survives_a_restart(
+    agentroll_server: ServerFactory,
+) -> None:
+    async with agentroll_server(registry=make_registry(Gates()), max_policy_lag=8) as (_, client):
+        await client.pause()
+        await client.resume(policy_version=2, max_policy_lag=1)
+        await client.pause()  # a later pause keeps the bound with the pause state
+    async with agentroll_server(registry=make_registry(Gates()), max_policy_lag=8) as (_, client):
+        policies = (await client.status()).policies
+        assert (policies["default"].paused, policies["default"].max_policy_lag) == (True, 1)
+        await client.resume(policy_version=3)  # no new bound: the resumed one stays
+        assert (await client.status()).policies["default"].max_policy_lag == 1
+
+
 async def test_pause_state_and_policy_version_survive_a_restart(
     agentroll_server: ServerFactory,
 ) -> None:
@@ -127,14 +141,33 @@ async def test_a_job_requeued_too_often_ends_with_requeue_limit(
     await store.insert_jobs(
         [NewJob("crashy", request.model_dump_json(), "h", "steered", None, 1.0)]
     )
-    await store.count_attempt(["crashy"])
-    await store.count_attempt(["crashy"])  # two restarts already requeued it: attempts == 3
+    for _ in range(3):  # started three times, each attempt ended by a dead server
+        await store.count_start("crashy")
     await store.close()
     async with agentroll_server(registry=make_registry(Gates()), max_requeues=2) as (_, client):
         result = await client.result("crashy", wait=10)
         assert result is not None
         assert (result.outcome, result.reward) == (Outcome.infra_error, None)
         assert result.error is not None and result.error.type == "requeue_limit"
+
+
+async def test_a_job_that_never_started_is_requeued_whatever_the_restarts_cost(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """Restarts alone spend no requeue: a job left in the queue (no attempt started) by any
+    number of dead servers runs even on a server that allows no requeue, and its one attempt
+    is counted. (tests/e2e/test_restart.py kills real servers many times over.)"""
+    store = JobStore(tmp_path / "agentroll.db")
+    await store.open()
+    request = JobRequest.model_validate(job("patient"))
+    await store.insert_jobs(
+        [NewJob("patient", request.model_dump_json(), "h", "steered", None, 1.0)]
+    )
+    await store.close()
+    async with agentroll_server(registry=make_registry(Gates()), max_requeues=0) as (_, client):
+        result = await client.result("patient", wait=10)
+        assert result is not None and result.outcome == Outcome.ok, result
+        assert (await client.job("patient")).attempts == 1
 
 
 async def test_cancels_at_random_points_leave_exactly_one_result_per_job(

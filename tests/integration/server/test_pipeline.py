@@ -1,6 +1,7 @@
 """The three-stage pipeline through the real HTTP API: states, outcomes, backpressure."""
 
 import asyncio
+import time
 from collections.abc import Callable
 
 import httpx
@@ -85,7 +86,10 @@ async def test_agent_time_is_runs_work_not_the_servers_waits(
     assert timing.run is not None and timing.run.queue_s >= held_s
     seen = gates.agent_time["timed"]
     assert seen["init"] == 0.0
-    assert seen["run"] >= 0.3 and seen["run"] + 0.2 <= seen["eval"] < held_s
+    assert seen["run"] >= 0.3 and seen["run"] + 0.2 <= seen["eval"]
+    # Read during EVAL, it cannot exceed RUN's and EVAL's whole work (INIT's held seconds or
+    # RUN's queue counted in would); a bound on the clock itself would fail a loaded machine.
+    assert timing.eval is not None and seen["eval"] <= timing.run.work_s + timing.eval.work_s
 
 
 async def test_slow_eval_does_not_stop_init_and_run(agentroll_server: ServerFactory) -> None:
@@ -227,16 +231,18 @@ async def test_jobs_wait_for_the_node_and_say_why(agentroll_server: ServerFactor
         async with asyncio.timeout(10):
             while (await client.status()).admission.waiting.get("memory") != 3:
                 await asyncio.sleep(0.05)
+        seen_waiting = time.monotonic()
         status = await client.status()
         assert status.stages["init"].queued == 3 and status.stages["init"].busy == 0
         async with httpx.AsyncClient(base_url=server.url, headers=auth_headers(server.url)) as http:
             metrics = (await http.get("/metrics")).text
         assert 'agentroll_admission_waiting{reason="memory"} 3.0' in metrics
+        waited = time.monotonic() - seen_waiting  # they queued at least this long
         node[0] = NodeReading(10.0, 20 * gib, 24 * gib, 500, 30_000)
         gates.open["run"].set()
         done = await client.wait_for(["first", "held-0", "held-1", "held-2"], 30)
     assert {t.outcome for t in done.values()} == {Outcome.ok}
-    assert all(done[f"held-{i}"].timing.init.queue_s > 0.1 for i in range(3))
+    assert all(done[f"held-{i}"].timing.init.queue_s >= waited > 0 for i in range(3))
 
 
 async def test_a_busy_node_keeps_its_live_rollouts_at_its_measured_capacity(
@@ -258,6 +264,7 @@ async def test_a_busy_node_keeps_its_live_rollouts_at_its_measured_capacity(
         async with asyncio.timeout(10):
             while (await client.status()).admission.waiting.get("cpu") != 4:
                 await asyncio.sleep(0.05)
+        seen_waiting = time.monotonic()
         status = await client.status()
         assert (status.admission.live, status.admission.live_limit) == (3, 3)
         assert status.stages["run"].busy == 3 and status.admission.cpu_pressure == 95.0
@@ -267,8 +274,9 @@ async def test_a_busy_node_keeps_its_live_rollouts_at_its_measured_capacity(
         assert "agentroll_admission_live_limit 3.0" in metrics
         declared = [line.split()[2] for line in metrics.splitlines() if line.startswith("# TYPE")]
         assert len(declared) == len(set(declared))  # a name declared twice fails the scrape
+        waited = time.monotonic() - seen_waiting  # four queued at least this long
         gates.open["run"].set()
         done = await client.wait_for([f"j-{i}" for i in range(7)], 30)
         assert (await client.status()).admission.live == 0
     assert {t.outcome for t in done.values()} == {Outcome.ok}
-    assert sum(t.timing.init.queue_s > 0.1 for t in done.values()) >= 4
+    assert sum(t.timing.init.queue_s >= waited > 0 for t in done.values()) >= 4

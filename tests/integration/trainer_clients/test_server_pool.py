@@ -107,8 +107,9 @@ def test_a_server_killed_mid_batch_still_yields_every_group(tmp_path: Path) -> N
         for group in collector.groups(timeout_s=60):
             groups.append(group)
             if len(groups) == 2:
-                victim.kill()  # SIGKILL mid-batch: its queued and running jobs are lost with it
+                # Read before the kill: the pool may notice the death while `kill` still reaps.
                 killed_at = time.monotonic()
+                victim.kill()  # SIGKILL mid-batch: its queued and running jobs are lost with it
 
         failovers = pool.failovers
         stats = collector.stats.as_dict()

@@ -27,13 +27,16 @@ class FakeClient:
         self.base_url = f"http://fake-{vocab}"
         self.model: str | None = None
         self.vocab = vocab
-        self.vocab_size: int | None = None  # no tokenizer given: ids need only fit 31 bits
+        self.vocabulary: int | None = None  # no tokenizer given: ids need only fit 31 bits
         self.replies = list(replies or [])
         self.calls = 0
         self.hold: asyncio.Event | None = None
 
     async def tokenize_messages(self, messages: Any, tools: Any, **_: Any) -> TokenizeResult:
         return TokenizeResult([self.vocab, self.vocab + 1, len(messages)], 1000)
+
+    async def vocab_size(self) -> int | None:
+        return self.vocabulary
 
     async def complete(self, prompt_ids: list[int], sampling: Any, *, timeout_s: float) -> Any:
         self.calls += 1
@@ -209,7 +212,7 @@ async def test_ids_a_backend_sampled_outside_the_vocabulary_are_never_sent_back(
     backend sees it, as the policy's doing (`agent_error`), not retried elsewhere."""
     # A pause splits the turn: its rest is sampled from prompt + the ids sampled so far.
     first, second = FakeClient(10, [_done(sampled, "abort")]), FakeClient(10)
-    first.vocab_size = second.vocab_size = 50
+    first.vocabulary = second.vocabulary = 50
     add(pool, "a", first)
     add(pool, "b", second)
     s = session(pool, GenerationGate())
@@ -219,3 +222,25 @@ async def test_ids_a_backend_sampled_outside_the_vocabulary_are_never_sent_back(
     assert (first.calls, second.calls) == (1, 0) and s.retries == []
     decision = classify_error("run", caught.value)
     assert (decision.outcome, decision.evaluate) == ("agent_error", True)
+
+
+async def test_a_connection_dropped_after_a_shaped_request_quarantines_the_request_not_the_backend(
+    pool: BackendPool,
+) -> None:
+    """The engine drops the connection right after a prompt holding the policy's tokens, then
+    serves the control: the request is the policy's doing, no other backend gets it, and the
+    backend stays in service (the drop had marked it down)."""
+    dropped = BackendError("connection reset", retryable=True)
+    first = FakeClient(10, [_done([5], "abort"), dropped, _done([1])])
+    second = FakeClient(10)
+    add(pool, "a", first)
+    add(pool, "b", second)
+    s = session(pool, GenerationGate())
+    await s.start(MESSAGES)
+    with pytest.raises(UnservableRequest, match="served a control request"):
+        await s.generate()
+    assert (first.calls, second.calls) == (3, 0)  # turn start, the dropped one, the control
+    assert pool.get("a").healthy  # type: ignore[union-attr]
+    with pytest.raises(UnservableRequest, match="it is not sent again"):
+        await s.generate()  # the same prompt again: refused before any backend
+    assert (first.calls, second.calls) == (3, 0)

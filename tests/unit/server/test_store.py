@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from agentroll.server.errors import StoreError
-from agentroll.server.store import JobStore, NewJob
+from agentroll.server.store import SCHEMA_VERSION, JobStore, NewJob
 
 
 def _job(i: int) -> NewJob:
@@ -49,10 +49,40 @@ async def test_existing_and_attempt_counting(tmp_path: Path) -> None:
     await store.insert_jobs([_job(1)])
     found = await store.existing(["j1", "nope"])
     assert list(found) == ["j1"] and found["j1"].request_hash == "h1"
-    await store.count_attempt(["j1"])
+    assert found["j1"].attempts == 0  # admitted, never started
+    await store.count_start("j1")
     row = await store.get_job("j1")
-    assert row is not None and row.attempts == 2
+    assert row is not None and row.attempts == 1
     await store.close()
+
+
+async def test_an_older_database_counts_attempts_that_started(tmp_path: Path) -> None:
+    """Schema 0 credited every unfinished job an attempt at admission and one per restart:
+    opened by this server, the unfinished ones lose the credit their interrupted run got
+    (it may never have started); the restarts already counted stay; finished jobs keep theirs."""
+    path = tmp_path / "s.db"
+    store = JobStore(path)
+    await store.open()
+    await store.insert_jobs([_job(1), _job(2), _job(3)])
+    await store.finish("j3", "ok", {"job_id": "j3", "status": "ok"})
+    await store.close()
+    with sqlite3.connect(path) as db:  # as a schema-0 server left it
+        db.execute("PRAGMA user_version = 0")
+        db.executemany(
+            "UPDATE jobs SET attempts = ? WHERE job_id = ?", [(1, "j1"), (4, "j2"), (2, "j3")]
+        )
+    for _ in range(2):  # migrated once: opening again changes nothing
+        store = JobStore(path)
+        await store.open()
+        rows = {j: await store.get_job(j) for j in ("j1", "j2", "j3")}
+        assert {j: r.attempts for j, r in rows.items() if r is not None} == {
+            "j1": 0,
+            "j2": 3,
+            "j3": 2,
+        }
+        await store.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 1
 
 
 def _fail_updates_of(db_path: Path, job_id: str) -> None:

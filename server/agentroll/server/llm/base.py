@@ -88,8 +88,7 @@ class BackendClient(Protocol):
     base_url: str
     model: str | None
 
-    @property
-    def vocab_size(self) -> int | None:
+    async def vocab_size(self) -> int | None:
         """Token ids the model reads are below this (from its tokenizer); None: unknown."""
         ...
 

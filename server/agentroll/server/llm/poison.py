@@ -8,13 +8,14 @@ contain such a request to the rollout that made it:
 
 - `check_token_ids`: every prompt id is an exact `int` (never a bool), `0 <= id < vocab`
   (the backend's tokenizer decides `vocab`; with none known, ids must fit 31 bits, as every
-  engine's id tensors do). A failing prompt is refused with `UnservableRequest` before any
-  backend is chosen.
+  engine's id tensors do). A failing prompt is refused with `UnservableRequest` before it is
+  sent; a backend's own 4xx refusal of a policy-shaped request is `UnservableRequest` too.
 - `RequestQuarantine`: a backend that fails (5xx, or the connection drops) right after a
   policy-shaped request is not sent that request again, nor is any other backend: the request
   is remembered (by digest) and refused from then on. One request costs at most one backend
   call, never the fleet. A control request on the same backend then decides the blame: served,
-  the request was at fault (the policy's doing); failed too, the backend is broken (infra).
+  the request was at fault (the policy's doing) and the backend stays in service; failed too,
+  the backend is broken (infra).
 """
 
 import hashlib
@@ -62,11 +63,14 @@ def check_token_ids(ids: Sequence[Any], vocab_size: int | None) -> None:
 
 def failed_on_request(exc: BackendError) -> bool:
     """Whether a backend failed right after receiving the request: a 5xx (not a pause) or a
-    dropped connection. A timeout is a slow backend, and a backend nobody could connect to never
-    got the request: neither failure is the request's."""
+    dropped connection. A timeout is a slow backend, a backend nobody could connect to never
+    got the request, and a malformed answer (not retryable) is the backend's own fault: none
+    of these is the request's."""
     if isinstance(exc, BackendPaused) or exc.timed_out or not exc.sent:
         return False
-    return exc.status is None or exc.status >= 500
+    if exc.status is None:
+        return exc.retryable
+    return exc.status >= 500
 
 
 def refused_request(exc: BackendError) -> bool:

@@ -22,6 +22,9 @@ class Policy:
     max_policy_lag: int | None = None
     """Jobs whose version of this policy lags the current one by more are not started."""
     gate: GenerationGate = field(default_factory=GenerationGate)
+    lag_from_resume: bool = False
+    """A resume set `max_policy_lag`: it is persisted with the pause state and outlives a
+    restart (a configured bound alone is read from the settings anew)."""
 
 
 class Policies:

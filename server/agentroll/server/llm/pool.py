@@ -155,14 +155,18 @@ class BackendPool:
             ok, error = False, f"/health failed: {exc}"
         if ok:
             backend._failed_probes = 0
-            if not backend.healthy:
-                backend.healthy = True
-                self._notify()
+            self.mark_up(backend)
             return
         backend._failed_probes += 1
         backend.last_error = error
         if backend._failed_probes >= 2:
             backend.healthy = False
+
+    def mark_up(self, backend: Backend) -> None:
+        """The backend answered (a probe, a control request): route to it again."""
+        if not backend.healthy:
+            backend.healthy = True
+            self._notify()
 
     async def probe_forever(self, interval_s: float, paused: Callable[[Backend], bool]) -> None:
         """The health-check loop (runs for the server's life). A backend whose policy is paused

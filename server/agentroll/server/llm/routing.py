@@ -120,7 +120,7 @@ class RoutedCalls:
         *,
         gated: bool = False,
         shaped: Shaped | None = None,
-        vet: Callable[[Backend], None] | None = None,
+        vet: Callable[[int | None], None] | None = None,
     ) -> tuple[Any, Backend, Flight | None]:
         """Run one backend call, retrying on another backend while nothing was committed.
 
@@ -151,8 +151,8 @@ class RoutedCalls:
                     if flight is not None:
                         backend = self._rechoose(backend, tried)  # a pause may have changed it
                         flight.backend_id = backend.id
-                    if vet is not None:
-                        vet(backend)
+                    if vet is not None:  # SGLang's is read once, within its detection timeout
+                        vet(await backend.client.vocab_size())
                     result = await self._try(backend, fn, flight)
             except BackendPaused as exc:
                 await paused.wait_out(exc)
@@ -190,12 +190,14 @@ class RoutedCalls:
         self, backend: Backend, control: Callable[[BackendClient], Any], gated: bool
     ) -> bool:
         """Whether `backend` still serves a request nobody shaped (through the gate like any
-        generation, bounded by the request timeout)."""
+        generation, bounded by the request timeout). Served, the backend is routed to again
+        (a dropped connection marked it down): the request is quarantined, not the backend."""
         try:
             async with self._attempt(gated) as flight:
                 await self._try(backend, control, flight)
         except (BackendError, GenerationAborted, ContextLengthExceeded):
             return False
+        self._pool.mark_up(backend)
         return True
 
 

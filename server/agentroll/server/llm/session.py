@@ -348,7 +348,7 @@ class TokenSession(RoutedCalls):
             )
             if shaped
             else None,
-            vet=lambda backend: check_token_ids(prompt_ids, backend.client.vocab_size),
+            vet=lambda vocab_size: check_token_ids(prompt_ids, vocab_size),
         )
         assert flight is not None
         self._gate.load.record(len(prompt_ids), len(completion.token_ids))

@@ -114,9 +114,10 @@ class SGLangClient:
         raise_for_status(path, response)
         return response.body
 
-    @property
-    def vocab_size(self) -> int | None:
-        """Known once a tokenizer is (given, or loaded from the server's `tokenizer_path`)."""
+    async def vocab_size(self) -> int | None:
+        """From the tokenizer given, or loaded from the `tokenizer_path` the server reports
+        (read on first use, before any generation request is sent)."""
+        await self._ensure_detected()
         return None if self.tokenizer is None else self.tokenizer.vocab_size
 
     # -- discovery ------------------------------------------------------------------------

@@ -116,8 +116,7 @@ class VLLMClient:
         raise_for_status(path, response)
         return response.body
 
-    @property
-    def vocab_size(self) -> int | None:
+    async def vocab_size(self) -> int | None:
         return None if self._tokenizer is None else self._tokenizer.vocab_size
 
     # -- discovery ------------------------------------------------------------------------

@@ -84,6 +84,8 @@ class RolloutProxy:
         self._limits = limits
         self._max_sampled = min(limits.max_sampled_tokens or max_sampled_tokens, max_sampled_tokens)
         self._context_tokens = context_tokens
+        self._model_len: int | None = None
+        """The model's context as the backend reported it with a tokenization."""
         self._parser = parser
         self._label = label or "rollout"
         self._key = "arp-" + secrets.token_urlsafe(24)
@@ -290,6 +292,7 @@ class RolloutProxy:
         expectations = await self.book.expectations(EXPECTATION_WAIT_S)
         self.calls[index]["backend_s"] = time.monotonic() - began  # grown by _generate
         placement = self.book.place(index, canonical.token_ids, req.tools, expectations)
+        self._model_len = canonical.max_model_len or self._model_len
         limit = self._context_tokens or canonical.max_model_len
         pieces, text, finish = await self._generate(
             index, placement, req.max_tokens, req.stop, limit
@@ -313,8 +316,9 @@ class RolloutProxy:
         began = time.monotonic()
         index = self._new_call("completion", req.stream)
         placement = self.book.place(index, req.prompt_ids, [], None)
+        limit = self._context_tokens or self._model_len  # a longer prompt is never sent
         pieces, text, finish = await self._generate(
-            index, placement, req.max_tokens, req.stop, self._context_tokens
+            index, placement, req.max_tokens, req.stop, limit
         )
         self.book.commit(index, placement, pieces, placement.chain.messages)
         sampled = sum(len(p.token_ids) for p in pieces)

@@ -167,7 +167,11 @@ class JobView(BaseModel):
     state: JobState
     submitted_at: float
     finished_at: float | None = None
-    attempts: int = Field(1, description="Starts of this job, restarts included.")
+    attempts: int = Field(
+        0,
+        description="Attempts of this job that started (entered INIT), restarts included; 0 "
+        "while it waits in the queue. A requeue after a restart is spent only by such an attempt.",
+    )
     timing: Timing = Field(default_factory=Timing)
     result: Trajectory | None = None
 
