@@ -108,5 +108,5 @@ def blamed(
             f"everyone: {control.detail[-1500:]}",
             cause=failure.cause,
         ) from failure
-    return Reward(0.0, {**info, "reason": reason, "failure": str(failure)[-2000:],
-                        "control": control.info()})  # fmt: skip
+    blame = {"reason": reason, "failure": str(failure)[-2000:], "failure_cause": failure.cause}
+    return Reward(0.0, {**info, **blame, "control": control.info()})
