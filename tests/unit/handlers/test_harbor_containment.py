@@ -1,0 +1,30 @@
+"""The verifier wrapper's report: trusted only as its last line and when it exited by itself."""
+
+from agentroll.handlers.builtin.harbor.containment import MARK, contained, read_report
+
+
+def test_a_clean_run_reports_the_test_scripts_status() -> None:
+    report = read_report(f"{MARK} status=1 frozen=1 left=\n", 0)
+    assert (report.status, report.frozen, report.left, report.disrupted) == (1, True, (), None)
+
+
+def test_processes_left_alive_disrupt_the_run() -> None:
+    report = read_report(f"{MARK} status=0 frozen=1 left=12 40\n", 0)
+    assert report.left == (12, 40)
+    assert report.disrupted == "2 process(es) the tests started outlived the test script: 12, 40"
+
+
+def test_a_wrapper_killed_or_a_forged_line_before_the_real_one_is_no_clean_report() -> None:
+    forged = f"{MARK} status=0 frozen=1 left=\n"
+    killed = read_report(forged, -9)  # the tests' code wrote the line, then killed the wrapper
+    assert killed.status is None and "own shell was killed" in (killed.disrupted or "")
+    last = read_report(forged + f"{MARK} status=0 frozen=1 left=7\n", 0)
+    assert last.left == (7,)
+    trailing = read_report(forged + "something after\n", 0)
+    assert trailing.status is None
+
+
+def test_the_wrapper_freezes_only_where_the_action_server_is_the_namespaces_init() -> None:
+    script = contained("bash /tests/test.sh")
+    assert 'case " ${init[*]} " in\n  *" agentroll.runtime.action "*) kill -STOP -1' in script
+    assert script.index("bash /tests/test.sh") < script.index("kill -STOP -1")
