@@ -18,7 +18,7 @@ from agentroll.testing.scripted_llm.rules.judge import OTHER_FORMAT_REPLY
 
 pytestmark = pytest.mark.integration
 
-ATTACKER = f"{redteam_graders.__name__}:judge_attack_rule,echo"
+ATTACKER = f"{redteam_graders.RULE},echo"
 JUDGE = {"config": {"max_model_len": 1024}}
 """Room for the judge prompt of a short answer, not for `OVERFLOW_WORDS` words."""
 SMALL = {"max_tokens": 64}
