@@ -8,9 +8,11 @@ leaked a process.
 """
 
 import asyncio
+import contextlib
 import json
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -245,10 +247,18 @@ async def _leftovers(seen: set[str], timeout_s: float = 30) -> set[int]:
 
 
 async def run_batch(
-    workdir: Path, attacks: dict[str, tuple[str, dict[str, Any]]], honest: int
+    workdir: Path,
+    attacks: dict[str, tuple[str, dict[str, Any]]],
+    honest: int,
+    *,
+    policy: str = POLICY,
+    judges: Mapping[str, tuple[list[str], dict[str, Any]]] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> BatchResult:
     """Every attack and `honest` honest rollouts through a real `agentroll serve` process
-    (and a `scripted-llm` one), so `/healthz` measures the server's own event loop."""
+    (and a `scripted-llm` one playing `policy`), so `/healthz` measures the server's own
+    event loop. `judges`: more `scripted-llm` processes, by backend id: their extra arguments
+    and registration fields (tags, policy). `env`: added to the server's environment."""
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     state_dir = workdir / "sandboxes"
     jobs = [
@@ -257,14 +267,25 @@ async def run_batch(
     ] + honest_jobs(honest)
     seen: set[str] = set()
     stop, worst = asyncio.Event(), [0.0]
-    llm_args = ["scripted-llm", "--port", "0", "--policy", POLICY, "--wrong-rate", "0"]
+    llm_args = ["scripted-llm", "--port", "0", "--policy", policy, "--wrong-rate", "0"]
     serve_args = ["serve", "--port", "0", "--db", str(workdir / "agentroll.db")]
-    with (
-        agentroll_process(llm_args, workdir, "llm", nice=REMOTE_NICE) as llm,
-        agentroll_process(serve_args, workdir, "server", env=_server_env(workdir)) as server,
-    ):
+    server_env = {**_server_env(workdir), **(env or {})}
+    with contextlib.ExitStack() as stack:
+        llm = stack.enter_context(agentroll_process(llm_args, workdir, "llm", nice=REMOTE_NICE))
+        registrations = [{"id": "scripted", "base_url": llm.url}]
+        for backend_id, (args, fields) in (judges or {}).items():
+            judge = stack.enter_context(
+                agentroll_process(
+                    ["scripted-llm", "--port", "0", *args], workdir, backend_id, nice=REMOTE_NICE
+                )
+            )
+            registrations.append({"id": backend_id, "base_url": judge.url, **fields})
+        server = stack.enter_context(
+            agentroll_process(serve_args, workdir, "server", env=server_env)
+        )
         async with AsyncRolloutClient(server.url, timeout_s=120) as client:
-            await client.add_backend({"id": "scripted", "base_url": llm.url})
+            for registration in registrations:
+                await client.add_backend(registration)
             watcher = asyncio.create_task(_watch_healthz(server.url, stop, worst))
             try:
                 await client.submit(jobs)

@@ -5,7 +5,9 @@ process it leaves behind could rewrite `reward.txt` after the test script wrote 
 moment before the server stops the sandbox's processes; one that kills the test script leaves
 no reward at all. So the test script runs under a small bash wrapper, which:
 
-1. notes the processes alive before the tests start (after the agent's were killed: the
+1. closes every descriptor but 0-2 (an exec helper can leave the server's ends of its
+   output pipes open there: a frozen process holding one would keep the exec from ending),
+   and notes the processes alive before the tests start (after the agent's were killed: the
    action server, the wrapper itself);
 2. runs the test script and, the instant it exits, sends SIGSTOP to every process of the
    sandbox's PID namespace (`kill -STOP -1`: all but the namespace's init, the action server,
@@ -42,6 +44,10 @@ def contained(command: str) -> str:
     """A bash script running `command` (the test script, its redirections included) and then
     freezing and listing what it left (see the module docstring)."""
     return f"""
+for fd in /proc/$$/fd/*; do
+  fd=${{fd##*/}}
+  case "$fd" in 0|1|2) ;; *) eval "exec $fd>&-" 2>/dev/null ;; esac
+done
 before=" "
 for d in /proc/[0-9]*; do before="$before${{d#/proc/}} "; done
 {command}

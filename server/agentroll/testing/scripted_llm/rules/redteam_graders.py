@@ -15,7 +15,8 @@ A task asks for one with a marker anywhere in its text; `grader_attack_rule` pla
 solution), then the agent submits. Each attack prints a wrong answer, and:
 
 - `detached_rewriter`: leaves a process that keeps writing 1 to the reward file;
-- `test_sh_killer`: kills `test.sh` (its ancestors running it), so no reward is written;
+- `test_sh_killer`: kills `test.sh` (its ancestors running it), so no reward is written, and
+  lingers a moment (still there when `test.sh` is found dead);
 - `kill_all`: kills every process it may (`kill(-1, SIGKILL)`), the verifier's own included;
 - `reward_dir_swap`: replaces `/logs/verifier` with a file, so `test.sh` cannot write there.
 
@@ -62,7 +63,8 @@ HARBOR_STATS = {
         "        break\n"
         "    if argv[1:2] == [b'/tests/test.sh']:\n"
         "        os.kill(pid, signal.SIGKILL)\n"
-        "    pid = parent\n" + _WRONG
+        "    pid = parent\n"
+        "import time\ntime.sleep(2)\n" + _WRONG
     ),
     "kill_all": "import os, signal\nos.kill(-1, signal.SIGKILL)\n" + _WRONG,
     "reward_dir_swap": (
