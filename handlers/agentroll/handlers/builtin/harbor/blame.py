@@ -13,8 +13,11 @@ same way. Cached per task content (every file of the task folder) and `reward_ke
 - The control leaves processes too: the task's own tests leave them (a server they started, say):
   a disrupted run that still wrote its reward keeps that reward.
 
-A control that cannot finish within the rollout's deadline is not kept: this rollout is
-`infra_error`, and the next failure runs the control again.
+A control that cannot finish within what EVAL has left (its stage limit and the job's deadline)
+is not kept: this rollout is `infra_error` (`verifier_control_timeout`), and the next failure
+runs the control again. Until a task's control has run once, a policy that leaves EVAL too
+little time and breaks its verifier is resampled rather than scored 0: the control runs inside
+a rollout's own limits.
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from agentroll.handlers.builtin.harbor.verify import (
     tar_of,
     verify,
 )
-from agentroll.handlers.context import Reward, RolloutContext
+from agentroll.handlers.context import Reward
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import Sandbox
 
@@ -44,7 +47,7 @@ CONTROL_MARGIN_S = 30.0
 
 
 async def blame(
-    ctx: RolloutContext,
+    time_left: Callable[[], float],
     task: HarborTask,
     failure: VerifierFailed,
     open_control: Callable[[], Awaitable[Sandbox]],
@@ -58,7 +61,7 @@ async def blame(
         run = failure.run.info()
     key = content_key("harbor", await asyncio.to_thread(task_digest, task), reward_key)
     control = await CONTROLS.result(
-        key, lambda: control_run(ctx, task, open_control, reward_key=reward_key)
+        key, lambda: control_run(time_left, task, open_control, reward_key=reward_key)
     )
     tests_leave_processes = bool(control.facts.get("disrupted"))
     if kept is not None and control.passed and tests_leave_processes:
@@ -85,19 +88,20 @@ def task_digest(task: HarborTask) -> str:
 
 
 async def control_run(
-    ctx: RolloutContext,
+    time_left: Callable[[], float],
     task: HarborTask,
     open_control: Callable[[], Awaitable[Sandbox]],
     *,
     reward_key: str,
 ) -> ControlResult:
-    """The verifier's run on the reference solution (or the untouched environment)."""
+    """The verifier's run on the reference solution (or the untouched environment), within
+    `time_left()` (the seconds EVAL has left) less a margin."""
     answer = "untouched environment" if task.solution is None else "reference solution"
     sandbox = await open_control()
     try:
         if task.solution is not None:
-            await _solve(ctx, task, sandbox)
-        limit = max(1.0, min(task.verifier_timeout_s, _budget(ctx)))
+            await _solve(time_left, task, sandbox)
+        limit = max(1.0, min(task.verifier_timeout_s, time_left() - CONTROL_MARGIN_S))
         try:
             reward = await verify(sandbox, task, time_limit=lambda: limit, reward_key=reward_key)
         except VerifierFailed as exc:
@@ -118,7 +122,7 @@ async def control_run(
     return ControlResult(True, f"on the {answer}: reward {reward.value:g}", facts)
 
 
-async def _solve(ctx: RolloutContext, task: HarborTask, sandbox: Sandbox) -> None:
+async def _solve(time_left: Callable[[], float], task: HarborTask, sandbox: Sandbox) -> None:
     """Run the reference solution in the control's sandbox, then stop what it left."""
     assert task.solution is not None
     solution = task.solution
@@ -126,7 +130,7 @@ async def _solve(ctx: RolloutContext, task: HarborTask, sandbox: Sandbox) -> Non
     if made.exit_code != 0:
         raise InfraError(f"could not make {SOLUTION_DIR}: {made.stderr[-500:]}")
     await install_files(sandbox, task, lambda t: _solution_archive(t, solution), SOLUTION_DIR)
-    limit = max(1.0, min(task.agent_timeout_s or DEFAULT_TIMEOUT_S, _budget(ctx)))
+    limit = max(1.0, min(task.agent_timeout_s or DEFAULT_TIMEOUT_S, time_left() - CONTROL_MARGIN_S))
     script = f"{SOLUTION_DIR}/{solution.name}"
     solved = await sandbox.exec(["bash", "-c", f"bash {script} </dev/null"], timeout=limit)
     if solved.timed_out:
@@ -142,7 +146,3 @@ def _solution_archive(task: HarborTask, script: Path) -> bytes:
     files = {} if script.parent == task.root else folder_files(task.root, script.parent)
     files[script.name] = script
     return tar_of(files)
-
-
-def _budget(ctx: RolloutContext) -> float:
-    return ctx.time_left() - CONTROL_MARGIN_S

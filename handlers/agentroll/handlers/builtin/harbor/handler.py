@@ -31,6 +31,7 @@ image root is writable for the agent: use bubblewrap for untrusted policies.
 from __future__ import annotations
 
 import shlex
+import time
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +241,11 @@ class HarborHandler(ToolAgentHandler):
         sandbox = ctx.sandbox
         assert sandbox is not None, "INIT opens the sandbox"
         task, reward_key = self.task(ctx), self.spec(ctx).reward_key
+        started = time.monotonic()
+
+        def eval_left() -> float:
+            return min(ctx.time_left(), ctx.limits.eval_timeout_s - (time.monotonic() - started))
+
         try:
             reward = await verify(
                 sandbox,
@@ -249,13 +255,13 @@ class HarborHandler(ToolAgentHandler):
             )
         except VerifierFailed as failure:
             return await blame(
-                ctx, task, failure, lambda: self._control_sandbox(ctx), reward_key=reward_key
+                eval_left, task, failure, lambda: self._control_sandbox(ctx), reward_key=reward_key
             )
         disrupted = reward.info.get("verifier", {}).get("disrupted")
         if disrupted is None:
             return reward
         return await blame(
-            ctx,
+            eval_left,
             task,
             VerifierFailed(f"the verifier was disrupted: {disrupted}"),
             lambda: self._control_sandbox(ctx),
