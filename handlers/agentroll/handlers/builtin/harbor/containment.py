@@ -23,9 +23,9 @@ doing).
 
 The freeze works wherever the sandbox has a PID namespace of its own with the action server as
 its init (bubblewrap). Without one (the `local` runtime, Apptainer without `--pid`), `kill -1`
-would reach processes outside the sandbox, so the wrapper does not freeze (`frozen=0`): the
-leftovers are still listed and counted as a disruption, but the server's stop after the wrapper
-returns is what ends them, a short window in which they can still write. Use bubblewrap for
+would reach processes outside the sandbox and `/proc` lists the host's, so the wrapper neither
+freezes nor lists leftovers (`frozen=0`): the server's stop after the wrapper returns is what
+ends them, a short window in which they can still write, and only a killed wrapper is seen. Use bubblewrap for
 untrusted policies. A cgroup freezer would need the server to act from outside after the test
 script's exit reached it, a longer window than the wrapper's own instant; SIGSTOP needs none.
 """
@@ -58,7 +58,7 @@ case " ${{init[*]}} " in
   *" {ACTION_SERVER} "*) kill -STOP -1 2>/dev/null; frozen=1 ;;
 esac
 left=""
-for d in /proc/[0-9]*; do
+[ "$frozen" = 1 ] && for d in /proc/[0-9]*; do
   p=${{d#/proc/}}
   case "$before" in *" $p "*) continue ;; esac
   stat=""
