@@ -5,7 +5,8 @@ that outlived it: the tests may be broken, or the agent's code (which they run) 
 them. The control decides (`agentroll.handlers.builtin.control`): a fresh sandbox from the same
 image, the task's reference solution run in it (`solution/solve.sh` with its folder at
 `SOLUTION_DIR`; without one, the untouched environment), then the same verifier, contained the
-same way. Cached per task content (every file of the task folder) and `reward_key`.
+same way. Cached per task content (every file of the task folder), `reward_key` and prebuilt
+`image`.
 
 - The control gets a reward: the verifier works, so the policy's code broke it: reward 0,
   `verifier_disrupted` (it left processes or killed the wrapper) or `verifier_failed_on_answer`.
@@ -53,13 +54,15 @@ async def blame(
     open_control: Callable[[], Awaitable[Sandbox]],
     *,
     reward_key: str,
+    image: str | None = None,
     kept: Reward | None = None,
 ) -> Reward:
-    """The verdict on a failed run, or on a disrupted one (`kept`: the reward it read)."""
+    """The verdict on a failed run, or on a disrupted one (`kept`: the reward it read).
+    `image`: the prebuilt root filesystem the job named, if any (part of the control's key)."""
     run = kept.info.get("verifier") if kept is not None else None
     if failure.run is not None:
         run = failure.run.info()
-    key = content_key("harbor", await asyncio.to_thread(task_digest, task), reward_key)
+    key = content_key("harbor", await asyncio.to_thread(task_digest, task), reward_key, image)
     control = await CONTROLS.result(
         key, lambda: control_run(time_left, task, open_control, reward_key=reward_key)
     )

@@ -25,9 +25,10 @@ The freeze works wherever the sandbox has a PID namespace of its own with the ac
 its init (bubblewrap). Without one (the `local` runtime, Apptainer without `--pid`), `kill -1`
 would reach processes outside the sandbox and `/proc` lists the host's, so the wrapper neither
 freezes nor lists leftovers (`frozen=0`): the server's stop after the wrapper returns is what
-ends them, a short window in which they can still write, and only a killed wrapper is seen. Use bubblewrap for
-untrusted policies. A cgroup freezer would need the server to act from outside after the test
-script's exit reached it, a longer window than the wrapper's own instant; SIGSTOP needs none.
+ends them, a short window in which they can still write, and only a killed wrapper is seen.
+Use bubblewrap for untrusted policies. A cgroup freezer would need the server to act from
+outside once the test script's exit reached it, a longer window than the wrapper's own
+instant; SIGSTOP to the namespace needs no cgroup at all.
 """
 
 from __future__ import annotations

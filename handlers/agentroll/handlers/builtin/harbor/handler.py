@@ -240,7 +240,7 @@ class HarborHandler(ToolAgentHandler):
     async def eval(self, ctx: RolloutContext) -> Reward:
         sandbox = ctx.sandbox
         assert sandbox is not None, "INIT opens the sandbox"
-        task, reward_key = self.task(ctx), self.spec(ctx).reward_key
+        task, spec = self.task(ctx), self.spec(ctx)
         started = time.monotonic()
 
         def eval_left() -> float:
@@ -251,11 +251,16 @@ class HarborHandler(ToolAgentHandler):
                 sandbox,
                 task,
                 time_limit=lambda: verifier_time(ctx, task),  # once the tests are in place
-                reward_key=reward_key,
+                reward_key=spec.reward_key,
             )
         except VerifierFailed as failure:
             return await blame(
-                eval_left, task, failure, lambda: self._control_sandbox(ctx), reward_key=reward_key
+                eval_left,
+                task,
+                failure,
+                lambda: self._control_sandbox(ctx),
+                reward_key=spec.reward_key,
+                image=spec.image,
             )
         disrupted = reward.info.get("verifier", {}).get("disrupted")
         if disrupted is None:
@@ -265,7 +270,8 @@ class HarborHandler(ToolAgentHandler):
             task,
             VerifierFailed(f"the verifier was disrupted: {disrupted}"),
             lambda: self._control_sandbox(ctx),
-            reward_key=reward_key,
+            reward_key=spec.reward_key,
+            image=spec.image,
             kept=reward,
         )
 
