@@ -29,6 +29,10 @@ Grading: reward 1.0 when the text of the response's last message, stripped, equa
 | `seed_500` | (`/seed_session` answers HTTP 500) |
 
 `hang` and `drip` end when the server begins to shut down.
+
+An answer whose last message is `fake:<behaviour>` (one of `ANSWER_BEHAVIOURS`) plays it on
+`/verify` instead, for that answer only: the policy's work hanging or crashing a verifier that
+grades every other answer.
 """
 
 import asyncio
@@ -48,6 +52,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 COOKIE = "FakeResourcesServer___fake"
 OUTPUT_TYPES = frozenset({"message", "function_call", "function_call_output"})
 DRIP_BYTES = 3000
+BROKEN = ("hang", "drip", "not_json", "status_500", "huge")
+ANSWER_BEHAVIOURS = frozenset({*BROKEN, "nan", "no_reward", "judge_failed"})
 
 
 @dataclass
@@ -176,7 +182,10 @@ def create_app(fake: FakeResourcesServer | None = None) -> FastAPI:
             return fake.refuse("/verify", 422, problem)
         session.verified = True
         behaviour = str(session.row.get("fake", ""))
-        if behaviour in ("hang", "drip", "not_json", "status_500", "huge"):
+        said = (last_message_text(body["response"]) or "").strip()
+        if said.startswith("fake:") and said[5:] in ANSWER_BEHAVIOURS:
+            behaviour = said[5:]
+        if behaviour in BROKEN:
             return await _broken(fake, behaviour)
         return Response(json.dumps(misbehaviour(behaviour, body)), media_type="application/json")
 

@@ -8,6 +8,7 @@ leaked a process.
 """
 
 import asyncio
+import contextlib
 import json
 import signal
 import time
@@ -256,10 +257,14 @@ async def run_batch(
     *,
     policy: str = POLICY,
     requests: Mapping[str, Mapping[str, Any]] | None = None,
+    judges: Mapping[str, tuple[list[str], dict[str, Any]]] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> BatchResult:
     """Every attack and `honest` honest rollouts through a real `agentroll serve` process
-    (and a `scripted-llm` one playing `policy`), so `/healthz` measures the server's own event
-    loop. `requests`: more job fields (e.g. `limits`) for the attacks they name."""
+    (and a `scripted-llm` one playing `policy`), so `/healthz` measures the server's own
+    event loop. `requests`: more job fields (e.g. `limits`) for the attacks they name.
+    `judges`: more `scripted-llm` processes, by backend id: their extra arguments and
+    registration fields (tags, policy). `env`: added to the server's environment."""
     await asyncio.to_thread(workdir.mkdir, parents=True, exist_ok=True)
     state_dir = workdir / "sandboxes"
     more = requests or {}
@@ -271,12 +276,23 @@ async def run_batch(
     stop, worst = asyncio.Event(), [0.0]
     llm_args = ["scripted-llm", "--port", "0", "--policy", policy, "--wrong-rate", "0"]
     serve_args = ["serve", "--port", "0", "--db", str(workdir / "agentroll.db")]
-    with (
-        agentroll_process(llm_args, workdir, "llm", nice=REMOTE_NICE) as llm,
-        agentroll_process(serve_args, workdir, "server", env=_server_env(workdir)) as server,
-    ):
+    server_env = {**_server_env(workdir), **(env or {})}
+    with contextlib.ExitStack() as stack:
+        llm = stack.enter_context(agentroll_process(llm_args, workdir, "llm", nice=REMOTE_NICE))
+        registrations = [{"id": "scripted", "base_url": llm.url}]
+        for backend_id, (args, fields) in (judges or {}).items():
+            judge = stack.enter_context(
+                agentroll_process(
+                    ["scripted-llm", "--port", "0", *args], workdir, backend_id, nice=REMOTE_NICE
+                )
+            )
+            registrations.append({"id": backend_id, "base_url": judge.url, **fields})
+        server = stack.enter_context(
+            agentroll_process(serve_args, workdir, "server", env=server_env)
+        )
         async with AsyncRolloutClient(server.url, token=server.token, timeout_s=120) as client:
-            await client.add_backend({"id": "scripted", "base_url": llm.url})
+            for registration in registrations:
+                await client.add_backend(registration)
             watcher = asyncio.create_task(_watch_healthz(server.url, stop, worst))
             try:
                 await client.submit(jobs)

@@ -30,12 +30,13 @@ def judged(job_id: str, said: str, reference: str | None = "Paris", **judge: Any
 
 @asynccontextmanager
 async def judging(
-    agentroll_server: ServerFactory, judges: dict[str, dict[str, Any]]
+    agentroll_server: ServerFactory, judges: dict[str, dict[str, Any]], policy_rules: str = "echo"
 ) -> AsyncIterator[tuple[Any, RunningServer, dict[str, RunningServer], str]]:
-    """A server with the policy's backend and one scripted judge backend per entry of
-    `judges` (backend id -> its registration, plus `config` for the scripted backend)."""
+    """A server with the policy's backend (playing `policy_rules`) and one scripted judge
+    backend per entry of `judges` (backend id -> its registration, plus `config` for the
+    scripted backend)."""
     async with AsyncExitStack() as stack:
-        policy = await stack.enter_async_context(scripted_backend(0.0, policy="echo"))
+        policy = await stack.enter_async_context(scripted_backend(0.0, policy=policy_rules))
         backends = {}
         for backend_id, spec in judges.items():
             config = {"policy": "judge", **spec.pop("config", {})}

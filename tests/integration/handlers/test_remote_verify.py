@@ -18,6 +18,7 @@ from tests.integration.handlers.harness import (
     scripted_backend,
 )
 
+from agentroll.handlers.builtin.control import CONTROLS
 from agentroll.server.schema import Outcome, Trajectory
 from agentroll.server.serving import bind, start_in_loop, url_of
 from agentroll.testing.fake_resources_server import FakeResourcesServer, create_app
@@ -181,3 +182,44 @@ async def test_the_policy_backend_sees_only_the_policys_prompt(
         {"role": "system", "content": "Be terse."},
         {"role": "user", "content": "Repeat after me: 42"},
     ]
+
+
+async def test_an_answer_that_breaks_a_working_verifier_earns_zero(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """Blame by a control: the verifier hangs, crashes or reports a failure on the policy's
+    answer only; verified again with an empty answer, it works, so that is a 0 with the
+    reason. A verifier that hangs on every answer (the control too) stays infra_error."""
+    CONTROLS.clear()
+    runs = CONTROLS.runs
+    broken = {
+        "hang": "verifier_timeout",
+        "status_500": "verifier_http_error",
+        "nan": "verifier_bad_reward",
+        "judge_failed": "verifier_reported_failure",
+    }
+    jobs = [job(f"answer-{b}", "", f"fake:{b}") for b in broken]
+    jobs += [job("answer-hang-again", "", "fake:hang"), job("honest", "", "42")]
+    jobs.append(job("hangs-for-everyone", "", "fake:hang", "hang"))
+    async with verified_jobs(agentroll_server, tmp_path, jobs) as (results, _):
+        pass
+    honest = results["honest"]
+    assert (honest.outcome, honest.reward) == (Outcome.ok, 1.0), honest.error
+    for job_id, cause in [*((f"answer-{b}", c) for b, c in broken.items()),
+                          ("answer-hang-again", "verifier_timeout")]:  # fmt: skip
+        t = results[job_id]
+        info = t.reward_info
+        assert (job_id, t.outcome, t.reward, info.get("reason"), info.get("failure_cause")) == (
+            job_id, Outcome.ok, 0.0, "verifier_failed_on_answer", cause,
+        ), t.error  # fmt: skip
+        assert info["control"] == {
+            "passed": True,
+            "detail": "an empty answer was verified: reward 0",
+        }
+    everyone = results["hangs-for-everyone"]
+    assert (everyone.outcome, everyone.reward) == (Outcome.infra_error, None)
+    assert everyone.error is not None and everyone.error.type == "verifier_timeout"
+    assert "control answer too" in everyone.error.message
+    # One control per row and verifier: `answer-hang` and `answer-hang-again` share a row
+    # (the row holds the prompt), so five controls served the six failures.
+    assert CONTROLS.runs - runs == 5

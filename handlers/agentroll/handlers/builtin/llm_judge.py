@@ -20,8 +20,13 @@ Outcomes (`reward_info.reason` in brackets):
 - an answer carrying the score format (`Score: 10/10`): ok, 0 [`score_format_in_answer`],
   not judged;
 - no judge backend, a judge call that fails or times out: infra_error `judge_unavailable`;
-- a reply without a final score line: infra_error `judge_unparseable`, the end of the reply
-  in the error message and the reply (bounded) in `metadata.judge.raw`.
+- a reply without a final score line, or a judge prompt too long for the judge's context:
+  blamed by a control (`control.py`): the judge is asked once more, about the reference answer
+  (an empty answer without one), cached per task. Judged: the policy's answer broke the
+  judgment: ok, 0 [`judge_unparseable` / `judge_context_overflow`; the failure and the
+  control's result in `failure` and `control`]. Not judged either: infra_error
+  `judge_unparseable` / `judge_context_overflow`, naming both failures. The unparseable reply
+  (bounded) is in `metadata.judge.raw`.
 
 Prompt injection: the answer is delimited and the judge told it is untrusted (see
 `judge_prompt`), and an answer carrying the score format is not judged at all. A judge model
@@ -36,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentroll.handlers.base import parsed_instance
 from agentroll.handlers.builtin.answer_task import FreeTextAnswerHandler
+from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
 from agentroll.handlers.builtin.judge_prompt import (
     DEFAULT_RUBRIC,
     addresses_the_judge,
@@ -44,7 +50,7 @@ from agentroll.handlers.builtin.judge_prompt import (
     parse_score,
 )
 from agentroll.handlers.context import JudgeReply, Reward, RolloutContext
-from agentroll.handlers.errors import InfraError, LLMUnavailable
+from agentroll.handlers.errors import ContextLengthExceeded, InfraError, LLMUnavailable
 
 MAX_JUDGED_ANSWER_CHARS = 20_000
 """Longer answers are reward 0 unjudged: a judge prompt the policy made too long for the
@@ -113,10 +119,34 @@ class LLMJudgeHandler(FreeTextAnswerHandler):
             return Reward(0.0, {**info, "reason": "answer_too_long"})
         if addresses_the_judge(predicted):
             return Reward(0.0, {**info, "reason": "score_format_in_answer"})
-        spec = task.judge
-        messages = judge_messages(task.rubric, task.question, task.reference, predicted)
         try:
-            reply = await ctx.ask_judge(
+            reply = await self._judge(ctx, task, predicted)
+        except ContextLengthExceeded as exc:
+            failure = InfraError(
+                f"the judge prompt does not fit the judge's context: {exc}",
+                cause="judge_context_overflow",
+            )
+            return await self._blame(ctx, task, failure, "judge_context_overflow", info)
+        record = judgment_record(reply)
+        ctx.state[STATE_KEY] = record
+        score = parse_score(reply.text)
+        if score is None:
+            failure = InfraError(
+                f"the judge's reply (finish_reason {reply.finish_reason}) does not end with "
+                f"`Score: N/10`: {reply.text[-500:]!r}",
+                cause="judge_unparseable",
+            )
+            return await self._blame(ctx, task, failure, "judge_unparseable", info)
+        judge = {k: v for k, v in record.items() if k != "raw"}
+        return Reward(score / 10, {**info, "reason": "judged", "score": score, "judge": judge})
+
+    @staticmethod
+    async def _judge(ctx: RolloutContext, task: LLMJudgeInstance, answer: str) -> JudgeReply:
+        """The judge's reply on `answer`; `ContextLengthExceeded` if its prompt does not fit."""
+        spec = task.judge
+        messages = judge_messages(task.rubric, task.question, task.reference, answer)
+        try:
+            return await ctx.ask_judge(
                 messages,
                 tag=spec.tag,
                 policy=spec.policy,
@@ -125,17 +155,33 @@ class LLMJudgeHandler(FreeTextAnswerHandler):
             )
         except LLMUnavailable as exc:
             raise InfraError(f"the judge did not answer: {exc}", cause="judge_unavailable") from exc
-        record = judgment_record(reply)
-        ctx.state[STATE_KEY] = record
-        score = parse_score(reply.text)
-        if score is None:
-            raise InfraError(
-                f"the judge's reply (finish_reason {reply.finish_reason}) does not end with "
-                f"`Score: N/10`: {reply.text[-500:]!r}",
-                cause="judge_unparseable",
-            )
-        judge = {k: v for k, v in record.items() if k != "raw"}
-        return Reward(score / 10, {**info, "reason": "judged", "score": score, "judge": judge})
+
+    async def _blame(
+        self,
+        ctx: RolloutContext,
+        task: LLMJudgeInstance,
+        failure: InfraError,
+        reason: str,
+        info: dict[str, Any],
+    ) -> Reward:
+        """Re-ask the judge with the control answer (the reference, else an empty answer):
+        if that is judged, the policy's answer broke the judgment (0, `reason`)."""
+
+        async def control() -> ControlResult:
+            try:
+                reply = await self._judge(ctx, task, task.reference or "")
+            except ContextLengthExceeded as exc:
+                return ControlResult(False, f"the control's prompt does not fit either: {exc}")
+            score = parse_score(reply.text)
+            if score is None:
+                return ControlResult(False, f"the control's judgment is unparseable too: "
+                                            f"{reply.text[-500:]!r}")  # fmt: skip
+            return ControlResult(True, f"the control answer was judged Score: {score}/10")
+
+        key = content_key(
+            self.name, task.question, task.reference, task.rubric, task.judge.model_dump()
+        )
+        return blamed(failure, reason, await CONTROLS.result(key, control), info)
 
     def final_result(self, ctx: RolloutContext) -> dict[str, Any]:
         out = super().final_result(ctx)

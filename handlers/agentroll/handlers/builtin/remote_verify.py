@@ -18,6 +18,15 @@ How the `/verify` answer maps onto outcomes (`failure_kind`, or NeMo Gym's own
 `_ng_failure_class` when it is absent, is the failure's kind):
 - a finite `reward` and no failure kind: ok, the reward as given;
 - a failure kind in `policy_failure_kinds` (the policy's doing): ok, the reward as given;
+
+Everything below, once `/verify` saw the policy's work, is blamed by a control (`control.py`):
+the same row is verified once more with an empty answer (once per row and verifier settings,
+cached). If that gets a reward, the policy's work is what broke the verifier (it hung it,
+crashed it, made it report a failure): ok, 0 [`verifier_failed_on_answer`; the failure and the
+control's result in `failure` and `control`]. If the empty answer fails too, the verifier is
+broken for everyone: infra_error with the cause below, naming both failures. A failure of
+`/seed_session` (it sees only the row) is infra_error at once.
+
 - any other failure kind (NeMo Gym's `judge_failed` or `transient`, a kind we do not know),
   or a `failure_reason` in `infra_failure_reasons`: infra_error `verifier_reported_failure`;
 - `reward` missing, not a number, NaN or infinite: infra_error `verifier_bad_reward`;
@@ -42,7 +51,9 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, model_validator
 from agentroll.handlers.agent import AgentConfig
 from agentroll.handlers.base import parsed_instance
 from agentroll.handlers.builtin.answer_task import FreeTextAnswerHandler
+from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
 from agentroll.handlers.builtin.resources_client import (
+    SeedFailure,
     Verification,
     VerifierFailure,
     encoded,
@@ -180,6 +191,19 @@ def other_fields(answer: Mapping[str, Any], sent: Mapping[str, Any]) -> dict[str
     return out
 
 
+async def control_verification(task: RemoteVerifyInstance) -> ControlResult:
+    """The verifier on the control: the row with an empty answer (one empty message)."""
+    spec = task.verifier
+    model = str(task.row["responses_create_params"].get("model") or "policy")
+    body = encoded({**task.row, "response": response_object([], None, "", model)})
+    try:
+        verification = await verify_remotely(str(spec.url), task.row, body, spec.timeout_s)
+        reward = verdict(verification.answer, spec)
+    except VerifierFailure as exc:
+        return ControlResult(False, f"on an empty answer: {exc}")
+    return ControlResult(True, f"an empty answer was verified: reward {reward.value:g}")
+
+
 class RemoteVerifyHandler(FreeTextAnswerHandler):
     name = "remote_verify"
     instance_model = RemoteVerifyInstance
@@ -224,9 +248,18 @@ class RemoteVerifyHandler(FreeTextAnswerHandler):
         if len(body) - len(encoded(task.row)) > MAX_RESPONSE_BYTES:
             return Reward(0.0, {**shown, "reason": "response_too_large"})
         spec = task.verifier
-        verification = await verify_remotely(str(spec.url), task.row, body, spec.timeout_s)
+        try:
+            verification = await verify_remotely(str(spec.url), task.row, body, spec.timeout_s)
+            reward = verdict(verification.answer, spec)
+        except SeedFailure:
+            raise  # before the server saw the policy's work: never its doing
+        except VerifierFailure as failure:
+            control = await CONTROLS.result(
+                content_key(self.name, task.row, spec.model_dump(mode="json")),
+                lambda: control_verification(task),
+            )
+            return blamed(failure, "verifier_failed_on_answer", control, shown)
         ctx.state[STATE_KEY] = verification
-        reward = verdict(verification.answer, spec)
         sent = {**task.row, "response": None}
         reward.info = {
             **shown,

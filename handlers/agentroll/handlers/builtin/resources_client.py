@@ -13,7 +13,8 @@ Everything is bounded: each call by `timeout_s` as a whole (a server that drips 
 cannot stretch it), each answer body by `MAX_ANSWER_BYTES` plus twice the request (NeMo
 Gym's `/verify` echoes its request). Proxy settings from the
 environment are ignored. A server that is down, slow, answers an error status, too much or
-no JSON object raises `VerifierFailure` (an `InfraError`): the policy caused none of that.
+no JSON object raises `VerifierFailure` (an `InfraError`); `SeedFailure` when it happened
+before the server saw the policy's work (the handler then needs no control to blame it).
 """
 
 import asyncio
@@ -33,6 +34,10 @@ MAX_EXCERPT_CHARS = 500
 
 class VerifierFailure(InfraError):
     cause = "verifier_failed"
+
+
+class SeedFailure(VerifierFailure):
+    """`/seed_session` failed: it saw only the dataset row, never the policy's work."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,8 +129,13 @@ async def verify_remotely(
     async with httpx.AsyncClient(
         base_url=url, follow_redirects=False, trust_env=False, timeout=timeout_s
     ) as http:
-        status, data, cookies = await _post(http, "/seed_session", encoded(row), None, timeout_s)
-        _ok(status, data, "/seed_session")
+        try:
+            status, data, cookies = await _post(
+                http, "/seed_session", encoded(row), None, timeout_s
+            )
+            _ok(status, data, "/seed_session")
+        except VerifierFailure as exc:
+            raise SeedFailure(str(exc), cause=exc.cause) from exc
         cookie = _cookie_header(cookies)
         close_timeout = min(timeout_s, CLOSE_TIMEOUT_S)
         try:

@@ -17,7 +17,9 @@ and fills the working directory with what the image holds there. RUN is the buil
 loop (`bash`, `str_replace_editor`, `submit`) on `instruction.md`, for at most
 `[agent].timeout_sec`; the `harness` handler runs any harness preset on these tasks instead
 (`"evaluator": "harbor"`). EVAL is `verify.py`: the agent's processes gone, fresh `/tests`
-and `/logs/verifier`, the task's test script, Harbor's reward files.
+and `/logs/verifier`, the task's test script (its processes frozen the moment it exits,
+`containment.py`), Harbor's reward files; a verifier that failed or was disrupted is blamed
+by the task's control run (`blame.py`).
 
 Writable for the agent: the working directory (a tmpfs of `[environment].storage_mb`, default
 1 GiB, kept within `memory_mb`), `/tmp`, `/logs`; the rest of the image is read-only under
@@ -29,6 +31,7 @@ image root is writable for the agent: use bubblewrap for untrusted policies.
 from __future__ import annotations
 
 import shlex
+import time
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,7 @@ from agentroll.handlers.agent import AgentConfig, ToolAgentHandler
 from agentroll.handlers.agent.handler import DEFAULT_LIMITS, MiB
 from agentroll.handlers.base import parsed_instance
 from agentroll.handlers.builtin.harbor import source
+from agentroll.handlers.builtin.harbor.blame import blame
 from agentroll.handlers.builtin.harbor.task import (
     DEFAULT_WORKDIR,
     Environment,
@@ -45,10 +49,10 @@ from agentroll.handlers.builtin.harbor.task import (
     TaskFormatError,
     load_task,
 )
-from agentroll.handlers.builtin.harbor.verify import SCRATCH, verify
+from agentroll.handlers.builtin.harbor.verify import SCRATCH, VerifierFailed, verify
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.handlers.errors import InfraError
-from agentroll.runtime import Bind, Limits, SandboxSpec
+from agentroll.runtime import Bind, Limits, Sandbox, SandboxSpec
 from agentroll.runtime.imagemeta import read_image_meta
 from agentroll.runtime.images.dockerfile import TaskImage, build_task_image
 from agentroll.runtime.images.errors import ImageError
@@ -210,10 +214,14 @@ class HarborHandler(ToolAgentHandler):
 
     async def prepare(self, ctx: RolloutContext) -> None:
         """Copy what the image holds in the working directory into the (empty) workspace."""
-        if not ctx.state.get("harbor_seeded"):
-            return
         sandbox = ctx.sandbox
         assert sandbox is not None
+        await self._seed(ctx, sandbox)
+
+    @staticmethod
+    async def _seed(ctx: RolloutContext, sandbox: Sandbox) -> None:
+        if not ctx.state.get("harbor_seeded"):
+            return
         result = await sandbox.exec(
             ["sh", "-c", f"cp -a {shlex.quote(SEED_DIR)}/. ."], timeout=SEED_TIMEOUT_S
         )
@@ -223,15 +231,48 @@ class HarborHandler(ToolAgentHandler):
                 cause="workspace_seed",
             )
 
+    async def _control_sandbox(self, ctx: RolloutContext) -> Sandbox:
+        """A fresh sandbox of the task, as the agent's was before RUN (for `blame`)."""
+        sandbox = await ctx.open_sandbox(self.sandbox_spec(ctx))
+        await self._seed(ctx, sandbox)
+        return sandbox
+
     async def eval(self, ctx: RolloutContext) -> Reward:
         sandbox = ctx.sandbox
         assert sandbox is not None, "INIT opens the sandbox"
-        task = self.task(ctx)
-        return await verify(
-            sandbox,
+        task, spec = self.task(ctx), self.spec(ctx)
+        started = time.monotonic()
+
+        def eval_left() -> float:
+            return min(ctx.time_left(), ctx.limits.eval_timeout_s - (time.monotonic() - started))
+
+        try:
+            reward = await verify(
+                sandbox,
+                task,
+                time_limit=lambda: verifier_time(ctx, task),  # once the tests are in place
+                reward_key=spec.reward_key,
+            )
+        except VerifierFailed as failure:
+            return await blame(
+                eval_left,
+                task,
+                failure,
+                lambda: self._control_sandbox(ctx),
+                reward_key=spec.reward_key,
+                image=spec.image,
+            )
+        disrupted = reward.info.get("verifier", {}).get("disrupted")
+        if disrupted is None:
+            return reward
+        return await blame(
+            eval_left,
             task,
-            time_limit=lambda: verifier_time(ctx, task),  # once the tests are in place
-            reward_key=self.spec(ctx).reward_key,
+            VerifierFailed(f"the verifier was disrupted: {disrupted}"),
+            lambda: self._control_sandbox(ctx),
+            reward_key=spec.reward_key,
+            image=spec.image,
+            kept=reward,
         )
 
     def final_result(self, ctx: RolloutContext) -> dict[str, Any]:

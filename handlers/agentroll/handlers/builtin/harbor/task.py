@@ -6,7 +6,8 @@ Harbor (schema 1.x)::
     instruction.md       what the agent is told
     environment/         build context: Dockerfile (or [environment].docker_image)
     tests/test.sh        the verifier; writes /logs/verifier/reward.json or reward.txt
-    solution/solve.sh    optional reference solution (never shown to the agent)
+    solution/solve.sh    optional reference solution (never shown to the agent; the
+                         control run when a verifier fails, see `control.py`)
 
 Terminal-Bench 1 (``task.yaml``: ``instruction``, ``max_agent_timeout_sec``,
 ``max_test_timeout_sec``; ``Dockerfile`` at the top, ``run-tests.sh``, ``tests/``) maps onto the
@@ -67,6 +68,9 @@ class HarborTask:
     test_script: Path
     """Copied to /tests too and run there: `tests/test.sh` (Harbor) or `run-tests.sh`
     (Terminal-Bench 1)."""
+    solution: Path | None = None
+    """The reference solution's script (`solution/solve.sh`; Terminal-Bench 1:
+    `solution.sh`), run with its folder in place as the control of a failed verifier."""
     verifier_timeout_s: float = DEFAULT_TIMEOUT_S
     verifier_env: dict[str, str] = field(default_factory=dict)
     agent_timeout_s: float | None = None
@@ -122,6 +126,7 @@ def _harbor(root: Path) -> HarborTask:
         ),
         tests=tests,
         test_script=tests / "test.sh",
+        solution=_optional_file(root / "solution" / "solve.sh"),
         verifier_timeout_s=_seconds(verifier, "timeout_sec", "verifier", DEFAULT_TIMEOUT_S),
         verifier_env=_str_map(verifier, "env", "verifier"),
         agent_timeout_s=_seconds(agent, "timeout_sec", "agent", None),
@@ -149,6 +154,7 @@ def _terminal_bench_1(root: Path) -> HarborTask:
         environment=Environment(context=root, dockerfile=root / "Dockerfile", docker_image=None),
         tests=root / "tests" if (root / "tests").is_dir() else None,
         test_script=root / TB1_TESTS_SCRIPT,
+        solution=_optional_file(root / "solution.sh"),
         verifier_timeout_s=_seconds(config, "max_test_timeout_sec", "task.yaml", 180.0),
         agent_timeout_s=_seconds(config, "max_agent_timeout_sec", "task.yaml", None),
         metadata={k: config[k] for k in ("author_email", "difficulty", "category", "tags")
@@ -174,6 +180,10 @@ def _instruction(path: Path, root: Path) -> str:
     if not text:
         raise TaskFormatError(f"{path} is empty")
     return text
+
+
+def _optional_file(path: Path) -> Path | None:
+    return path if path.is_file() else None
 
 
 def _require_file(path: Path, root: Path) -> None:

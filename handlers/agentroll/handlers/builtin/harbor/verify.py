@@ -11,22 +11,28 @@ alive. Here, in order (the pipeline has already killed every process the agent s
 2. Only then are the task's tests copied to `/tests`.
 3. The test script runs under the sandbox's limits, its output to
    `/logs/verifier/test-stdout.txt`, bounded by `[verifier].timeout_sec`, with a fresh
-   `HOME` (`/logs/home`) and Python's user site off: the agent's working directory is the
-   sandbox's `HOME` during RUN, and a `~/.local/.../x.pth` or `~/.bashrc` planted there must
-   not run inside the verifier.
-4. Every process the tests started is killed before anything is read, so nothing they
-   started (the agent's code, say) can write the reward or the output afterwards.
+   `HOME` (`/logs/home`), Python's user site off and `PYTHONSAFEPATH=1` (the agent's working
+   directory is the sandbox's `HOME` during RUN, and the tests often run from it: a
+   `~/.local/.../x.pth`, a `~/.bashrc` or a module named like a stdlib one planted there must
+   not run inside the verifier).
+4. The moment the test script exits, every process the tests started is frozen
+   (`containment.py`), then killed before anything is read, so nothing they started (the
+   agent's code, say) can write the reward or the output afterwards. A process still alive at
+   that moment, or a wrapper the tests killed, marks the run `disrupted`.
 5. `reward.json` (a flat object of numbers), else `reward.txt` (one number), is read as
    Harbor reads it. Terminal-Bench 1 tasks are graded from pytest's printed summary instead.
 
-Outcomes: a reward file that is missing, empty or malformed is `infra_error` with the end of
-the test output (the verifier did not do its job; 0 would train on a broken task). A verifier
-that outruns its time limit scores 0 (`verifier_timeout`): the agent's code under test is what
-usually hangs, and a policy must not learn that hanging the tests avoids a low reward.
+Outcomes: a reward file that is missing, empty or malformed raises `VerifierFailed` with the
+end of the test output; the handler blames it, and a disrupted run, with a control (the
+reference solution's run). A verifier that outruns its time limit scores 0
+(`verifier_timeout`): the agent's code under test is what usually hangs, and a policy must not
+learn that hanging the tests avoids a low reward.
 
 What this cannot fix: code the tests execute (the agent's program) runs with the verifier's
 rights while the tests run, as in Harbor; a test script should write its reward from what the
-tests reported, after they finished.
+tests reported, after they finished. What a task's own `[verifier].env` or test script sets
+wins over the variables above (a test script that unsets `PYTHONSAFEPATH`, or runs
+`python -c` with the working directory on its path, chooses to import what the agent wrote).
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentroll.handlers.builtin.harbor.containment import contained, read_report
 from agentroll.handlers.builtin.harbor.task import HarborTask
 from agentroll.handlers.context import Reward
 from agentroll.handlers.errors import InfraError
@@ -62,6 +69,15 @@ SETUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
 
 VERIFIER_HOME = f"{LOGS_DIR}/home"
+VERIFIER_ENV = {
+    "TEST_DIR": TESTS_DIR,
+    "HOME": VERIFIER_HOME,
+    "PYTHONNOUSERSITE": "1",
+    # `python -m pytest` run from the agent's working directory would put it first on
+    # sys.path: a module planted there (named like a stdlib or pytest-dependency module)
+    # would run inside the verifier.
+    "PYTHONSAFEPATH": "1",
+}
 _RESET = f"""
 for d in {TESTS_DIR} {LOGS_DIR}; do
   chmod -R u+rwX "$d" 2>/dev/null
@@ -90,9 +106,15 @@ _RESULT = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED) (\S+)", re.MUL
 @dataclass(frozen=True)
 class VerifierRun:
     exit_code: int | None
+    """The test script's exit status."""
     timed_out: bool
     seconds: float
     output_tail: str
+    disrupted: str | None = None
+    """Why the run cannot be trusted: the tests left processes alive, or killed the wrapper
+    (`containment.py`); None when it can."""
+    frozen: bool = False
+    """Whether the tests' processes were frozen the moment the test script exited."""
 
     def info(self) -> dict[str, Any]:
         return {
@@ -100,13 +122,20 @@ class VerifierRun:
             "timed_out": self.timed_out,
             "seconds": round(self.seconds, 3),
             "output_tail": self.output_tail,
+            "disrupted": self.disrupted,
+            "frozen": self.frozen,
         }
 
 
 class VerifierFailed(InfraError):
-    """The verifier did not produce a usable reward: the task or its tests are broken."""
+    """The verifier did not produce a usable reward: the task or its tests are broken, or the
+    code they ran broke them (the handler's control tells which)."""
 
     cause = "verifier_failed"
+
+    def __init__(self, message: str, run: VerifierRun | None = None) -> None:
+        super().__init__(message)
+        self.run = run
 
 
 async def verify(
@@ -134,28 +163,45 @@ async def verify(
 
 async def install_tests(sandbox: Sandbox, task: HarborTask) -> None:
     """Copy the task's tests (and its test script) into /tests, modes kept, as one tar."""
+    await install_files(sandbox, task, tests_archive, TESTS_DIR)
+
+
+async def install_files(
+    sandbox: Sandbox, task: HarborTask, archive_of: Callable[[HarborTask], bytes], dest: str
+) -> None:
+    """Unpack `archive_of(task)` into the (existing) folder `dest` of the sandbox."""
     try:
-        archive = await asyncio.to_thread(tests_archive, task)
+        archive = await asyncio.to_thread(archive_of, task)
     except OSError as exc:
-        raise InfraError(f"could not read the tests: {exc}", cause="verifier_setup") from exc
+        raise InfraError(f"could not read the task's files: {exc}", cause="verifier_setup") from exc
     result = await sandbox.exec(
-        ["tar", "-x", "--no-same-owner", "-C", TESTS_DIR], timeout=SETUP_TIMEOUT_S, input=archive
+        ["tar", "-x", "--no-same-owner", "-C", dest], timeout=SETUP_TIMEOUT_S, input=archive
     )
     if result.exit_code != 0:
         detail = (result.stderr or result.stdout)[-2000:]
-        raise InfraError(f"could not copy the tests in: {detail}", cause="verifier_setup")
+        raise InfraError(f"could not copy the task's files in: {detail}", cause="verifier_setup")
 
 
 def tests_archive(task: HarborTask) -> bytes:
     """The tests folder and the test script as a tar (files inside the task folder only)."""
-    root = task.root.resolve()
-    files: dict[str, Path] = {}
-    if task.tests is not None:
-        for path in sorted(task.tests.rglob("*")):
-            real = path.resolve()
-            if real.is_file() and real.is_relative_to(root):
-                files[path.relative_to(task.tests).as_posix()] = real
+    files = folder_files(task.root, task.tests)
     files[task.test_script.name] = task.test_script
+    return tar_of(files)
+
+
+def folder_files(root: Path, folder: Path | None) -> dict[str, Path]:
+    """The files of `folder` by their path in it, those that resolve inside `root` only."""
+    inside = root.resolve()
+    files: dict[str, Path] = {}
+    if folder is not None:
+        for path in sorted(folder.rglob("*")):
+            real = path.resolve()
+            if real.is_file() and real.is_relative_to(inside):
+                files[path.relative_to(folder).as_posix()] = real
+    return files
+
+
+def tar_of(files: dict[str, Path]) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
         for name, path in files.items():
@@ -171,20 +217,30 @@ async def _run_tests(
     sandbox: Sandbox, task: HarborTask, timeout_s: float, read_bytes: int
 ) -> tuple[VerifierRun, str]:
     """The run, and the last `read_bytes` of its output."""
-    env = {"TEST_DIR": TESTS_DIR, "HOME": VERIFIER_HOME, "PYTHONNOUSERSITE": "1"}
-    env |= task.verifier_env
+    env = {**VERIFIER_ENV, **task.verifier_env}
     script = f"{TESTS_DIR}/{task.test_script.name}"
-    command = f"exec env {shlex.join(f'{k}={v}' for k, v in env.items())} bash {script}"
+    command = f"env {shlex.join(f'{k}={v}' for k, v in env.items())} bash {script}"
+    wrapper = contained(f"{command} >{OUTPUT_FILE} 2>&1 </dev/null")
     result = await sandbox.exec(
-        ["bash", "-c", f"{command} >{OUTPUT_FILE} 2>&1 </dev/null"],
+        ["bash", "-c", wrapper],
         timeout=grading_wall_s(timeout_s, reserve_s=STOP_TIMEOUT_S + 2 * SETUP_TIMEOUT_S),
         cpu_limit_s=timeout_s,
     )
-    # Before anything is read: nothing the tests started may write the reward or the output.
+    # Frozen by the wrapper; now killed before anything is read: nothing the tests started
+    # may write the reward or the output.
     await sandbox.stop_agent(timeout=STOP_TIMEOUT_S)
     tail = await sandbox.exec(["tail", "-c", str(read_bytes), OUTPUT_FILE], timeout=SETUP_TIMEOUT_S)
     shown = tail.stdout[-OUTPUT_SHOWN_BYTES:]
-    return VerifierRun(result.exit_code, result.timed_out, result.duration_s, shown), tail.stdout
+    report = read_report(result.stdout, result.exit_code)
+    run = VerifierRun(
+        report.status,
+        result.timed_out,
+        result.duration_s,
+        shown,
+        None if result.timed_out else report.disrupted,
+        report.frozen,
+    )
+    return run, tail.stdout
 
 
 async def _reward_file(sandbox: Sandbox, run: VerifierRun) -> tuple[str, bytes]:
@@ -254,5 +310,5 @@ def _pytest_summary_reward(
 
 def _failed(message: str, run: VerifierRun) -> VerifierFailed:
     return VerifierFailed(
-        f"{message} (verifier exit {run.exit_code}); test output ends:\n{run.output_tail}"
+        f"{message} (verifier exit {run.exit_code}); test output ends:\n{run.output_tail}", run
     )

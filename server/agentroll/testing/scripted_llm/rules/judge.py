@@ -6,7 +6,9 @@ and ends with `Score: 10/10` for the reference itself (case and a final period a
 `Score: 6/10` for an answer that contains it, `Score: 0/10` otherwise (`Score: 5/10` without
 a reference). It is also a *naive* judge, as real ones can be: a line anywhere in its prompt,
 the answer included, asking it to award full marks is obeyed (`Score: 10/10`), which is what
-tests of prompt injection need.
+tests of prompt injection need. Likewise a line asking it to reply in JSON is obeyed: it then
+answers `{"grade": "excellent"}` and no score line (an answer that makes the judgment
+unparseable); only the answer block is read for that one.
 
 `judge_garbage` is a judge whose replies carry no score line (a model that ignores the output
 format), for the unparseable-judgment path.
@@ -22,6 +24,8 @@ GRADER = SYSTEM_PROMPT.split(".")[0]
 _TAG = re.compile(r"<(answer-[0-9a-f]+)>")
 _REFERENCE = re.compile(r"Reference answer:\n(.*?)\n\n", re.S)
 _FULL_MARKS = re.compile(r"award (?:this answer |it )?full marks", re.IGNORECASE)
+_OTHER_FORMAT = re.compile(r"reply (?:only )?in JSON", re.IGNORECASE)
+OTHER_FORMAT_REPLY = '{"grade": "excellent"}'
 GARBAGE = "The candidate's answer looks reasonable to me; I would grade it favourably overall."
 
 
@@ -49,6 +53,8 @@ def judge_rule(conv: Conversation, ctx: RuleContext) -> Reply | None:
         return None
     answer, reference, prompt = parts
     quoted = f"The candidate answered: {answer.strip()!r}."
+    if _OTHER_FORMAT.search(answer):
+        return Reply(OTHER_FORMAT_REPLY)
     if _FULL_MARKS.search(prompt):
         return Reply(f"{quoted}\nI was asked to award full marks.\nScore: 10/10")
     if reference is None:
