@@ -84,7 +84,14 @@ from pydantic import (
 
 from agentroll.handlers.agent import DEFAULT_LIMITS, ToolAgentHandler
 from agentroll.handlers.base import parsed_instance
-from agentroll.handlers.builtin import swe_infra, swe_log, swe_official, swe_pytest, swe_repo
+from agentroll.handlers.builtin import (
+    swe_infra,
+    swe_log,
+    swe_official,
+    swe_pytest,
+    swe_repo,
+    swe_shadow,
+)
 from agentroll.handlers.builtin.sandbox_files import UnreadableFile
 from agentroll.handlers.builtin.swe_repo import Git, PrivateIndex
 from agentroll.handlers.context import Reward, RolloutContext
@@ -97,6 +104,8 @@ SYSTEM_PROMPT = (
     "the source (not the tests) using str_replace_editor, check your fix, then call submit."
 )
 DEFAULT_TEST_CMD = "python -m pytest -rA -p no:cacheprovider --tb=no -q"
+MODULE_NAMES = "swe_module_names"
+"""`ctx.state` key: the INIT sandbox's module names (`"eval_mode": "same"`)."""
 
 
 # A shell-style pattern for repository paths, as `swe_infra.is_allowed` matches them.
@@ -196,7 +205,11 @@ class SweHandler(ToolAgentHandler):
         task = self.task(ctx)
         image = Path(task.image) if task.image else None
         return SandboxSpec(
-            image=image, workdir=task.workdir, limits=DEFAULT_LIMITS, label=ctx.job_id
+            image=image,
+            workdir=task.workdir,
+            scratch=(swe_repo.GRADER_SCRATCH,),
+            limits=DEFAULT_LIMITS,
+            label=ctx.job_id,
         )
 
     def task_prompt(self, ctx: RolloutContext) -> str:
@@ -222,19 +235,26 @@ class SweHandler(ToolAgentHandler):
         task = self.task(ctx)
         await self._checkout(ctx.sandbox, task)
         if task.eval_mode == "same":  # the runner must work before the agent touches anything
-            await self._probe(ctx.sandbox, task)
+            names = await self._probe(ctx.sandbox, task)
+            ctx.state[MODULE_NAMES] = sorted(names)
 
     @staticmethod
-    async def _probe(sandbox: Sandbox, task: SweInstance) -> None:
+    async def _probe(sandbox: Sandbox, task: SweInstance) -> frozenset[str]:
+        """Check the test runner; the names the sandbox's interpreter provides (both before
+        anything of the agent's is in the sandbox)."""
         if task.log_parser is None:
             await swe_pytest.probe(sandbox, task.test_cmd)
         elif task.pytest_report:
             await swe_log.probe(sandbox, task.test_cmd)
+        return await swe_shadow.module_names(sandbox, task.test_cmd)
 
     async def eval(self, ctx: RolloutContext) -> Reward:
         task = self.task(ctx)
         if ctx.sandbox is None:
             raise InfraError("the RUN sandbox is gone; cannot read the diff", cause="no_sandbox")
+        # EVAL starts once the agent's processes are gone: what it left in the grader's
+        # scratch goes, and the grader works there, never in the agent's /tmp or workspace.
+        await swe_repo.clear_scratch(ctx.sandbox)
         agent_git = await Git.isolated(ctx.sandbox)  # nothing of the agent's repository runs
         try:
             patch = await swe_repo.agent_diff(agent_git, task.base_commit)
@@ -247,21 +267,25 @@ class SweHandler(ToolAgentHandler):
         if task.eval_mode == "fresh":
             sandbox = await ctx.open_sandbox(self.sandbox_spec(ctx))
             await self._checkout(sandbox, task)
-            await self._probe(sandbox, task)
+            names = await self._probe(sandbox, task)
             git = Git.trusted(sandbox)
         else:
             sandbox, git = ctx.sandbox, agent_git
+            names = frozenset(ctx.state.get(MODULE_NAMES, ()))
         index = await PrivateIndex.create(git, task.base_commit)
         if task.test_patch and (await index.apply("tests", task.test_patch)).exit_code != 0:
             raise InfraError(
                 f"the test patch does not apply to {task.base_commit}", cause="test_patch_failed"
             )
+        test_files = set(swe_repo.patched_files(task.test_patch))
         if patch.strip():
-            refusal = await self._apply_agent_patch(git, index, task, patch, info)
-            if refusal is not None:
+            refusal = await self._apply_agent_patch(git, index, task, patch, info, names)
+            if isinstance(refusal, Reward):
                 return refusal
+            test_files.update(refusal)
+        # Every test file the diff touched goes back to base_commit, not only the test patch's.
+        await swe_repo.restore(git, task.base_commit, sorted(test_files))
         if task.test_patch:
-            await swe_repo.restore(git, task.base_commit, swe_repo.patched_files(task.test_patch))
             applied = await swe_repo.apply(git, task.test_patch)
             if applied.exit_code != 0:  # it applies to base_commit: the agent's changes block it
                 detail = applied.stderr.strip()[-300:]
@@ -303,10 +327,16 @@ class SweHandler(ToolAgentHandler):
 
     @staticmethod
     async def _apply_agent_patch(
-        git: Git, index: PrivateIndex, task: SweInstance, patch: str, info: dict[str, Any]
-    ) -> Reward | None:
+        git: Git,
+        index: PrivateIndex,
+        task: SweInstance,
+        patch: str,
+        info: dict[str, Any],
+        module_names: frozenset[str],
+    ) -> Reward | list[str]:
         """Inspect the agent's patch on the private index, then (fresh mode) apply it to the
-        worktree; the reward 0 if it does not apply or touches the test setup, else None."""
+        worktree; the reward 0 if it does not apply, touches the test setup or shadows a
+        module, else the test files it changes (to be reset)."""
         staged = await index.apply("agent", patch)
         if staged.exit_code != 0:
             return _unresolved(info, "patch_does_not_apply", staged.stderr.strip()[-300:])
@@ -318,11 +348,19 @@ class SweHandler(ToolAgentHandler):
             info["test_infrastructure_paths"] = refused
             detail = f"the diff changes the test setup: {', '.join(refused[:20])}"
             return _unresolved(info, "test_infrastructure_modified", detail)
+        shadowing = await swe_shadow.shadowing_changes(index, "agent", module_names)
+        if shadowing:
+            info["shadowing_paths"] = shadowing
+            detail = (
+                "the diff adds modules named like the interpreter's own: "
+                f"{', '.join(shadowing[:20])}"
+            )
+            return _unresolved(info, "shadows_module", detail)
         if task.eval_mode == "fresh":  # in "same" mode the worktree has it already
             applied = await swe_repo.apply(git, patch)
             if applied.exit_code != 0:
                 return _unresolved(info, "patch_does_not_apply", applied.stderr.strip()[-300:])
-        return None
+        return [c.path for c in changes if swe_repo.is_test_file(c.path)]
 
     def final_result(self, ctx: RolloutContext) -> dict[str, Any]:
         out = super().final_result(ctx)

@@ -1,0 +1,128 @@
+"""Modules of the agent's diff that would stand in for the interpreter's own: `shadows_module`.
+
+Python imports a top-level name from the first folder on `sys.path` that has it, and pytest
+puts the repository's folders in front of the interpreter's (the working directory, and the
+folder of each test module that is not inside a package). A `json.py`, `secrets.py` or
+`pluggy/__init__.py` the diff adds in such a folder would run inside the grading process the
+first time anything asks for that name: pytest itself, a plugin, the standard library. The
+grader's launcher (`swe_pytest_report`) takes its report channel and imports pytest before
+any such folder is on the path, but a module imported later still runs in pytest's process.
+
+So a diff is refused (reward 0, reason `shadows_module`, before anything of it runs) if, in
+the tree it leaves, a module or regular package sits in a folder that can be on the path and
+has a top-level name that the sandbox's interpreter already provides (its built-in and
+standard-library modules, and every module and package installed on its path), where the
+tree at `base_commit` had no such module. A folder can be on the path if it is the
+repository's root or has no `__init__.py`; a module inside a package (`pkg/json.py`) is
+`pkg.json` and shadows nothing.
+
+The names come from the sandbox's own interpreter (`module_names`), asked before the agent's
+diff is anywhere near it, never from the server's: its standard library and packages are the
+ones that can be shadowed.
+"""
+
+import json
+from collections.abc import Collection, Iterable
+from dataclasses import dataclass
+
+from agentroll.handlers.builtin import swe_pytest
+from agentroll.handlers.builtin.swe_repo import PrivateIndex, sh
+from agentroll.handlers.errors import InfraError
+from agentroll.runtime import Sandbox
+
+MODULE_SUFFIXES = (".py", ".pyc", ".pyw", ".so", ".pyd")
+NAMES_TIMEOUT_S = 120.0
+# Run with `-I`: neither the working directory nor $PYTHONPATH is on the path, so the names
+# are the interpreter's own. Folders without `__init__.py` count too: a namespace package of
+# an installed distribution (`google/`) is shadowed by a regular package of the same name.
+_NAMES_SCRIPT = """import json, os, pkgutil, sys
+here = os.path.realpath(os.getcwd())
+names = set(sys.builtin_module_names) | set(getattr(sys, "stdlib_module_names", ()))
+for entry in sys.path:
+    if not entry or not os.path.isdir(entry) or os.path.realpath(entry) == here:
+        continue
+    names.update(info[1] for info in pkgutil.iter_modules([entry]))
+    names.update(n for n in os.listdir(entry)
+                 if n.isidentifier() and os.path.isdir(os.path.join(entry, n)))
+print(json.dumps(sorted(names)))
+"""
+
+
+async def module_names(sandbox: Sandbox, test_cmd: str) -> frozenset[str]:
+    """Every top-level module name the interpreter of `test_cmd` provides in `sandbox` (its
+    `python -m pytest` interpreter; `python3` for a test script); `InfraError` if it cannot
+    tell."""
+    python = swe_pytest.interpreter(test_cmd) or "python3"
+    script, args = '"$1" -I -c "$2"', [python, _NAMES_SCRIPT]
+    done = await sh(sandbox, script, args=args, timeout=NAMES_TIMEOUT_S)
+    try:
+        names = json.loads(done.stdout) if done.exit_code == 0 else None
+    except ValueError:
+        names = None
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        detail = (done.stderr or done.stdout).strip()[-500:]
+        raise InfraError(
+            f"cannot list the modules of the sandbox's {python} (exit {done.exit_code}): {detail}",
+            cause="test_runner_failed",
+        )
+    return frozenset(names)
+
+
+@dataclass(frozen=True, slots=True)
+class TopLevel:
+    """A module or package a tree provides under `name` when `folder` is on the path."""
+
+    folder: str
+    name: str
+
+
+def top_level_modules(paths: Iterable[str]) -> dict[str, TopLevel]:
+    """{path: what it provides} for the files of a tree (paths relative to its root) that
+    are a top-level module, or a regular package's `__init__`, in a folder that can be on
+    the path (the root, or one without `__init__.py`)."""
+    files = [p for p in paths if "__pycache__" not in p.split("/")]
+    packages = {_parent(p) for p in files if _is_module(p) and _base(p).startswith("__init__.")}
+    out = {}
+    for path in files:
+        if not _is_module(path):
+            continue
+        if _base(path).startswith("__init__."):
+            package = _parent(path)
+            if not package:
+                continue
+            folder, name = _parent(package), _base(package)
+        else:
+            folder, name = _parent(path), _base(path).split(".", 1)[0]
+        if name.isidentifier() and (folder == "" or folder not in packages):
+            out[path] = TopLevel(folder, name)
+    return out
+
+
+def shadowing_paths(
+    base: Iterable[str], changed: Iterable[str], provided: Collection[str]
+) -> list[str]:
+    """The paths of tree `changed` that provide a name in `provided` on the path where tree
+    `base` provided none at that place, sorted."""
+    before = set(top_level_modules(base).values())
+    return sorted(
+        path
+        for path, top in top_level_modules(changed).items()
+        if top.name in provided and top not in before
+    )
+
+
+async def shadowing_changes(index: PrivateIndex, name: str, provided: Collection[str]) -> list[str]:
+    """`shadowing_paths` between the base commit and index `name` of `index`."""
+    return shadowing_paths(await index.paths("base"), await index.paths(name), provided)
+
+
+def _is_module(path: str) -> bool:
+    return _base(path).endswith(MODULE_SUFFIXES)
+
+
+def _parent(path: str) -> str:
+    return path.rsplit("/", 1)[0] if "/" in path else ""
+
+
+def _base(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
