@@ -26,7 +26,8 @@ FAIL_TO_PASS / PASS_TO_PASS may be JSON strings, as in the SWE-bench datasets. E
 (`patch`, `version`, `hints_text`, ...) are accepted and ignored: the agent sees only the
 problem statement and the repository.
 
-INIT checks the repository out at `base_commit` in the sandbox. RUN is the agent loop with
+INIT checks the repository out at `base_commit` in the sandbox, with that commit's ancestry
+and no other history (`swe_repo.strip_history`). RUN is the agent loop with
 `bash`, `str_replace_editor` and `submit`. EVAL takes the agent's diff (`git diff` against
 `base_commit`, new files included, at most 32 MiB) from the RUN sandbox, then grades it:
 
@@ -36,9 +37,12 @@ INIT checks the repository out at `base_commit` in the sandbox. RUN is the agent
 2. The test patch must apply to `base_commit` (checked on a private index).
 3. The diff is applied to a private index of `base_commit`; a diff that touches the test
    setup (conftest.py, pytest configuration, plugins, start-up hooks: `swe_infra`) is
-   refused unless the instance allows it. Only then is it applied to the worktree.
-4. The files the test patch touches are reset, the test patch is applied, and FAIL_TO_PASS +
-   PASS_TO_PASS run under pytest with the report plugin. Every one of them must be in the
+   refused unless the instance allows it, and so is one that adds a module named like one
+   the sandbox's interpreter provides where pytest imports top-level names (`swe_shadow`,
+   `shadows_module`). Only then is it applied to the worktree.
+4. The files the test patch touches and every test file the diff touches are reset, the test
+   patch is applied, and FAIL_TO_PASS + PASS_TO_PASS run under pytest, started from the
+   grader's launcher (`swe_pytest`). Every one of them must be in the
    report and pass, and pytest's exit status must agree with the report (`swe_pytest.judge`).
 
    An `eval_setup_cmd` runs after the test patch, with the grader's git environment (e.g.
@@ -52,6 +56,9 @@ for what makes that output honest. `swe_datasets` writes such instances from SWE
 
 Reward 1.0 only if all of that holds; otherwise 0 with `reason` (a short code) and `detail`
 in `reward_info`. The diff is the trajectory's `patch` artifact.
+
+The grader's own files live in a scratch tmpfs of every `swe` sandbox (`swe_repo`), emptied
+once the agent's processes are stopped: a full `/tmp` or workspace cannot fail grading.
 
 Outcomes: whatever the agent's diff causes (it does not apply, it touches the test setup, it
 blocks the test patch, the tests fail, hang, crash, break collection or never let pytest

@@ -21,8 +21,11 @@ As the launcher, it runs under `python -I`: no `PYTHON*` variable, no user site,
 the working directory nor this file's folder on `sys.path`, so the channel and pytest itself
 (with everything pytest imports at start) come from the interpreter's own library before any
 folder of the repository is on the path. Only then does it put the working directory and
-`$PYTHONPATH` in front of the path, as `python -m pytest` would, so the repository under test
-imports as it always did.
+`$PYTHONPATH` on the path, as `python -m pytest` would, but after the standard library's
+folders: no module of the repository can stand in for a standard one, whenever it is first
+imported, while the repository's own code still comes before an installed copy of it. (pytest
+itself puts the folders of test modules outside packages first: the `swe` grader resets
+every test file the diff touches and refuses modules named like installed ones, `swe_shadow`.)
 
 A test's status comes from pytest's own reports of its phases, the worst phase winning:
 "error" (setup or teardown failed), "failed" (the test failed), "skipped", "xfailed",
@@ -116,10 +119,18 @@ def pytest_sessionfinish(session):
 
 def _launch():
     # type: () -> int
-    """pytest with this module as a plugin, the repository's folders on the path as
-    `python -m pytest` puts them (the working directory, then `$PYTHONPATH`)."""
-    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    sys.path[0:0] = [os.getcwd(), *extra]
+    """pytest with this module as a plugin, and the repository's folders (the working
+    directory, then `$PYTHONPATH`, as `python -m pytest` has them) on the path after the
+    standard library's and before the installed packages'."""
+    repository = [os.getcwd()]
+    repository += [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    installed = [
+        i
+        for i, entry in enumerate(sys.path)
+        if os.path.basename(entry.rstrip(os.sep)) in ("site-packages", "dist-packages")
+    ]
+    at = installed[0] if installed else len(sys.path)
+    sys.path[at:at] = repository
     return int(pytest.main(sys.argv[1:], plugins=[sys.modules[__name__]]))
 
 
