@@ -132,7 +132,7 @@ async def test_the_graders_scratch_is_emptied_of_what_the_agent_left(sandbox: Sa
         f"chmod 0 {scratch}/locked/deep {scratch}/locked && "
         f"i=0; while head -c 16000000 /dev/zero > {scratch}/fill$i; do i=$((i+1)); done",
     )
-    await swe_repo.clear_scratch(sandbox)
+    assert await swe_repo.clear_scratch(sandbox)
     assert await _sh(sandbox, f"ls -A {scratch}") == ""
     await swe_repo.write_file(sandbox, f"{scratch}/grade-1/file", b"ours")
     assert await _sh(sandbox, f"cat {scratch}/grade-1/file") == "ours"

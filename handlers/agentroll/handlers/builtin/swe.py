@@ -261,7 +261,9 @@ class SweHandler(ToolAgentHandler):
             raise InfraError("the RUN sandbox is gone; cannot read the diff", cause="no_sandbox")
         # EVAL starts once the agent's processes are gone: what it left in the grader's
         # scratch goes, and the grader works there, never in the agent's /tmp or workspace.
-        await swe_repo.clear_scratch(ctx.sandbox)
+        if not await swe_repo.clear_scratch(ctx.sandbox):
+            detail = "what the agent left in the grader's scratch folder could not be removed"
+            return _unresolved({}, "grader_scratch_blocked", detail)
         agent_git = await Git.isolated(ctx.sandbox)  # nothing of the agent's repository runs
         try:
             patch = await swe_repo.agent_diff(agent_git, task.base_commit)
@@ -278,7 +280,12 @@ class SweHandler(ToolAgentHandler):
             git = Git.trusted(sandbox)
         else:
             sandbox, git = ctx.sandbox, agent_git
-            names = frozenset(ctx.state.get(MODULE_NAMES, ()))
+            known = ctx.state.get(MODULE_NAMES)  # INIT's, before the agent's changes
+            names = (
+                frozenset(known)
+                if known is not None
+                else await swe_shadow.module_names(sandbox, task.test_cmd)
+            )
         index = await PrivateIndex.create(git, task.base_commit)
         if task.test_patch and (await index.apply("tests", task.test_patch)).exit_code != 0:
             raise InfraError(

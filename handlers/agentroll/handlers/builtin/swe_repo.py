@@ -21,7 +21,8 @@ Everything the grader writes (its git directory, indexes, the diff, the test lau
 log) goes to `GRADER_SCRATCH`, a tmpfs of the sandbox's own that is neither `/tmp` nor the
 workspace: an agent that fills those cannot make grading fail. The agent could write there too
 while it ran, so `clear_scratch` empties it once every process of the agent is gone (EVAL
-starts after `stop_agent`), before the grader puts anything in it.
+starts after `stop_agent`), before the grader puts anything in it; what the agent left that
+cannot be removed is its own doing (reward 0, `grader_scratch_blocked`).
 
 `strip_history` leaves a repository with `base_commit`'s ancestry and nothing else: no other
 branch, tag, remote, reflog, stash, note or object (packed or loose) that a later commit, the
@@ -76,6 +77,7 @@ COMMIT_SCRIPT = (
 )
 GIT_TIMEOUT_S = 120.0
 SETUP_TIMEOUT_S = 600.0
+CLEAR_TIMEOUT_S = 300.0
 MAX_PATCH_BYTES = 32 << 20
 SYMLINK_MODE = "120000"
 _PATCHED_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
@@ -168,13 +170,14 @@ _CLEAR_SCRATCH = (
 )
 
 
-async def clear_scratch(sandbox: Sandbox) -> None:
+async def clear_scratch(sandbox: Sandbox) -> bool:
     """Empty the grader's scratch of whatever the agent left there (call once no process of
-    the agent runs); `InfraError` if something stays."""
+    the agent runs); whether it is empty now. It was empty when the sandbox started and only
+    the agent wrote there since: what cannot be removed (in `CLEAR_TIMEOUT_S`, say millions
+    of files) is the agent's doing."""
     script = f'{_CLEAR_SCRATCH}; [ -z "$(ls -A "$1")" ]'
-    done = await sh(sandbox, script, args=[GRADER_SCRATCH])
-    if done.exit_code != 0:
-        raise _failed("emptying the grader's scratch folder", done)
+    done = await sh(sandbox, script, args=[GRADER_SCRATCH], timeout=CLEAR_TIMEOUT_S)
+    return done.exit_code == 0
 
 
 def _failed(what: str, result: ExecResult) -> InfraError:
