@@ -6,7 +6,10 @@ The instance's `test_cmd` names the interpreter: `[VAR=value ...] PYTHON [option
 `PYTHON [options] -I <scratch>/agentroll_report_<random>.py ARGS`, a file in the grader's
 private scratch folder (`swe_repo.GRADER_SCRATCH`) that takes the report channel and imports
 pytest before any folder of the repository is on `sys.path` (`swe_pytest_report.py`). Any
-other form of `test_cmd` fails the probe: `infra_error`, before the agent's diff.
+other form of `test_cmd` fails the probe: `infra_error`, before the agent's diff. Under `-I`
+the interpreter reads no `PYTHON*` variable: the launcher applies `$PYTHONPATH` itself, the
+others (`PYTHONHASHSEED`, `PYTHONWARNINGS`, ...) have no effect; use interpreter options
+(`-W`, `-X`) in `test_cmd` instead.
 
 Statuses come only from the JSON report it writes to our exec's own stdout (pytest's output
 goes to a file), never from printed output or from a file a process of the sandbox could
