@@ -1,7 +1,8 @@
 """The `swe` grader's isolation in a real bubblewrap sandbox: the launcher keeps every module
 of the repository out of pytest's process until the report channel is taken (and standard ones
 out for good), a clone keeps nothing beyond `base_commit`'s ancestry, and the grader's scratch
-is emptied of whatever the agent left there."""
+is emptied of whatever the agent left there. The names that can be shadowed come from the
+sandbox's interpreter, and in `"eval_mode": "same"` from INIT, before the agent ran."""
 
 import shlex
 import shutil
@@ -10,10 +11,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from tests.conftest import ServerFactory
+from tests.integration.handlers.attacks import POLICY, attack_rules, job, marked, write
+from tests.integration.handlers.harness import rollout_service, run_jobs, scripted_backend
 
 from agentroll.handlers.agent import DEFAULT_LIMITS
-from agentroll.handlers.builtin import swe_pytest, swe_repo
+from agentroll.handlers.builtin import swe_pytest, swe_repo, swe_shadow
+from agentroll.handlers.builtin.swe import load_swe_tasks
 from agentroll.runtime import BwrapConfig, Sandbox, SandboxSpec
+from agentroll.server.schema import Outcome
 from agentroll.testing.scripted_llm.rules.redteam_swegrade import FORGER, HISTORY_SETUP
 
 pytestmark = [
@@ -136,3 +142,54 @@ async def test_the_graders_scratch_is_emptied_of_what_the_agent_left(sandbox: Sa
     assert await _sh(sandbox, f"ls -A {scratch}") == ""
     await swe_repo.write_file(sandbox, f"{scratch}/grade-1/file", b"ours")
     assert await _sh(sandbox, f"cat {scratch}/grade-1/file") == "ours"
+
+
+@pytest.mark.parametrize("test_cmd", ["python -m pytest -q", "set -e\npytest -rA tests/"])
+async def test_the_names_that_can_be_shadowed_come_from_the_sandboxs_interpreter(
+    sandbox: Sandbox, test_cmd: str
+) -> None:
+    """The standard library and what is installed, never the repository's own modules (the
+    interpreter of a test script: every Python 3 of the sandbox)."""
+    await sandbox.upload(f"{WORKDIR}/mypkg_of_the_repo/__init__.py", b"")
+    names = await swe_shadow.module_names(sandbox, test_cmd)
+    assert {"json", "secrets", "tempfile", "os", "sys", "pytest", "pluggy", "iniconfig"} <= names
+    assert "mypkg_of_the_repo" not in names
+
+
+TASK = load_swe_tasks()[0]  # textkit
+_EDIT = TASK.script["edit"]
+_SOURCE = swe_repo.bundled_repos()[TASK.instance["repo"]].files[_EDIT["path"]]
+FIX = write(_EDIT["path"], _SOURCE.replace(_EDIT["old"], _EDIT["new"]))
+SAME_MODE_ATTACKS = {
+    "json": [write("json.py", FORGER)],
+    "submodule": [FIX, write("textkit/json.py", "DUMPS = None\n")],
+}
+
+
+async def test_same_mode_refuses_shadowing_with_the_names_init_asked_for(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """In the agent's own sandbox the names come from INIT, before the agent ran."""
+    jobs = [
+        job(
+            f"same-{name}",
+            "swe",
+            {
+                **TASK.instance,
+                "eval_mode": "same",
+                "problem_statement": marked(TASK.instance["problem_statement"], name),
+            },
+        )
+        for name in SAME_MODE_ATTACKS
+    ]
+    async with (
+        scripted_backend(0.0, attack_rules(SAME_MODE_ATTACKS), policy=POLICY) as backend,
+        rollout_service(agentroll_server, tmp_path, backend) as client,
+    ):
+        results = await run_jobs(client, jobs, timeout_s=600)
+    refused, control = results["same-json"], results["same-submodule"]
+    assert (refused.outcome, refused.reward) == (Outcome.ok, 0.0), refused.error
+    assert refused.reward_info["reason"] == "shadows_module"
+    assert refused.reward_info["shadowing_paths"] == ["json.py"]
+    # The control: a submodule named `json` shadows nothing, and the fix beside it earns 1.
+    assert (control.outcome, control.reward) == (Outcome.ok, 1.0), control.error

@@ -48,21 +48,41 @@ print(json.dumps(sorted(names)))
 """
 
 
+# A test script names no interpreter: every Python 3 of the sandbox counts (on $PATH, and the
+# conda environments SWE-bench-style images run their tests in). One JSON list per line.
+_EVERY_PYTHON = """found=1
+for py in python3 python /opt/miniconda3/envs/*/bin/python /opt/conda/envs/*/bin/python; do
+  command -v "$py" >/dev/null 2>&1 || continue
+  "$py" -I -c "$1" 2>/dev/null && found=0
+done
+exit $found
+"""
+
+
 async def module_names(sandbox: Sandbox, test_cmd: str) -> frozenset[str]:
     """Every top-level module name the interpreter of `test_cmd` provides in `sandbox` (its
-    `python -m pytest` interpreter; `python3` for a test script); `InfraError` if it cannot
-    tell."""
-    python = swe_pytest.interpreter(test_cmd) or "python3"
-    script, args = '"$1" -I -c "$2"', [python, _NAMES_SCRIPT]
+    `python -m pytest` interpreter; for a test script, every Python 3 there); `InfraError`
+    if it cannot tell."""
+    python = swe_pytest.interpreter(test_cmd)
+    if python is not None:
+        script, args = '"$1" -I -c "$2"', [python, _NAMES_SCRIPT]
+    else:
+        script, args = _EVERY_PYTHON, [_NAMES_SCRIPT]
     done = await sh(sandbox, script, args=args, timeout=NAMES_TIMEOUT_S)
+    names: set[str] = set()
     try:
-        names = json.loads(done.stdout) if done.exit_code == 0 else None
+        for line in done.stdout.splitlines() if done.exit_code == 0 else ():
+            listed = json.loads(line)
+            if not isinstance(listed, list) or not all(isinstance(n, str) for n in listed):
+                raise ValueError("not a list of names")
+            names.update(listed)
     except ValueError:
-        names = None
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        names.clear()
+    if not names:
         detail = (done.stderr or done.stdout).strip()[-500:]
         raise InfraError(
-            f"cannot list the modules of the sandbox's {python} (exit {done.exit_code}): {detail}",
+            f"cannot list the modules of the sandbox's {python or 'Python'} (exit "
+            f"{done.exit_code}): {detail}",
             cause="test_runner_failed",
         )
     return frozenset(names)
