@@ -1,9 +1,12 @@
 """The `swe` grader's isolation, as pure functions: which `test_cmd` runs from the grader's
 launcher (and how), which files of a diff shadow the interpreter's own modules, which files
-are test files (reset to base_commit before grading)."""
+are test files (reset to base_commit before grading), where an image's repository is."""
+
+from pathlib import Path
 
 import pytest
 
+from agentroll.handlers.builtin.swe_mirror import image_repository
 from agentroll.handlers.builtin.swe_pytest import interpreter, launch_command
 from agentroll.handlers.builtin.swe_repo import is_test_file
 from agentroll.handlers.builtin.swe_shadow import shadowing_paths, top_level_modules
@@ -117,3 +120,20 @@ def test_top_level_modules_names_what_each_file_provides() -> None:
 )
 def test_test_files_are_those_reset_to_base_commit(path: str, test_like: bool) -> None:
     assert is_test_file(path) is test_like
+
+
+def test_the_images_repository_is_found_only_inside_a_root_file_system(tmp_path: Path) -> None:
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "testbed" / ".git").mkdir(parents=True)
+    (rootfs / "plain").mkdir()
+    (rootfs / "escape").symlink_to(tmp_path)  # `/escape -> /` would reach the host's folders
+    (tmp_path / ".git").mkdir()
+    sif = tmp_path / "image.sif"
+    sif.write_bytes(b"")
+    assert image_repository(rootfs, "/testbed") == (rootfs / "testbed").resolve()
+    assert image_repository(rootfs, "/plain") is None  # no git work tree there
+    assert image_repository(rootfs, "/escape") is None
+    assert image_repository(rootfs, "/testbed/../../") is None
+    assert image_repository(sif, "/testbed") is None  # not a folder of this host
+    assert image_repository(None, "/testbed") is None
+    assert image_repository(rootfs, None) is None

@@ -27,7 +27,8 @@ FAIL_TO_PASS / PASS_TO_PASS may be JSON strings, as in the SWE-bench datasets. E
 problem statement and the repository.
 
 INIT checks the repository out at `base_commit` in the sandbox, with that commit's ancestry
-and no other history (`swe_repo.strip_history`). RUN is the agent loop with
+and no other history (`swe_repo.strip_history`; the image's own copy of a `repo_source` is
+shown the same way, `swe_mirror`). RUN is the agent loop with
 `bash`, `str_replace_editor` and `submit`. EVAL takes the agent's diff (`git diff` against
 `base_commit`, new files included, at most 32 MiB) from the RUN sandbox, then grades it:
 
@@ -94,6 +95,7 @@ from agentroll.handlers.base import parsed_instance
 from agentroll.handlers.builtin import (
     swe_infra,
     swe_log,
+    swe_mirror,
     swe_official,
     swe_pytest,
     swe_repo,
@@ -103,7 +105,7 @@ from agentroll.handlers.builtin.sandbox_files import UnreadableFile
 from agentroll.handlers.builtin.swe_repo import Git, PrivateIndex
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.handlers.errors import InfraError
-from agentroll.runtime import Sandbox, SandboxSpec
+from agentroll.runtime import Bind, Sandbox, SandboxSpec
 
 SYSTEM_PROMPT = (
     "You are an expert software engineer. You work in a sandbox with a git checkout of a "
@@ -111,6 +113,8 @@ SYSTEM_PROMPT = (
     "the source (not the tests) using str_replace_editor, check your fix, then call submit."
 )
 DEFAULT_TEST_CMD = "python -m pytest -rA -p no:cacheprovider --tb=no -q"
+HISTORY_FREE_GIT_DIR = "swe_history_free_git_dir"
+"""`ctx.state` key: the host folder shown over the image's `<repo_source>/.git`."""
 MODULE_NAMES = "swe_module_names"
 """`ctx.state` key: the INIT sandbox's module names (`"eval_mode": "same"`)."""
 
@@ -208,12 +212,26 @@ class SweHandler(ToolAgentHandler):
     def task(ctx: RolloutContext) -> SweInstance:
         return parsed_instance(ctx, SweInstance, "swe_instance")
 
+    async def init(self, ctx: RolloutContext) -> None:
+        task = self.task(ctx)
+        image = Path(task.image) if task.image else None
+        source = swe_mirror.image_repository(image, task.repo_source)
+        if source is not None:  # the image's own repository, without its later history
+            git_dir = await swe_mirror.history_free_git_dir(source, task.base_commit)
+            ctx.state[HISTORY_FREE_GIT_DIR] = str(git_dir)
+        await super().init(ctx)
+
     def sandbox_spec(self, ctx: RolloutContext) -> SandboxSpec:
         task = self.task(ctx)
         image = Path(task.image) if task.image else None
+        git_dir = ctx.state.get(HISTORY_FREE_GIT_DIR)
+        binds: tuple[Bind, ...] = ()
+        if git_dir is not None and task.repo_source is not None:
+            binds = (Bind(host=Path(git_dir), dest=f"{task.repo_source.rstrip('/')}/.git"),)
         return SandboxSpec(
             image=image,
             workdir=task.workdir,
+            binds=binds,
             scratch=(swe_repo.GRADER_SCRATCH,),
             limits=DEFAULT_LIMITS,
             label=ctx.job_id,
