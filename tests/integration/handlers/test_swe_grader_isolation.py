@@ -168,6 +168,7 @@ _SOURCE = _REPO.files[_EDIT["path"]]
 FIX = write(_EDIT["path"], _SOURCE.replace(_EDIT["old"], _EDIT["new"]))
 SAME_MODE_ATTACKS = {
     "json": [write("json.py", FORGER)],
+    "link": ["ln -s textkit pluggy"],  # `import pluggy` would be the repository's package
     "submodule": [FIX, write("textkit/json.py", "DUMPS = None\n")],
 }
 
@@ -193,9 +194,11 @@ async def test_same_mode_refuses_shadowing_with_the_names_init_asked_for(
         rollout_service(agentroll_server, tmp_path, backend) as client,
     ):
         results = await run_jobs(client, jobs, timeout_s=600)
-    refused, control = results["same-json"], results["same-submodule"]
-    assert (refused.outcome, refused.reward) == (Outcome.ok, 0.0), refused.error
-    assert refused.reward_info["reason"] == "shadows_module"
-    assert refused.reward_info["shadowing_paths"] == ["json.py"]
+    for name, path in (("json", "json.py"), ("link", "pluggy")):
+        refused = results[f"same-{name}"]
+        assert (refused.outcome, refused.reward) == (Outcome.ok, 0.0), refused.error
+        assert refused.reward_info["reason"] == "shadows_module"
+        assert refused.reward_info["shadowing_paths"] == [path]
+    control = results["same-submodule"]
     # The control: a submodule named `json` shadows nothing, and the fix beside it earns 1.
     assert (control.outcome, control.reward) == (Outcome.ok, 1.0), control.error

@@ -14,6 +14,12 @@ from agentroll.handlers.builtin.swe_shadow import shadowing_paths, top_level_mod
 LAUNCHER = "/agentroll-grader/grade-1/agentroll_report_2.py"
 PROVIDED = frozenset({"json", "secrets", "tempfile", "pluggy", "google", "_pytest"})
 BASE = ["README.md", "textkit/__init__.py", "textkit/slug.py", "tests/__init__.py", "tests/t.py"]
+FILE, LINK = "100644", "120000"
+
+
+def tree(paths: list[str], links: tuple[str, ...] = ()) -> dict[str, str]:
+    """A tree as the index lists it: {path: git mode}."""
+    return {**dict.fromkeys(paths, FILE), **dict.fromkeys(links, LINK)}
 
 
 @pytest.mark.parametrize(
@@ -78,23 +84,32 @@ def test_the_interpreter_is_the_one_the_command_names() -> None:
 def test_a_diff_that_adds_a_module_named_like_the_interpreters_own_is_refused(
     added: list[str], refused: list[str]
 ) -> None:
-    assert shadowing_paths(BASE, [*BASE, *added], PROVIDED) == refused
+    assert shadowing_paths(tree(BASE), tree([*BASE, *added]), PROVIDED) == refused
+
+
+@pytest.mark.parametrize(
+    ("link", "refused"),
+    [("pluggy", ["pluggy"]), ("tools/json", ["tools/json"]), ("textkit/json", []), ("docs", [])],
+)
+def test_a_symbolic_link_counts_under_its_own_name(link: str, refused: list[str]) -> None:
+    """`pluggy -> textkit` makes `import pluggy` the repository's package."""
+    assert shadowing_paths(tree(BASE), tree(BASE, (link,)), PROVIDED) == refused
 
 
 def test_removing_an_init_that_uncovers_a_shadowing_module_is_refused() -> None:
     """`textkit/json.py` was `textkit.json`; without `textkit/__init__.py` it is `json`."""
     base = [*BASE, "textkit/json.py"]
     after = [p for p in base if p != "textkit/__init__.py"]
-    assert shadowing_paths(base, after, PROVIDED) == ["textkit/json.py"]
+    assert shadowing_paths(tree(base), tree(after), PROVIDED) == ["textkit/json.py"]
 
 
 def test_a_shadowing_module_the_repository_already_had_is_not_the_diffs() -> None:
-    base = [*BASE, "json.py"]
+    base = tree([*BASE, "json.py"])
     assert shadowing_paths(base, base, PROVIDED) == []
 
 
 def test_top_level_modules_names_what_each_file_provides() -> None:
-    tops = top_level_modules(["a.py", "pkg/__init__.py", "pkg/b.py", "loose/c.py", "x.txt"])
+    tops = top_level_modules(tree(["a.py", "pkg/__init__.py", "pkg/b.py", "loose/c.py", "x.txt"]))
     assert {p: (t.folder, t.name) for p, t in tops.items()} == {
         "a.py": ("", "a"),
         "pkg/__init__.py": ("", "pkg"),

@@ -348,12 +348,17 @@ class PrivateIndex:
             raise _failed("listing the patch's changes", done)
         return parse_raw_diff(done.stdout)
 
-    async def paths(self, name: str) -> list[str]:
-        """Every file path in index `name`."""
-        done = await self._git(name, "git ls-files -z")
+    async def entries(self, name: str) -> dict[str, str]:
+        """Every path in index `name`, with its git mode (`SYMLINK_MODE` for a link)."""
+        done = await self._git(name, "git ls-files -s -z")
         if done.exit_code != 0:
             raise _failed("listing the files of an index", done)
-        return [p for p in done.stdout.split("\0") if p]
+        entries = {}
+        for record in done.stdout.split("\0"):  # "mode sha stage<TAB>path"
+            meta, _, path = record.partition("\t")
+            if path:
+                entries[path] = meta.split(" ", 1)[0]
+        return entries
 
     async def read(self, name: str, path: str, *, max_bytes: int) -> str | None:
         """The text of `path` in index `name` (None: not there); `UnreadableFile` if larger

@@ -14,7 +14,8 @@ has a top-level name that the sandbox's interpreter already provides (its built-
 standard-library modules, and every module and package installed on its path), where the
 tree at `base_commit` had no such module. A folder can be on the path if it is the
 repository's root or has no `__init__.py`; a module inside a package (`pkg/json.py`) is
-`pkg.json` and shadows nothing.
+`pkg.json` and shadows nothing. A symbolic link there counts under its name whatever it
+points to (`pluggy -> textkit` is a package `pluggy`).
 
 The names come from the sandbox's own interpreter (`module_names`), asked before the agent's
 diff is anywhere near it, never from the server's: its standard library and packages are the
@@ -22,11 +23,11 @@ ones that can be shadowed.
 """
 
 import json
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from agentroll.handlers.builtin import swe_pytest
-from agentroll.handlers.builtin.swe_repo import PrivateIndex, sh
+from agentroll.handlers.builtin.swe_repo import SYMLINK_MODE, PrivateIndex, sh
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import Sandbox
 
@@ -96,33 +97,34 @@ class TopLevel:
     name: str
 
 
-def top_level_modules(paths: Iterable[str]) -> dict[str, TopLevel]:
-    """{path: what it provides} for the files of a tree (paths relative to its root) that
-    are a top-level module, or a regular package's `__init__`, in a folder that can be on
+def top_level_modules(tree: Mapping[str, str]) -> dict[str, TopLevel]:
+    """{path: what it provides} for the entries of a tree ({path: git mode}, paths relative to
+    its root) that are a top-level module, a regular package's `__init__`, or a symbolic link
+    (to a module or a package folder: it counts under its name), in a folder that can be on
     the path (the root, or one without `__init__.py`)."""
-    files = [p for p in paths if "__pycache__" not in p.split("/")]
+    files = {p: m for p, m in tree.items() if "__pycache__" not in p.split("/")}
     packages = {_parent(p) for p in files if _is_module(p) and _base(p).startswith("__init__.")}
     out = {}
-    for path in files:
-        if not _is_module(path):
-            continue
-        if _base(path).startswith("__init__."):
+    for path, mode in files.items():
+        if _base(path).startswith("__init__.") and _is_module(path):
             package = _parent(path)
             if not package:
                 continue
             folder, name = _parent(package), _base(package)
-        else:
+        elif _is_module(path) or mode == SYMLINK_MODE:
             folder, name = _parent(path), _base(path).split(".", 1)[0]
+        else:
+            continue
         if name.isidentifier() and (folder == "" or folder not in packages):
             out[path] = TopLevel(folder, name)
     return out
 
 
 def shadowing_paths(
-    base: Iterable[str], changed: Iterable[str], provided: Collection[str]
+    base: Mapping[str, str], changed: Mapping[str, str], provided: Collection[str]
 ) -> list[str]:
     """The paths of tree `changed` that provide a name in `provided` on the path where tree
-    `base` provided none at that place, sorted."""
+    `base` provided none at that place, sorted (trees as `top_level_modules` reads them)."""
     before = set(top_level_modules(base).values())
     return sorted(
         path
@@ -133,7 +135,7 @@ def shadowing_paths(
 
 async def shadowing_changes(index: PrivateIndex, name: str, provided: Collection[str]) -> list[str]:
     """`shadowing_paths` between the base commit and index `name` of `index`."""
-    return shadowing_paths(await index.paths("base"), await index.paths(name), provided)
+    return shadowing_paths(await index.entries("base"), await index.entries(name), provided)
 
 
 def _is_module(path: str) -> bool:
