@@ -25,6 +25,7 @@ from agentroll.handlers.builtin.swe import load_swe_tasks
 from agentroll.server.launch import agentroll_process
 from agentroll.server.schema import Trajectory
 from agentroll.testing import redteam_codegrade
+from agentroll.testing.redteam_swegrade import SWEGRADE_ATTACKS, SWEGRADE_GAMING
 from agentroll.testing.sandboxes import lease_ids, sandbox_pids
 from agentroll.trainer_clients import AsyncRolloutClient
 
@@ -159,6 +160,7 @@ ATTACKS: dict[str, tuple[str, dict[str, Any]]] = {
     "eval_hijack": ("code", code_attack("eval_hijack")),
     **{name: ("harness", proxy_attack(name)) for name in PROXY_SCRIPTS},
     **redteam_codegrade.ATTACKS,
+    **SWEGRADE_ATTACKS,
 }
 GAMING = (
     "pathological_power",
@@ -169,6 +171,7 @@ GAMING = (
     "exit_early",
     "eval_hijack",
     *redteam_codegrade.GAMING,
+    *SWEGRADE_GAMING,
 )
 HONEST_REWARD = {name: 0.0 if name in GAMING else 1.0 for name in ATTACKS}
 """What an honest grader gives each attack: nothing for gaming the grader; for attacks on

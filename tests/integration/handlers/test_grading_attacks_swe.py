@@ -53,7 +53,7 @@ _atexit.register(print, "sh: 1: pytest: not found; No module named pytest")
 # grader's plugin and teaches it to report every test as passed.
 PLUGIN_PATCHER = """here=$(pwd); i=0
 while [ $i -lt 6000 ]; do
-  for f in /tmp/agentroll-grade-*/agentroll_report_*.py; do
+  for f in /agentroll-grader/*/agentroll_report_*.py; do
     if [ -f "$f" ] && ! grep -q EVIL "$f"; then echo "# EVIL" >> "$f"; cat "$here/.hook" >> "$f"; fi
   done
   i=$((i+1)); sleep 0.005
@@ -158,8 +158,10 @@ async def test_gamed_swe_grading_earns_nothing(
     assert forged_run["reason"] == "tests_failed"
     assert forged_run["FAIL_TO_PASS"]["failure"] == TASK.instance["FAIL_TO_PASS"]
     removed = results["test-removed-fresh"].reward_info
-    assert removed["reason"] == "test_run_broken" and removed["tests_exit_code"] == 4
-    assert "test_long_text_is_cut_with_ellipsis" in removed["tests_output_tail"]
+    # The renamed test is back (every test file the diff touches is reset): it runs and fails.
+    assert removed["reason"] == "tests_failed" and removed["tests_exit_code"] == 1
+    wrap_test = f"{WRAP_TESTS}::test_long_text_is_cut_with_ellipsis"
+    assert removed["PASS_TO_PASS"]["failure"] == [wrap_test]
     assert results["fake-runner-missing-fresh"].reward_info["reason"] == "tests_failed"
 
 

@@ -26,7 +26,9 @@ FAIL_TO_PASS / PASS_TO_PASS may be JSON strings, as in the SWE-bench datasets. E
 (`patch`, `version`, `hints_text`, ...) are accepted and ignored: the agent sees only the
 problem statement and the repository.
 
-INIT checks the repository out at `base_commit` in the sandbox. RUN is the agent loop with
+INIT checks the repository out at `base_commit` in the sandbox, with that commit's ancestry
+and no other history (`swe_repo.strip_history`; the image's own copy of a `repo_source` is
+shown the same way, `swe_mirror`). RUN is the agent loop with
 `bash`, `str_replace_editor` and `submit`. EVAL takes the agent's diff (`git diff` against
 `base_commit`, new files included, at most 32 MiB) from the RUN sandbox, then grades it:
 
@@ -36,9 +38,12 @@ INIT checks the repository out at `base_commit` in the sandbox. RUN is the agent
 2. The test patch must apply to `base_commit` (checked on a private index).
 3. The diff is applied to a private index of `base_commit`; a diff that touches the test
    setup (conftest.py, pytest configuration, plugins, start-up hooks: `swe_infra`) is
-   refused unless the instance allows it. Only then is it applied to the worktree.
-4. The files the test patch touches are reset, the test patch is applied, and FAIL_TO_PASS +
-   PASS_TO_PASS run under pytest with the report plugin. Every one of them must be in the
+   refused unless the instance allows it, and so is one that adds a module named like one
+   the sandbox's interpreter provides where pytest imports top-level names (`swe_shadow`,
+   `shadows_module`). Only then is it applied to the worktree.
+4. The files the test patch touches and every test file the diff touches are reset, the test
+   patch is applied, and FAIL_TO_PASS + PASS_TO_PASS run under pytest, started from the
+   grader's launcher (`swe_pytest`). Every one of them must be in the
    report and pass, and pytest's exit status must agree with the report (`swe_pytest.judge`).
 
    An `eval_setup_cmd` runs after the test patch, with the grader's git environment (e.g.
@@ -52,6 +57,9 @@ for what makes that output honest. `swe_datasets` writes such instances from SWE
 
 Reward 1.0 only if all of that holds; otherwise 0 with `reason` (a short code) and `detail`
 in `reward_info`. The diff is the trajectory's `patch` artifact.
+
+The grader's own files live in a scratch tmpfs of every `swe` sandbox (`swe_repo`), emptied
+once the agent's processes are stopped: a full `/tmp` or workspace cannot fail grading.
 
 Outcomes: whatever the agent's diff causes (it does not apply, it touches the test setup, it
 blocks the test patch, the tests fail, hang, crash, break collection or never let pytest
@@ -84,12 +92,20 @@ from pydantic import (
 
 from agentroll.handlers.agent import DEFAULT_LIMITS, ToolAgentHandler
 from agentroll.handlers.base import parsed_instance
-from agentroll.handlers.builtin import swe_infra, swe_log, swe_official, swe_pytest, swe_repo
+from agentroll.handlers.builtin import (
+    swe_infra,
+    swe_log,
+    swe_mirror,
+    swe_official,
+    swe_pytest,
+    swe_repo,
+    swe_shadow,
+)
 from agentroll.handlers.builtin.sandbox_files import UnreadableFile
 from agentroll.handlers.builtin.swe_repo import Git, PrivateIndex
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.handlers.errors import InfraError
-from agentroll.runtime import Sandbox, SandboxSpec
+from agentroll.runtime import Bind, Sandbox, SandboxSpec
 
 SYSTEM_PROMPT = (
     "You are an expert software engineer. You work in a sandbox with a git checkout of a "
@@ -97,6 +113,10 @@ SYSTEM_PROMPT = (
     "the source (not the tests) using str_replace_editor, check your fix, then call submit."
 )
 DEFAULT_TEST_CMD = "python -m pytest -rA -p no:cacheprovider --tb=no -q"
+HISTORY_FREE_GIT_DIR = "swe_history_free_git_dir"
+"""`ctx.state` key: the host folder shown over the image's `<repo_source>/.git`."""
+MODULE_NAMES = "swe_module_names"
+"""`ctx.state` key: the INIT sandbox's module names (`"eval_mode": "same"`)."""
 
 
 # A shell-style pattern for repository paths, as `swe_infra.is_allowed` matches them.
@@ -192,11 +212,29 @@ class SweHandler(ToolAgentHandler):
     def task(ctx: RolloutContext) -> SweInstance:
         return parsed_instance(ctx, SweInstance, "swe_instance")
 
+    async def init(self, ctx: RolloutContext) -> None:
+        task = self.task(ctx)
+        image = Path(task.image) if task.image else None
+        source = swe_mirror.image_repository(image, task.repo_source)
+        if source is not None:  # the image's own repository, without its later history
+            git_dir = await swe_mirror.history_free_git_dir(source, task.base_commit)
+            ctx.state[HISTORY_FREE_GIT_DIR] = str(git_dir)
+        await super().init(ctx)
+
     def sandbox_spec(self, ctx: RolloutContext) -> SandboxSpec:
         task = self.task(ctx)
         image = Path(task.image) if task.image else None
+        git_dir = ctx.state.get(HISTORY_FREE_GIT_DIR)
+        binds: tuple[Bind, ...] = ()
+        if git_dir is not None and task.repo_source is not None:
+            binds = (Bind(host=Path(git_dir), dest=f"{task.repo_source.rstrip('/')}/.git"),)
         return SandboxSpec(
-            image=image, workdir=task.workdir, limits=DEFAULT_LIMITS, label=ctx.job_id
+            image=image,
+            workdir=task.workdir,
+            binds=binds,
+            scratch=(swe_repo.GRADER_SCRATCH,),
+            limits=DEFAULT_LIMITS,
+            label=ctx.job_id,
         )
 
     def task_prompt(self, ctx: RolloutContext) -> str:
@@ -222,19 +260,28 @@ class SweHandler(ToolAgentHandler):
         task = self.task(ctx)
         await self._checkout(ctx.sandbox, task)
         if task.eval_mode == "same":  # the runner must work before the agent touches anything
-            await self._probe(ctx.sandbox, task)
+            names = await self._probe(ctx.sandbox, task)
+            ctx.state[MODULE_NAMES] = sorted(names)
 
     @staticmethod
-    async def _probe(sandbox: Sandbox, task: SweInstance) -> None:
+    async def _probe(sandbox: Sandbox, task: SweInstance) -> frozenset[str]:
+        """Check the test runner; the names the sandbox's interpreter provides (both before
+        anything of the agent's is in the sandbox)."""
         if task.log_parser is None:
             await swe_pytest.probe(sandbox, task.test_cmd)
         elif task.pytest_report:
             await swe_log.probe(sandbox, task.test_cmd)
+        return await swe_shadow.module_names(sandbox, task.test_cmd)
 
     async def eval(self, ctx: RolloutContext) -> Reward:
         task = self.task(ctx)
         if ctx.sandbox is None:
             raise InfraError("the RUN sandbox is gone; cannot read the diff", cause="no_sandbox")
+        # EVAL starts once the agent's processes are gone: what it left in the grader's
+        # scratch goes, and the grader works there, never in the agent's /tmp or workspace.
+        if not await swe_repo.clear_scratch(ctx.sandbox):
+            detail = "what the agent left in the grader's scratch folder could not be removed"
+            return _unresolved({}, "grader_scratch_blocked", detail)
         agent_git = await Git.isolated(ctx.sandbox)  # nothing of the agent's repository runs
         try:
             patch = await swe_repo.agent_diff(agent_git, task.base_commit)
@@ -247,21 +294,30 @@ class SweHandler(ToolAgentHandler):
         if task.eval_mode == "fresh":
             sandbox = await ctx.open_sandbox(self.sandbox_spec(ctx))
             await self._checkout(sandbox, task)
-            await self._probe(sandbox, task)
+            names = await self._probe(sandbox, task)
             git = Git.trusted(sandbox)
         else:
             sandbox, git = ctx.sandbox, agent_git
+            known = ctx.state.get(MODULE_NAMES)  # INIT's, before the agent's changes
+            names = (
+                frozenset(known)
+                if known is not None
+                else await swe_shadow.module_names(sandbox, task.test_cmd)
+            )
         index = await PrivateIndex.create(git, task.base_commit)
         if task.test_patch and (await index.apply("tests", task.test_patch)).exit_code != 0:
             raise InfraError(
                 f"the test patch does not apply to {task.base_commit}", cause="test_patch_failed"
             )
+        test_files = set(swe_repo.patched_files(task.test_patch))
         if patch.strip():
-            refusal = await self._apply_agent_patch(git, index, task, patch, info)
-            if refusal is not None:
+            refusal = await self._apply_agent_patch(git, index, task, patch, info, names)
+            if isinstance(refusal, Reward):
                 return refusal
+            test_files.update(refusal)
+        # Every test file the diff touched goes back to base_commit, not only the test patch's.
+        await swe_repo.restore(git, task.base_commit, sorted(test_files))
         if task.test_patch:
-            await swe_repo.restore(git, task.base_commit, swe_repo.patched_files(task.test_patch))
             applied = await swe_repo.apply(git, task.test_patch)
             if applied.exit_code != 0:  # it applies to base_commit: the agent's changes block it
                 detail = applied.stderr.strip()[-300:]
@@ -303,10 +359,16 @@ class SweHandler(ToolAgentHandler):
 
     @staticmethod
     async def _apply_agent_patch(
-        git: Git, index: PrivateIndex, task: SweInstance, patch: str, info: dict[str, Any]
-    ) -> Reward | None:
+        git: Git,
+        index: PrivateIndex,
+        task: SweInstance,
+        patch: str,
+        info: dict[str, Any],
+        module_names: frozenset[str],
+    ) -> Reward | list[str]:
         """Inspect the agent's patch on the private index, then (fresh mode) apply it to the
-        worktree; the reward 0 if it does not apply or touches the test setup, else None."""
+        worktree; the reward 0 if it does not apply, touches the test setup or shadows a
+        module, else the test files it changes (to be reset)."""
         staged = await index.apply("agent", patch)
         if staged.exit_code != 0:
             return _unresolved(info, "patch_does_not_apply", staged.stderr.strip()[-300:])
@@ -318,11 +380,19 @@ class SweHandler(ToolAgentHandler):
             info["test_infrastructure_paths"] = refused
             detail = f"the diff changes the test setup: {', '.join(refused[:20])}"
             return _unresolved(info, "test_infrastructure_modified", detail)
+        shadowing = await swe_shadow.shadowing_changes(index, "agent", module_names)
+        if shadowing:
+            info["shadowing_paths"] = shadowing
+            detail = (
+                "the diff adds modules named like the interpreter's own: "
+                f"{', '.join(shadowing[:20])}"
+            )
+            return _unresolved(info, "shadows_module", detail)
         if task.eval_mode == "fresh":  # in "same" mode the worktree has it already
             applied = await swe_repo.apply(git, patch)
             if applied.exit_code != 0:
                 return _unresolved(info, "patch_does_not_apply", applied.stderr.strip()[-300:])
-        return None
+        return [c.path for c in changes if swe_repo.is_test_file(c.path)]
 
     def final_result(self, ctx: RolloutContext) -> dict[str, Any]:
         out = super().final_result(ctx)

@@ -49,6 +49,7 @@ from agentroll.handlers.builtin.swe_pytest import (
     require_working_runner,
     run_problem,
 )
+from agentroll.handlers.builtin.swe_repo import grader_folder, write_file
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import Sandbox, procs
 from agentroll.runtime.cpulimit import grading_wall_s
@@ -84,8 +85,8 @@ async def run_logged(
     plugin's report (fd 3), then the exit status line, written on fd 4, which the tests do
     not inherit."""
     token = secrets.token_hex(8)
-    folder, module = f"/tmp/agentroll-grade-{token}", f"agentroll_report_{token}"
-    await sandbox.upload(f"{folder}/{module}.py", plugin_source())
+    folder, module = grader_folder("grade"), f"agentroll_report_{token}"
+    await write_file(sandbox, f"{folder}/{module}.py", plugin_source())
     addopts = " ".join(["-p", module, *pytest_args])
     script = (
         f'export HOME={folder} PYTHONPATH={folder}"${{PYTHONPATH:+:$PYTHONPATH}}" '

@@ -1,11 +1,19 @@
 """Running the graded tests of a `swe` instance and judging the run from channels the agent
 cannot write.
 
-The tests run under the instance's `test_cmd` (which must run pytest) with our report plugin
-(`swe_pytest_report.py`) loaded by `-p` from a folder outside the repository, under a fresh
-random module name. Statuses come only from the JSON report it writes to our exec's own
-stdout (pytest's output goes to a file), never from printed output or from a file a
-process of the sandbox could rewrite; the runner's exit status must agree with it.
+The instance's `test_cmd` names the interpreter: `[VAR=value ...] PYTHON [options] -m pytest
+[ARGS]`. The grader runs that interpreter on its own launcher instead of `-m pytest`:
+`PYTHON [options] -I <scratch>/agentroll_report_<random>.py ARGS`, a file in the grader's
+private scratch folder (`swe_repo.GRADER_SCRATCH`) that takes the report channel and imports
+pytest before any folder of the repository is on `sys.path` (`swe_pytest_report.py`). Any
+other form of `test_cmd` fails the probe: `infra_error`, before the agent's diff. Under `-I`
+the interpreter reads no `PYTHON*` variable: the launcher applies `$PYTHONPATH` itself, the
+others (`PYTHONHASHSEED`, `PYTHONWARNINGS`, ...) have no effect; use interpreter options
+(`-W`, `-X`) in `test_cmd` instead.
+
+Statuses come only from the JSON report it writes to our exec's own stdout (pytest's output
+goes to a file), never from printed output or from a file a process of the sandbox could
+rewrite; the runner's exit status must agree with it.
 
 Who broke what: `probe` runs the same command with the plugin on the repository before the
 agent's change is in it (a collection of a path that does not exist: pytest starts, loads
@@ -22,6 +30,7 @@ exit status and missing tests are all closed channels.
 """
 
 import json
+import re
 import secrets
 import shlex
 from collections.abc import Sequence
@@ -30,6 +39,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+from agentroll.handlers.builtin.swe_repo import grader_folder, write_file
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import Sandbox
 from agentroll.runtime.cpulimit import grading_wall_s
@@ -46,6 +56,43 @@ BROKEN_RUN = {
     4: "pytest refused its arguments (a listed test does not exist)",
     5: "no tests were collected",
 }
+
+
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_PYTHON = re.compile(r"^(.*/)?python[0-9.]*$")
+_RUN_PYTEST = re.compile(r"(?<=\s)-m\s+pytest(?=\s|$)")
+
+
+def interpreter(test_cmd: str) -> str | None:
+    """The interpreter of a `[VAR=value ...] PYTHON [options] -m pytest [ARGS]` command; None
+    for any other form."""
+    try:
+        words = shlex.split(test_cmd)
+    except ValueError:
+        return None
+    n = 0
+    while n < len(words) and _ASSIGNMENT.match(words[n]):
+        n += 1
+    if n == len(words) or not _PYTHON.match(words[n]):
+        return None
+    rest = words[n + 1 :]
+    while rest and rest[0] != "-m":
+        option = rest.pop(0)
+        if not option.startswith("-") or option.startswith("-c") or option == "-":
+            return None  # a script, a command or stdin: not pytest's module
+        if option in ("-W", "-X") and rest:  # the options that take a separate value
+            rest.pop(0)
+    return words[n] if rest[:2] == ["-m", "pytest"] else None
+
+
+def launch_command(test_cmd: str, launcher: str, extra: Sequence[str]) -> str | None:
+    """`test_cmd` (`[VAR=value ...] PYTHON [options] -m pytest [ARGS]`) with `-m pytest`
+    replaced by `-I launcher`, and `extra` appended; None for any other form. The rest keeps
+    its shell text (quotes, `$VARIABLES`)."""
+    if interpreter(test_cmd) is None:
+        return None
+    launched = _RUN_PYTEST.sub(f"-I {shlex.quote(launcher)}", test_cmd, count=1)
+    return " ".join([launched, *(shlex.quote(a) for a in extra)])
 
 
 @cache
@@ -94,17 +141,17 @@ async def run_pytest(
 
     The output goes to a file and only its tail comes back: however much the tests print,
     the server holds a few KiB of it (the sandbox's file size limit ends a flood)."""
-    token = secrets.token_hex(8)
-    folder, module = f"/tmp/agentroll-grade-{token}", f"agentroll_report_{token}"
-    await sandbox.upload(f"{folder}/{module}.py", plugin_source())
+    folder = grader_folder("grade")
+    launcher = f"{folder}/agentroll_report_{secrets.token_hex(8)}.py"
+    command = launch_command(test_cmd, launcher, args)
+    if command is None:
+        problem = f"test_cmd is not `PYTHON -m pytest ...`: {test_cmd[:200]!r}"
+        return PytestRun(None, False, None, problem, "")
+    await write_file(sandbox, launcher, plugin_source())
     log = f"{folder}/output.log"
     # fd 3 is our stdout (the report's channel), pytest's own output goes to the log; $HOME
     # is the grader's folder, not the repository (whose dotfiles the agent wrote).
-    script = (
-        f'export HOME={folder} PYTHONPATH={folder}"${{PYTHONPATH:+:$PYTHONPATH}}" '
-        "AGENTROLL_REPORT_FD=3\n"
-        f"( {test_cmd} -p {module} {' '.join(shlex.quote(a) for a in args)} ) 3>&1 > {log} 2>&1"
-    )
+    script = f"export HOME={folder} AGENTROLL_REPORT_FD=3\n( {command} ) 3>&1 > {log} 2>&1"
     done = await sandbox.exec(
         ["sh", "-c", script], timeout=grading_wall_s(timeout_s), cpu_limit_s=timeout_s
     )

@@ -17,6 +17,17 @@ in a sandbox where the agent worked, with a git directory of its own (`Git.isola
 agent's objects, none of its configuration), so nothing the agent planted in its repository
 runs while it is graded.
 
+Everything the grader writes (its git directory, indexes, the diff, the test launcher and
+log) goes to `GRADER_SCRATCH`, a tmpfs of the sandbox's own that is neither `/tmp` nor the
+workspace: an agent that fills those cannot make grading fail. The agent could write there too
+while it ran, so `clear_scratch` empties it once every process of the agent is gone (EVAL
+starts after `stop_agent`), before the grader puts anything in it; what the agent left that
+cannot be removed is its own doing (reward 0, `grader_scratch_blocked`).
+
+`strip_history` leaves a repository with `base_commit`'s ancestry and nothing else: no other
+branch, tag, remote, reflog, stash, note or object (packed or loose) that a later commit, the
+upstream fix included, could be read from.
+
 Failures of the machinery raise `InfraError`; what the agent caused comes back as data.
 """
 
@@ -58,11 +69,15 @@ GRADER_GIT_ENV = {
     "GIT_CONFIG_KEY_1": "core.fsmonitor",
     "GIT_CONFIG_VALUE_1": "false",
 }
+GRADER_SCRATCH = "/agentroll-grader"
+"""The grader's scratch folder (a `SandboxSpec.scratch` tmpfs of every `swe` sandbox)."""
 COMMIT_SCRIPT = (
     "git init -q -b main && git add -A && "
     'git commit -q --no-gpg-sign -m "Initial commit" && git rev-parse HEAD'
 )
 GIT_TIMEOUT_S = 120.0
+SETUP_TIMEOUT_S = 600.0
+CLEAR_TIMEOUT_S = 300.0
 MAX_PATCH_BYTES = 32 << 20
 SYMLINK_MODE = "120000"
 _PATCHED_FILE = re.compile(r"^diff --git a/(\S+) b/(\S+)$", re.M)
@@ -117,10 +132,10 @@ class Git:
     async def isolated(cls, sandbox: Sandbox) -> "Git":
         """A sandbox the agent worked in: a git directory of our own over the agent's
         objects and worktree, so no configuration, hook or filter of its repository runs."""
-        git_dir = f"/tmp/agentroll-git-{secrets.token_hex(6)}"
+        git_dir = grader_folder("git")
         workdir = sandbox.spec.workdir
         script = (
-            f"git init -q --bare {git_dir} && "
+            f"mkdir -p {git_dir} && git init -q --bare {git_dir} && "
             f"echo {shlex.quote(workdir)}/.git/objects > {git_dir}/objects/info/alternates"
         )
         done = await sh(sandbox, script, env=GRADER_GIT_ENV)
@@ -133,6 +148,36 @@ class Git:
     ) -> ExecResult:
         """`sh -c script sh ARGS...` with this environment (and `env` on top)."""
         return await sh(self.sandbox, script, env={**self.env, **env}, input=input, args=args)
+
+
+def grader_folder(kind: str) -> str:
+    """A fresh folder name in the grader's scratch (created by whatever first writes there)."""
+    return f"{GRADER_SCRATCH}/{kind}-{secrets.token_hex(6)}"
+
+
+async def write_file(sandbox: Sandbox, path: str, data: bytes) -> None:
+    """Write a grader's file (the agent's file tools, and `Sandbox.upload`, reach only the
+    workdir and /tmp, not the scratch)."""
+    script = 'mkdir -p "$(dirname "$1")" && cat > "$1"'
+    done = await sh(sandbox, script, input=data, args=[path])
+    if done.exit_code != 0:
+        raise _failed(f"writing {path}", done)
+
+
+# Folders the agent made unwritable are opened up first (it is the same user), then emptied.
+_CLEAR_SCRATCH = (
+    'chmod -R u+rwX "$1" 2>/dev/null; find "$1" -mindepth 1 -maxdepth 1 -exec rm -rf {} +'
+)
+
+
+async def clear_scratch(sandbox: Sandbox) -> bool:
+    """Empty the grader's scratch of whatever the agent left there (call once no process of
+    the agent runs); whether it is empty now. It was empty when the sandbox started and only
+    the agent wrote there since: what cannot be removed (in `CLEAR_TIMEOUT_S`, say millions
+    of files) is the agent's doing."""
+    script = f'{_CLEAR_SCRATCH}; [ -z "$(ls -A "$1")" ]'
+    done = await sh(sandbox, script, args=[GRADER_SCRATCH], timeout=CLEAR_TIMEOUT_S)
+    return done.exit_code == 0
 
 
 def _failed(what: str, result: ExecResult) -> InfraError:
@@ -176,16 +221,46 @@ async def checkout(
     else:
         raise InfraError(f"no source for repository {repo}", cause="repo_setup_failed")
     if setup_cmd:
-        done = await sh(sandbox, setup_cmd, timeout=600)
+        done = await sh(sandbox, setup_cmd, timeout=SETUP_TIMEOUT_S)
         if done.exit_code != 0:
             raise _failed("the instance's setup_cmd", done)
+    await strip_history(sandbox, base_commit)
+
+
+# HEAD detached at the commit, then every ref, remote, reflog and stash goes; `repack -a -d`
+# keeps only what HEAD (and the index) reach, and `prune` the loose rest. Pack `.keep` files,
+# alternates, commit graphs and multi-pack indexes could name or hold later commits: removed.
+_STRIP_HISTORY = """set -e
+git checkout -q --detach "$1"
+for remote in $(git remote); do git remote remove "$remote"; done
+git for-each-ref --format='delete %(refname)' | git update-ref --stdin
+g=$(git rev-parse --git-dir)
+rm -rf "$g/logs" "$g/worktrees" "$g/refs/original" "$g/rr-cache"
+rm -f "$g"/ORIG_HEAD "$g"/FETCH_HEAD "$g"/MERGE_HEAD "$g"/CHERRY_PICK_HEAD "$g"/REVERT_HEAD
+rm -f "$g"/objects/pack/*.keep
+git repack -a -d -q
+rm -f "$g/objects/info/alternates" "$g/objects/info/commit-graph" \
+  "$g/objects/pack/multi-pack-index"
+rm -rf "$g/objects/info/commit-graphs"
+git prune --expire=now
+"""
+
+
+async def strip_history(sandbox: Sandbox, base_commit: str) -> None:
+    """Leave the workdir's repository with `base_commit`'s ancestry only (see the module's
+    docstring)."""
+    done = await sh(
+        sandbox, _STRIP_HISTORY, env=GRADER_GIT_ENV, timeout=SETUP_TIMEOUT_S, args=[base_commit]
+    )
+    if done.exit_code != 0:
+        raise _failed(f"removing the history beyond {base_commit}", done)
 
 
 async def agent_diff(git: Git, base_commit: str) -> str | None:
     """The agent's changes as a git diff against `base_commit` (new files included); None if
     git cannot tell (the agent removed or broke the repository). `UnreadableFile` if the
     diff is over `MAX_PATCH_BYTES`: it is written to a file and read back bounded."""
-    diff_file = f"/tmp/agentroll-diff-{secrets.token_hex(6)}"
+    diff_file = grader_folder("diff")
     script = (
         "git add -A && git diff --cached --binary --no-color --no-ext-diff --no-textconv "
         f"{shlex.quote(base_commit)} > {diff_file}"
@@ -243,7 +318,7 @@ class PrivateIndex:
 
     @classmethod
     async def create(cls, git: Git, base_commit: str) -> "PrivateIndex":
-        index = cls(git, base_commit, f"/tmp/agentroll-index-{secrets.token_hex(6)}")
+        index = cls(git, base_commit, grader_folder("index"))
         done = await index._git("base", f"git read-tree {shlex.quote(base_commit)}")
         if done.exit_code != 0:
             raise _failed(f"reading {base_commit} into an index", done)
@@ -272,6 +347,18 @@ class PrivateIndex:
         if done.exit_code != 0:
             raise _failed("listing the patch's changes", done)
         return parse_raw_diff(done.stdout)
+
+    async def entries(self, name: str) -> dict[str, str]:
+        """Every path in index `name`, with its git mode (`SYMLINK_MODE` for a link)."""
+        done = await self._git(name, "git ls-files -s -z")
+        if done.exit_code != 0:
+            raise _failed("listing the files of an index", done)
+        entries = {}
+        for record in done.stdout.split("\0"):  # "mode sha stage<TAB>path"
+            meta, _, path = record.partition("\t")
+            if path:
+                entries[path] = meta.split(" ", 1)[0]
+        return entries
 
     async def read(self, name: str, path: str, *, max_bytes: int) -> str | None:
         """The text of `path` in index `name` (None: not there); `UnreadableFile` if larger
@@ -305,8 +392,21 @@ _READ_BLOB = (
 _GREP = 'needle=$1; shift; git grep --cached -l -z -F -I -e "$needle" -- "$@"'
 
 
+def is_test_file(path: str) -> bool:
+    """A test module, a conftest or anything under a `tests` folder."""
+    parts = path.split("/")
+    name = parts[-1]
+    return (
+        "tests" in parts[:-1]
+        or name == "conftest.py"
+        or (name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py")))
+    )
+
+
 async def restore(git: Git, base_commit: str, paths: Sequence[str]) -> None:
     """Put `paths` back as they were at `base_commit` (removing those that did not exist)."""
+    if not paths:
+        return
     quoted = " ".join(shlex.quote(p) for p in paths)
     script = (
         f'for f in {quoted}; do git checkout -q {shlex.quote(base_commit)} -- "$f" '

@@ -22,6 +22,7 @@ from agentroll.testing.scripted_llm.policy import Conversation, Reply, RuleConte
 from agentroll.testing.scripted_llm.rules.code import find_code_task
 from agentroll.testing.scripted_llm.rules.math import find_math_task
 from agentroll.testing.scripted_llm.rules.redteam_auth import AUTH_ATTACK_STEPS
+from agentroll.testing.scripted_llm.rules.redteam_swegrade import swegrade_attack
 from agentroll.testing.scripted_llm.rules.steps import call, offered_tools, step, task_text
 from agentroll.testing.scripted_llm.rules.swe import find_swe_task
 
@@ -141,7 +142,7 @@ def redteam_rule(conv: Conversation, ctx: RuleContext) -> Reply | None:
     """Play the marked task's attack (see the module docstring); None for unmarked tasks."""
     attack = _marked(conv)
     if attack is None:
-        return swe_attack(conv) or code_attack(conv)
+        return swe_attack(conv) or code_attack(conv) or swegrade_attack(conv)
     n = step(conv)
     tools = offered_tools(conv)
     if n < len(attack.steps) and attack.steps[n][0] in tools:
