@@ -15,6 +15,7 @@ import pytest
 
 from agentroll.handlers.builtin.code_grading import read_runner_output, runner_argv, runner_spec
 from agentroll.handlers.builtin.code_runner import MAX_OUTPUT
+from agentroll.handlers.builtin.grader_launch import isolated_source
 
 pytestmark = pytest.mark.integration
 
@@ -331,9 +332,6 @@ REFUSE = """def _refuse(*args, **kwargs):
     raise BlockingIOError(11, "Resource temporarily unavailable")
 
 
-if sys.argv[1:2] == ["--judge"]:
-    subprocess.Popen = _refuse
-
 """
 
 
@@ -342,13 +340,16 @@ def test_a_solution_process_that_cannot_start_is_the_runners_failure(tmp_path: P
     infrastructure error); after a test ran, what it left may be why: that test fails."""
     (tmp_path / "solution.py").write_text(HONEST)
     spec = json.loads(runner_spec(TOKEN, "solution.py", [], 20))
-    spec["source"] = spec["source"].replace(
+    source = spec["source"].replace(  # the judge cannot start the solution's process
+        "self.process = subprocess.Popen(", "self.process = _refuse("
+    )
+    spec["source"] = source.replace(
         '\nif __name__ == "__main__":', f'\n{REFUSE}if __name__ == "__main__":'
     )
     outcomes = []
     for tests in ([CHECKS[0]], [{"stdin": "", "stdout": ""}, CHECKS[0]]):
         done = subprocess.run(
-            runner_argv(sys.executable, str(tmp_path)),
+            isolated_source(sys.executable, spec["source"], [str(tmp_path)]),
             input=json.dumps({**spec, "tests": tests}).encode(),
             capture_output=True,
             timeout=300,
