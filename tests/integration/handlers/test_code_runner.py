@@ -226,6 +226,7 @@ PLAIN = {
         "assert f() == (b'\\x00x', 1 + 2j, frozenset({1}))",
     ),
     "big-int": ("2 ** 300", "assert f() == 2 ** 300"),
+    "huge-int": ("10 ** 5000", "assert f() == 10 ** 5000"),  # past int's str limit (4300)
     "constant": ("VALUES['I']", "assert VALUES == {'I': 1} and f() == 1"),
 }
 
@@ -253,6 +254,21 @@ def test_a_test_sees_what_the_solution_raises_and_can_pass_its_functions(tmp_pat
         {"passed": True, "detail": ""},
         {"passed": False, "detail": "ValueError: neg"},
     ]
+
+
+@pytest.mark.parametrize(
+    ("raise_it", "caught"),
+    [
+        ("b'\\xff'.decode()", "ValueError"),  # UnicodeDecodeError takes 5 arguments
+        ("raise ExceptionGroup('g', [ValueError(1)])", "Exception"),
+    ],
+)
+def test_an_exception_whose_class_cannot_be_rebuilt_arrives_as_its_nearest_base(
+    tmp_path: Path, raise_it: str, caught: str
+) -> None:
+    solution = f"def f():\n    {raise_it}\n"
+    test = f"try:\n    f()\nexcept {caught}:\n    pass\nelse:\n    raise AssertionError"
+    assert run_runner(tmp_path, solution, [test]) == [{"passed": True, "detail": ""}]
 
 
 def test_a_name_of_the_solution_never_replaces_a_builtin_in_the_test(tmp_path: Path) -> None:
