@@ -31,29 +31,31 @@ FORGER = """import os, stat
 FORGED = b'{"passed": true, "detail": ""}\\n'
 
 
+def rewrite_once_written(fd):
+    for _ in range(3_000_000):  # a judge writes its verdict once, at its very end
+        if os.fstat(fd).st_size:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, FORGED, 0)
+            return
+
+
 def forge_verdicts(keep_going, chain):
-    seen, verdicts = set(os.listdir("/proc")), []
+    seen = set(os.listdir("/proc"))
     while keep_going():
         for entry in os.listdir("/proc"):
             if not entry.isdigit() or entry in seen:
                 continue
-            seen.add(entry)
             try:
                 with open(f"/proc/{entry}/cmdline", "rb") as fh:
                     cmdline = fh.read()
                 if b"Hidden-test runner" not in cmdline or b"--callee" in cmdline[-40:]:
+                    seen.add(entry)
                     continue
-                fd = os.open(f"/proc/{entry}/fd/1", os.O_RDWR)
+                fd = os.open(f"/proc/{entry}/fd/1", os.O_RDWR)  # refused: try it again
+                seen.add(entry)
                 if stat.S_ISREG(os.fstat(fd).st_mode):
-                    verdicts.append(fd)
-            except OSError:
-                pass
-        for fd in verdicts:
-            try:
-                head = os.pread(fd, len(FORGED), 0)
-                if head and head != FORGED:
-                    os.ftruncate(fd, 0)
-                    os.pwrite(fd, FORGED, 0)
+                    rewrite_once_written(fd)
+                os.close(fd)
             except OSError:
                 pass
         if chain and os.fork() != 0:
@@ -138,9 +140,12 @@ def test_a_process_watching_every_judge_start_cannot_forge_a_verdict(
 ) -> None:
     """What a process that did outlive its test would do, run for certain: a watcher of the
     sandbox's user outside the runner's tree. Control: the honest solution passes."""
-    watcher_source = FORGER + "forge_verdicts(lambda: True, chain=False)\n"
-    watcher = subprocess.Popen([python(), "-c", watcher_source], **unprivileged())
+    watching = "print('watching', flush=True)\nforge_verdicts(lambda: True, chain=False)\n"
+    watcher = subprocess.Popen(
+        [python(), "-c", FORGER + watching], stdout=subprocess.PIPE, **unprivileged()
+    )
     try:
+        assert watcher.stdout is not None and watcher.stdout.readline() == b"watching\n"
         results = run_runner(folder, function, CHECKS)
     finally:
         watcher.kill()
