@@ -15,6 +15,7 @@ import pytest
 
 from agentroll.handlers.builtin.code_grading import read_runner_output, runner_argv, runner_spec
 from agentroll.handlers.builtin.code_runner import MAX_OUTPUT
+from agentroll.handlers.builtin.grader_launch import isolated_source
 
 pytestmark = pytest.mark.integration
 
@@ -225,6 +226,7 @@ PLAIN = {
         "assert f() == (b'\\x00x', 1 + 2j, frozenset({1}))",
     ),
     "big-int": ("2 ** 300", "assert f() == 2 ** 300"),
+    "huge-int": ("10 ** 5000", "assert f() == 10 ** 5000"),  # past int's str limit (4300)
     "constant": ("VALUES['I']", "assert VALUES == {'I': 1} and f() == 1"),
 }
 
@@ -252,6 +254,21 @@ def test_a_test_sees_what_the_solution_raises_and_can_pass_its_functions(tmp_pat
         {"passed": True, "detail": ""},
         {"passed": False, "detail": "ValueError: neg"},
     ]
+
+
+@pytest.mark.parametrize(
+    ("raise_it", "caught"),
+    [
+        ("b'\\xff'.decode()", "ValueError"),  # UnicodeDecodeError takes 5 arguments
+        ("raise ExceptionGroup('g', [ValueError(1)])", "Exception"),
+    ],
+)
+def test_an_exception_whose_class_cannot_be_rebuilt_arrives_as_its_nearest_base(
+    tmp_path: Path, raise_it: str, caught: str
+) -> None:
+    solution = f"def f():\n    {raise_it}\n"
+    test = f"try:\n    f()\nexcept {caught}:\n    pass\nelse:\n    raise AssertionError"
+    assert run_runner(tmp_path, solution, [test]) == [{"passed": True, "detail": ""}]
 
 
 def test_a_name_of_the_solution_never_replaces_a_builtin_in_the_test(tmp_path: Path) -> None:
@@ -331,9 +348,6 @@ REFUSE = """def _refuse(*args, **kwargs):
     raise BlockingIOError(11, "Resource temporarily unavailable")
 
 
-if sys.argv[1:2] == ["--judge"]:
-    subprocess.Popen = _refuse
-
 """
 
 
@@ -342,13 +356,16 @@ def test_a_solution_process_that_cannot_start_is_the_runners_failure(tmp_path: P
     infrastructure error); after a test ran, what it left may be why: that test fails."""
     (tmp_path / "solution.py").write_text(HONEST)
     spec = json.loads(runner_spec(TOKEN, "solution.py", [], 20))
-    spec["source"] = spec["source"].replace(
+    source = spec["source"].replace(  # the judge cannot start the solution's process
+        "self.process = subprocess.Popen(", "self.process = _refuse("
+    )
+    spec["source"] = source.replace(
         '\nif __name__ == "__main__":', f'\n{REFUSE}if __name__ == "__main__":'
     )
     outcomes = []
     for tests in ([CHECKS[0]], [{"stdin": "", "stdout": ""}, CHECKS[0]]):
         done = subprocess.run(
-            runner_argv(sys.executable, str(tmp_path)),
+            isolated_source(sys.executable, spec["source"], [str(tmp_path)]),
             input=json.dumps({**spec, "tests": tests}).encode(),
             capture_output=True,
             timeout=300,

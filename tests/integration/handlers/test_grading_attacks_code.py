@@ -13,6 +13,7 @@ import pytest
 from tests.conftest import ServerFactory
 from tests.integration.handlers.attacks import POLICY, attack_rules, job, marked, write
 from tests.integration.handlers.harness import rollout_service, run_jobs, scripted_backend
+from tests.integration.handlers.test_code_runner_leftovers import CHAIN, FORGER
 
 from agentroll.handlers.builtin.code import load_code_tasks
 from agentroll.server.schema import Outcome
@@ -52,6 +53,8 @@ ATTACKS: dict[str, list[str]] = {
     "atexit": [write("solution.py", f"import atexit, os\natexit.register(os._exit, 0)\n{WRONG}")],
     # The runner is its parent's (the judge's) parent: /proc/PID/stat names it.
     "kill-runner": [write("solution.py", KILL_RUNNER + WRONG)],
+    # A fork chain racing the runner's sweep, rewriting later verdicts as passes.
+    "verdict-forger": [write("solution.py", FORGER + CHAIN.format(function=WRONG))],
     "leftover-process": [
         write("solution.py", WRONG),
         write("/tmp/rewriter.py", TEST_REWRITER),
@@ -87,7 +90,7 @@ async def test_gamed_code_grading_earns_nothing(
     for job_id, t in results.items():
         assert (job_id, t.outcome, t.reward) == (job_id, Outcome.ok, 0.0), t.error
         assert t.reward_info["total"] == len(TASK.tests)
-    for job_id in ("atexit", "leftover-process"):  # the real score of the wrong solution
+    for job_id in ("atexit", "leftover-process", "verdict-forger"):  # the wrong one's score
         assert [r["passed"] for r in results[job_id].reward_info["tests"]] == real, job_id
     for job_id in ("os-exit", "sys-exit", "system-exit"):
         details = [r["detail"] for r in results[job_id].reward_info["tests"] if not r["passed"]]

@@ -15,8 +15,8 @@ Why plain data, compared by the grader (and not asserts rewritten to compare saf
 check that runs in the solution's interpreter can be undone by it (it can patch `type`,
 `isinstance` or the checker itself), and any method of the solution's objects (`__eq__`,
 `__bool__`, `__len__`, `__iter__`, `__hash__`...) can lie. So an assert-style test (a
-string) is run by a *judge*, a grader process started from this same source: the test's
-code runs there, with every public name of the solution bound to a stand-in; calling one
+string) is run by a *judge*, a grader process forked from the runner: the test's code runs
+there, with every public name of the solution bound to a stand-in; calling one
 sends the arguments to the solution's own process (the *callee*, which imports the
 solution), and the result comes back as a line of plain data (`encode`: `None`, `bool`,
 `int`, `float`, `str`, `bytes`, `complex`, and `list`, `tuple`, `dict`, `set`, `frozenset`
@@ -25,15 +25,21 @@ so every comparison, `len()`, `bool()` and iteration in the test runs on the gra
 builtins: no object, module or exit of the solution takes part in the verdict. A result
 that is not plain data fails the test and says so. The expected values never enter the
 solution's process at all. A test sees only what a function returns (arguments are copies);
-a solution's name never replaces a builtin in the test.
+a solution's name never replaces a builtin in the test. A function that raises
+StopIteration raises RuntimeError in the test (as in a generator, PEP 479): `map()`,
+`filter()` or `zip()` would take it for the end of their data, and `all()` of nothing is true.
 
 An I/O test ({"stdin": ..., "stdout": ...}) runs the solution as a program and compares what
 it prints (trailing whitespace ignored).
 
-The runner and each judge make themselves non-dumpable (a test cannot open their file
-descriptors or read their memory through /proc); the runner is a child subreaper: processes
-a test leaves behind, even daemonised ones, become its children, and it kills them all
-before the next test. It reads at most MAX_OUTPUT bytes of a test's output or of one reply.
+The runner makes itself non-dumpable before any solution code runs, and each judge is a
+fork of it, never exec'd, so non-dumpable from its first instruction: no process of the
+solution can open their file descriptors (a judge's verdict file) or read their memory
+through /proc, at any moment. The runner is a child subreaper: processes a test leaves
+behind, even daemonised ones, become its children, and it kills them before the next test,
+round after round; a fork chain that keeps one step ahead of the kills may still live on,
+and can then reach nothing a later test's solution process could not. It reads at most
+MAX_OUTPUT bytes of a test's output or of one reply.
 
 Output lines: `{"started": token}` before any solution code runs, then
 `{"token": token, "results": [{"passed": bool, "detail": str}, ...]}`, or
@@ -54,6 +60,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable
 from typing import IO, Any, NoReturn
 
@@ -63,6 +70,7 @@ MAX_DEPTH = 100
 EXIT_GRACE_S = 5.0
 PR_SET_DUMPABLE, PR_SET_CHILD_SUBREAPER = 4, 36
 SWEEP_ROUNDS = 200
+WAIT_POLL_S = 0.01
 
 
 def _tail(text: str) -> str:
@@ -71,6 +79,13 @@ def _tail(text: str) -> str:
 
 def _normalised(text: str) -> str:
     return "\n".join(line.rstrip() for line in text.strip().splitlines())
+
+
+def _any_int_as_text() -> None:
+    """Plain ints of any size cross as JSON (Python 3.11 refuses over 4300 digits); a huge
+    one only slows the test that gets it, under its time limit."""
+    if hasattr(sys, "set_int_max_str_digits"):
+        sys.set_int_max_str_digits(0)
 
 
 def _prctl(option: int, value: int) -> None:
@@ -187,6 +202,7 @@ def callee(solution_file: str) -> None:
     trusted: the solution can change any of it, and can only lie about its own results."""
     replies = os.fdopen(os.dup(1), "wb")  # taken before the solution exists
     os.dup2(2, 1)  # what the solution prints goes to stderr, never among the replies
+    _any_int_as_text()
     sys.path[:0] = [os.getcwd(), *filter(None, os.environ.get("PYTHONPATH", "").split(":"))]
     name = os.path.splitext(solution_file)[0]
     spec = importlib.util.spec_from_file_location(name, os.path.abspath(solution_file))
@@ -255,7 +271,7 @@ class Judge:
         if type(reply) is list and reply[:1] == ["value"] and len(reply) == 2:
             return reply[1]
         if type(reply) is list and reply[:1] == ["raised"] and len(reply) == 3:
-            raise _exception(*reply[1:])
+            raise _exception(name, *reply[1:])
         return self.fail(str(reply[1] if type(reply) is list and len(reply) == 2 else reply))
 
     def namespace(self) -> dict[str, Any]:
@@ -263,7 +279,7 @@ class Judge:
         and stand-ins for its functions); a name of a builtin stays the builtin."""
         reply = self.receive("importing the solution")
         if type(reply) is list and reply[:1] == ["raised"] and len(reply) == 3:
-            raise _exception(*reply[1:])
+            raise _exception("import", *reply[1:])
         names = reply[1] if type(reply) is list and len(reply) == 2 else None
         if type(names) is not list or reply[0] != "names":
             self.fail(f"the solution's names are not plain data: {reply!r:.200}")
@@ -281,10 +297,16 @@ class Judge:
         return found
 
 
-def _exception(name: Any, detail: Any) -> Exception:
+def _exception(function: str, name: Any, detail: Any) -> Exception:
     found = getattr(builtins, name, None) if type(name) is str else None
-    if isinstance(found, type) and issubclass(found, Exception):
-        return found(detail)
+    if isinstance(found, type) and issubclass(found, (StopIteration, StopAsyncIteration)):
+        # map(), filter(), zip()... would read it as the end of their data, and `all()` of
+        # nothing is true: as in a generator (PEP 479), an escaping one is an error.
+        return RuntimeError(f"{function}() raised {name}: {detail}")
+    for base in found.__mro__ if isinstance(found, type) else ():
+        if issubclass(base, Exception):  # one that takes a message (UnicodeDecodeError doesn't)
+            with contextlib.suppress(TypeError):
+                return base(detail)
     return Exception(f"{name}: {detail}")
 
 
@@ -299,12 +321,10 @@ def _failure(exc: BaseException, test: str) -> str:
     return _tail(f"{type(exc).__name__}: {str(exc) or where}".rstrip(": "))
 
 
-def judge() -> None:
+def judge(spec: dict[str, Any]) -> None:
     """One assert-style test (see the module docstring); the verdict is its one stdout line."""
     verdicts = os.fdopen(os.dup(1), "wb")  # taken before the test or the callee runs
     os.dup2(2, 1)
-    _prctl(PR_SET_DUMPABLE, 0)
-    spec = json.load(sys.stdin)
     try:
         session = Judge(spec["source"], spec["solution_file"])
     except OSError as exc:  # no solution code has run in this test: the runner decides
@@ -398,27 +418,63 @@ def _verdict(printed: str) -> dict[str, Any] | None:
     return None
 
 
+def _fork_judge(test: str, spec: dict[str, Any], out: IO[bytes], err: IO[bytes]) -> int:
+    """Start the judge as a fork of the runner, never exec'd: it is non-dumpable from its
+    first instruction (exec would make a fresh process dumpable until it could say
+    otherwise, and a process a test left behind could open its verdict file meanwhile)."""
+    pid = os.fork()
+    if pid != 0:
+        return pid
+    code = 1
+    try:
+        os.setsid()
+        os.dup2(out.fileno(), 1)
+        os.dup2(err.fileno(), 2)
+        with open(os.devnull, "rb") as nothing:
+            os.dup2(nothing.fileno(), 0)
+        os.closerange(3, os.sysconf("SC_OPEN_MAX"))  # the runner's report channel among them
+        judge({"source": spec["source"], "solution_file": spec["solution_file"], "test": test})
+        code = 0
+    except BaseException:
+        with contextlib.suppress(BaseException):
+            traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def _wait(pid: int, timeout_s: float) -> int | None:
+    """The exit code of `pid`, or None once it has run `timeout_s` (it is killed then)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:  # as Popen.returncode (os.waitstatus_to_exitcode is Python 3.9+)
+            return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        if time.monotonic() >= deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(WAIT_POLL_S)
+
+
 def run_test(test: Any, spec: dict[str, Any]) -> dict[str, Any]:
     timeout_s, solution_file = float(spec["timeout_s"]), spec["solution_file"]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        # An OSError up to here is the runner's own (main decides whose fault it is).
         if isinstance(test, str):
-            argv = [sys.executable, "-I", "-c", spec["source"], "--judge"]
-            shared = {k: spec[k] for k in ("source", "solution_file")}  # not the token
-            data = json.dumps({**shared, "test": test}).encode()
+            code = _wait(_fork_judge(test, spec, out, err), timeout_s)
         else:
             argv = [sys.executable, solution_file]
             data = str(test.get("stdin", "")).encode()
-        # An OSError up to here is the runner's own (main decides whose fault it is).
-        proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True
-        )
-        try:
-            proc.communicate(data, timeout=timeout_s)
-            code = proc.returncode
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            code = None
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=out, stderr=err, start_new_session=True
+            )
+            try:
+                proc.communicate(data, timeout=timeout_s)
+                code = proc.returncode
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                code = None
         sweep()
         printed, flooded = _read(out)
         errors, _ = _read(err)
@@ -443,6 +499,7 @@ def runner(folder: str) -> int:
     token = spec["token"]
     os.chdir(folder)
     _prctl(PR_SET_DUMPABLE, 0)
+    _any_int_as_text()  # the judges are its forks
     _prctl(PR_SET_CHILD_SUBREAPER, 1)
 
     def emit(line: dict[str, Any]) -> None:
@@ -465,9 +522,7 @@ def runner(folder: str) -> int:
 
 
 def main(argv: list[str]) -> int:
-    if argv[1:2] == ["--judge"]:
-        judge()
-    elif argv[1:2] == ["--callee"]:
+    if argv[1:2] == ["--callee"]:
         callee(argv[2])
     else:
         return runner(argv[1])
