@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from agentroll.handlers import HandlerRegistry
+from agentroll.server.admission import AdmissionSettings
 from agentroll.server.api import create_app
 from agentroll.server.schema import PoolSizes
 from agentroll.server.schema.auth import TOKEN_FILE_ENV
@@ -37,6 +38,9 @@ def agentroll_server(tmp_path: Path) -> ServerFactory:
         pools: dict[str, int] | None = None,
         **settings: Any,
     ) -> AsyncIterator[tuple[RunningServer, AsyncRolloutClient]]:
+        # Admission reads the node's CPU pressure: beside other work it would hold these
+        # tests' jobs at its floor. Tests of admission pass their own settings.
+        settings.setdefault("admission", AdmissionSettings(enabled=False))
         config = Settings(
             db_path=tmp_path / "agentroll.db",
             pools=PoolSizes(**(pools or {})),

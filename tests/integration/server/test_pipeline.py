@@ -221,7 +221,7 @@ async def test_jobs_wait_for_the_node_and_say_why(agentroll_server: ServerFactor
     gates = Gates()
     gib = 1 << 30
     node = [NodeReading(10.0, gib // 2, 24 * gib, 500, 30_000)]  # 0.5 of 24 GiB available
-    async with agentroll_server(registry=make_registry(gates)) as (server, client):
+    async with agentroll_server(registry=make_registry(gates), admission={}) as (server, client):
         service = server.server.config.app.state.service
         service.admission._sample = lambda: node[0]
         await asyncio.sleep(SAMPLE_INTERVAL_S)  # readings are at most this old
