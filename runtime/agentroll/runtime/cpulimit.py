@@ -41,7 +41,8 @@ class GradingUsage:
     wall-clock backstops must end."""
 
     deadline: float | None = None
-    """``time.monotonic()`` by which a backstop ends (None: no stage bounds it)."""
+    """``time.monotonic()`` by which a backstop ends (None: nothing bounds it): the grading
+    stage's end, or the end of the agent's share of the job's deadline when that comes first."""
     cpu_s: float = 0.0
     wall_s: float = 0.0
     unmeasured: int = 0

@@ -161,29 +161,33 @@ class Pipeline:
             self.run.release()
         if handler.eval_sandbox == "fresh":
             ctx.release_sandboxes()  # EVAL starts its own; the agent's sandbox cannot leak in
+        reward = await self._evaluate(job, handler, ctx)
+        if run_failure is not None:
+            d = run_failure.decision
+            return Verdict(Outcome.agent_error, reward, d.cause, d.message, "run")
+        return Verdict(Outcome.ok, reward)
+
+    async def _evaluate(self, job: LiveJob, handler: AgentHandler, ctx: JobContext) -> Reward:
+        """EVAL, its graders' commands accounted in the job's timing."""
+        limits = job.request.limits
+        timeout_s = limits.eval_timeout_s
         await self._enter(job, "eval", self.eval)
-        # Graders' CPU-limited commands end their wall-clock backstops inside EVAL.
-        ends = min(time.monotonic() + limits.eval_timeout_s, ctx.deadline)
-        usage = GradingUsage(deadline=ends - stop_margin_s(limits.eval_timeout_s))
+        # Graders' CPU-limited commands end their wall-clock backstops inside EVAL and inside
+        # the agent's share of the deadline (the time the server took does not count: when its
+        # queues leave EVAL too little, the deadline ends the job `timed_out`, never a backstop
+        # an honest answer into a 0).
+        room = min(timeout_s, limits.deadline_s - ctx.agent_time()) - stop_margin_s(timeout_s)
+        usage = GradingUsage(deadline=time.monotonic() + room)
         grading = grading_usage.set(usage)
         try:
-            reward = await self._work(
-                job,
-                "eval",
-                self._grader(handler),
-                handler.on_eval_error,
-                ctx,
-                limits.eval_timeout_s,
+            return await self._work(
+                job, "eval", self._grader(handler), handler.on_eval_error, ctx, timeout_s
             )
         finally:
             grading_usage.reset(grading)
             self.eval.release()
             job.timing.grade_wall_s = usage.wall_s
             job.timing.grade_cpu_s = None if usage.unmeasured else usage.cpu_s
-        if run_failure is not None:
-            d = run_failure.decision
-            return Verdict(Outcome.agent_error, reward, d.cause, d.message, "run")
-        return Verdict(Outcome.ok, reward)
 
     @staticmethod
     def _grader(handler: AgentHandler) -> Callable[[JobContext], Awaitable[Reward]]:
