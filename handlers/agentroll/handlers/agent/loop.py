@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from agentroll.handlers.agent.config import AgentConfig
 from agentroll.handlers.agent.tools import Tool, check_arguments
@@ -108,18 +108,16 @@ class AgentLoop:
                 return run
             consecutive_errors = 0 if executed else consecutive_errors + 1
             if consecutive_errors >= config.max_consecutive_errors:
-                self._end(ctx, run, "tool_errors")
-                raise AgentError(
+                self._fail(
+                    ctx,
+                    run,
+                    "tool_errors",
                     f"{consecutive_errors} turns in a row without a valid tool call",
                     cause="invalid_tool_calls",
-                    finish_reason="tool_errors",
                 )
             if ctx.llm.num_turns >= max_turns:
-                self._end(ctx, run, "max_turns")
-                raise AgentError(
-                    f"turn limit of {max_turns} reached without submitting",
-                    cause="max_turns",
-                    finish_reason="max_turns",
+                self._fail(
+                    ctx, run, "max_turns", f"turn limit of {max_turns} reached without submitting"
                 )
             try:
                 await ctx.llm.add_messages(observations)
@@ -131,17 +129,24 @@ class AgentLoop:
         run.ended = reason
         ctx.set_finish_reason(reason)
 
+    def _fail(
+        self, ctx: RolloutContext, run: AgentRun, reason: str, message: str, cause: str = ""
+    ) -> NoReturn:
+        """End the loop for `reason` as the policy's failure (`agent_error`, still graded)."""
+        self._end(ctx, run, reason)
+        raise AgentError(message, cause=cause or reason, finish_reason=reason)
+
     def _check_calls(self, ctx: RolloutContext, run: AgentRun, reply: ParsedReply) -> None:
         """End the loop (`too_many_calls`) on a reply with more calls than the cap. None of it
         runs: running the first ones would still pay the flood in work done on the node."""
         cap = self.config.max_calls_per_reply
         if len(reply.calls) <= cap:
             return
-        self._end(ctx, run, "too_many_calls")
-        raise AgentError(
+        self._fail(
+            ctx,
+            run,
+            "too_many_calls",
             f"{len(reply.calls)} tool calls in one reply; the limit is {cap}",
-            cause="too_many_calls",
-            finish_reason="too_many_calls",
         )
 
     def _check_time(
@@ -150,11 +155,8 @@ class AgentLoop:
         """End the loop (`wall_time`) once less than `need_s` of its budget is left."""
         if deadline - time.monotonic() > need_s:
             return
-        self._end(ctx, run, "wall_time")
-        raise AgentError(
-            f"time budget of {budget:.0f} s used up without submitting",
-            cause="wall_time",
-            finish_reason="wall_time",
+        self._fail(
+            ctx, run, "wall_time", f"time budget of {budget:.0f} s used up without submitting"
         )
 
     async def _act(
