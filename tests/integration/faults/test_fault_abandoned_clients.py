@@ -26,11 +26,12 @@ def rss_mb() -> float:
     return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
-async def abandon(host: str, port: int, target: str, read_first: bool) -> int:
+async def abandon(host: str, port: int, token: str | None, target: str, read_first: bool) -> int:
     """Send a GET, wait for the response to start (or the handler to park), then vanish.
     Returns the number of tasks in this loop (server included) just before vanishing."""
     reader, writer = await asyncio.open_connection(host, port)
-    writer.write(f"GET {target} HTTP/1.1\r\nHost: {host}\r\n\r\n".encode())
+    head = f"GET {target} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\n\r\n"
+    writer.write(head.encode())
     await writer.drain()
     if read_first:
         async with asyncio.timeout(10):
@@ -78,7 +79,10 @@ async def test_abandoned_streams_and_long_polls_leave_nothing_behind(
                 ("/v1/jobs/live/result?wait=120", False),
             ):
                 peaks = await asyncio.gather(
-                    *(abandon(host, int(port), target, read_first) for _ in range(EACH))
+                    *(
+                        abandon(host, int(port), server.token, target, read_first)
+                        for _ in range(EACH)
+                    )
                 )
                 if not read_first:  # ours (one each) + the server's: really parked in a wait
                     assert max(peaks) >= base_tasks + 2 * EACH
