@@ -251,3 +251,35 @@ async def test_a_token_prompt_longer_than_the_context_is_refused_before_it_is_se
         assert await f.received(f.first) == before and await f.received(f.second) == []
         assert proxy.stopped is None
         await proxy.close()
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+async def test_the_control_carries_none_of_the_harness_stop_strings(
+    tmp_path: Path, api: str
+) -> None:
+    """A harness's `stop` strings are its own shaping: a backend failing on them must not make
+    the control fail too (that would blame a working backend, `infra_error` for the policy's
+    doing). The control is the job's sampling alone; the same request without that stop string
+    is served on the same backend."""
+    failing = "<failing-stop>"
+    async with fleet(tmp_path, failing_stop=failing) as f:
+        proxy = await f.rig.proxy(tmp_path)
+        async with client_for(proxy) as http:
+            if api == "chat":
+                body: dict[str, Any] = {"messages": [say("one")]}
+            else:
+                text = f"<|im_start|>user\n{say('one')['content']}<|im_end|>\n"
+                body = {"prompt": get_tokenizer().encode(text), "max_tokens": 32}
+            failed = await http.post(f"/{api.replace('chat', 'chat/completions')}",
+                                     json={**body, "stop": [failing]})  # fmt: skip
+            assert failed.status_code == 502, failed.text
+            assert "served a control request" in failed.text
+            assert proxy.stopped is None  # not infra: the rollout goes on
+            assert await f.received(f.second) == []
+            # The control beside it: without the stop string the same call is served.
+            served = await http.post(
+                f"/{api.replace('chat', 'chat/completions')}", json={**body, "stop": ["\n\n"]}
+            )
+            assert served.status_code == 200, served.text
+        assert proxy.stopped is None
+        await proxy.close()

@@ -344,7 +344,9 @@ class TokenSession(RoutedCalls):
             gated=True,
             shaped=Shaped(
                 lambda: token_digest(prompt_ids, sampling.get("stop")),
-                self._completion(CONTROL_PROMPT, {**sampling, "max_tokens": 1}),
+                # The job's sampling only: `sampling` may hold the caller's stop strings, and
+                # a control that fails on what the policy sent would blame the backend.
+                self._completion(CONTROL_PROMPT, {**self._sampling, "max_tokens": 1}),
             )
             if shaped
             else None,
