@@ -8,6 +8,7 @@ serving honest requests (the rollout is not `infra_error`). A backend that fails
 request too is broken: that is infra, and still the request is not carried to the next one.
 """
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -281,5 +282,32 @@ async def test_the_control_carries_none_of_the_harness_stop_strings(
                 f"/{api.replace('chat', 'chat/completions')}", json={**body, "stop": ["\n\n"]}
             )
             assert served.status_code == 200, served.text
+        assert proxy.stopped is None
+        await proxy.close()
+
+
+async def test_a_control_cut_short_by_a_pause_is_asked_again_after_resume(
+    tmp_path: Path,
+) -> None:
+    """A weight sync that aborts the control in flight decides nothing: the control is sent
+    again once generation resumes, and a backend that serves it is not blamed (`infra_error`
+    for the policy's doing otherwise). The control beside it, a backend that is really broken,
+    is `test_a_backend_that_fails_a_control_too_is_infra_and_the_request_stays_put`."""
+    async with fleet(tmp_path, latency_s=10.0) as f:
+        proxy = await f.rig.proxy(tmp_path)
+        call = asyncio.create_task(post(proxy, "chat", f"poison {ENGINE_FAILURE_MARK}"))
+        async with asyncio.timeout(60):
+            while len(await f.received(f.first)) < 2:  # the request, then the control
+                await asyncio.sleep(0.05)
+        gate = f.rig.gate
+        gate.close("abort")
+        gate.abort_in_flight()
+        gate.open(1)
+        failed = await call
+        assert failed.status_code == 502, failed.text
+        assert "served a control request" in failed.text
+        first = await f.received(f.first)
+        assert len(first) == 3 and first[1] == first[2] == [0]  # the control, asked twice
+        assert await f.received(f.second) == []
         assert proxy.stopped is None
         await proxy.close()

@@ -191,12 +191,17 @@ class RoutedCalls:
     ) -> bool:
         """Whether `backend` still serves a request nobody shaped (through the gate like any
         generation, bounded by the request timeout). Served, the backend is routed to again
-        (a dropped connection marked it down): the request is quarantined, not the backend."""
-        try:
-            async with self._attempt(gated) as flight:
-                await self._try(backend, control, flight)
-        except (BackendError, GenerationAborted, ContextLengthExceeded):
-            return False
+        (a dropped connection marked it down): the request is quarantined, not the backend.
+        A control a pause aborted decided nothing: it is asked again once generation resumes."""
+        while True:
+            try:
+                async with self._attempt(gated) as flight:
+                    await self._try(backend, control, flight)
+                break
+            except GenerationAborted:
+                continue  # the next try waits at the gate until resume
+            except (BackendError, ContextLengthExceeded):
+                return False
         self._pool.mark_up(backend)
         return True
 
