@@ -131,15 +131,16 @@ async def test_a_request_a_backend_fails_on_is_the_harness_error_and_goes_nowher
         failed = await post(proxy, api, f"poison {ENGINE_FAILURE_MARK}")
         assert failed.status_code == 502, failed.text
         assert "served a control request" in failed.text
-        # The first backend got the request once (then a control); the second never got it.
+        # The first backend got the request, a control, then the request once more (it failed
+        # again: not a hiccup); the second never got it.
         first = await f.received(f.first)
-        assert len(first) == 2 and first[1] == [0]
+        assert len(first) == 3 and first[1] == [0] and first[2] == first[0]
         assert await f.received(f.second) == []
         # Sent again (an SDK retries a 5xx), it is refused without reaching any backend.
         again = await post(proxy, api, f"poison {ENGINE_FAILURE_MARK}")
         assert again.status_code == 400, again.text
         assert "it is not sent again" in again.text
-        assert len(await f.received(f.first)) == 2 and await f.received(f.second) == []
+        assert len(await f.received(f.first)) == 3 and await f.received(f.second) == []
         # The rollout goes on: an honest call is served, and nothing was infra.
         served = await post(proxy, api, "two")
         assert served.status_code == 200, served.text
@@ -191,7 +192,8 @@ async def test_ctx_llm_a_prompt_the_policy_shaped_that_a_backend_fails_on_is_age
             await session.generate()
         decision = classify_error("run", caught.value)
         assert (decision.outcome, decision.evaluate) == ("agent_error", True)
-        assert len(await f.received(f.first)) == 3  # turn one, the failing turn, the control
+        # Turn one, the failing turn, the control, the failing turn once more.
+        assert len(await f.received(f.first)) == 4
         assert await f.received(f.second) == []
 
 
@@ -307,7 +309,40 @@ async def test_a_control_cut_short_by_a_pause_is_asked_again_after_resume(
         assert failed.status_code == 502, failed.text
         assert "served a control request" in failed.text
         first = await f.received(f.first)
-        assert len(first) == 3 and first[1] == first[2] == [0]  # the control, asked twice
+        # The control, asked twice, then the request once more (it failed again).
+        assert len(first) == 4 and first[1] == first[2] == [0] and first[3] == first[0]
         assert await f.received(f.second) == []
         assert proxy.stopped is None
+        await proxy.close()
+
+
+async def hiccup(server: RunningServer, failures: int = 1) -> None:
+    """The next `failures` generation requests `server` gets answer 500, then it serves."""
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        (await http.post("/scripted/fault", json={"fail_next": failures})).raise_for_status()
+
+
+async def test_a_backend_hiccup_on_an_honest_request_is_not_the_policy_error(
+    tmp_path: Path,
+) -> None:
+    """A backend that fails once (a hiccup: an engine behind a load balancer restarted, a
+    transient 500) and then serves the control has not shown the request is at fault: the
+    request is sent once more to that backend, and served, the rollout goes on unblamed. The
+    control beside it: a request the backend fails on every time is still the policy's."""
+    async with fleet(tmp_path) as f:
+        session = f.rig.session(seed=3)
+        await session.start([say("one")])
+        assert (await session.generate()).text == "one"
+        await session.add_messages([say("two")])  # an honest tool output
+        await hiccup(f.first)
+        turn = await session.generate()
+        assert turn.text == "two" and turn.backend_id == "first"
+        assert await f.received(f.second) == []  # never carried to another engine
+        proxy = await f.rig.proxy(tmp_path)
+        await hiccup(f.first)
+        served = await post(proxy, "chat", "three")
+        assert served.status_code == 200, served.text
+        assert proxy.stopped is None and proxy.report()["refused"] == {}
+        failed = await post(proxy, "chat", f"poison {ENGINE_FAILURE_MARK}")
+        assert failed.status_code == 502 and "served a control request" in failed.text
         await proxy.close()

@@ -227,11 +227,11 @@ async def test_ids_a_backend_sampled_outside_the_vocabulary_are_never_sent_back(
 async def test_a_connection_dropped_after_a_shaped_request_quarantines_the_request_not_the_backend(
     pool: BackendPool,
 ) -> None:
-    """The engine drops the connection right after a prompt holding the policy's tokens, then
-    serves the control: the request is the policy's doing, no other backend gets it, and the
-    backend stays in service (the drop had marked it down)."""
+    """The engine drops the connection right after a prompt holding the policy's tokens,
+    serves the control, and drops the prompt again: the request is the policy's doing, no
+    other backend gets it, and the backend stays in service (the drop had marked it down)."""
     dropped = BackendError("connection reset", retryable=True)
-    first = FakeClient(10, [_done([5], "abort"), dropped, _done([1])])
+    first = FakeClient(10, [_done([5], "abort"), dropped, _done([1]), dropped])
     second = FakeClient(10)
     add(pool, "a", first)
     add(pool, "b", second)
@@ -239,8 +239,9 @@ async def test_a_connection_dropped_after_a_shaped_request_quarantines_the_reque
     await s.start(MESSAGES)
     with pytest.raises(UnservableRequest, match="served a control request"):
         await s.generate()
-    assert (first.calls, second.calls) == (3, 0)  # turn start, the dropped one, the control
+    # Turn start, the dropped one, the control, the dropped one once more.
+    assert (first.calls, second.calls) == (4, 0)
     assert pool.get("a").healthy  # type: ignore[union-attr]
     with pytest.raises(UnservableRequest, match="it is not sent again"):
         await s.generate()  # the same prompt again: refused before any backend
-    assert (first.calls, second.calls) == (3, 0)
+    assert (first.calls, second.calls) == (4, 0)

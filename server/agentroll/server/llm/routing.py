@@ -4,9 +4,9 @@ timing, and the containment of requests the policy shaped (poison.py).
 A call goes to a backend of the session's policy and tokenizer identity (affinity first);
 a retryable failure is retried on another backend while nothing was committed, up to
 `MAX_ATTEMPTS`. Every generation try, a retry included, passes the pause gate. A request the
-policy shaped is never retried after a backend failed on it: a control request on the same
-backend decides whether that was the request's doing (`UnservableRequest`) or the backend's
-(`LLMUnavailable`).
+policy shaped is never retried on another backend after one failed on it: a control request on
+the same backend, and the request sent once more there, decide whether that was the request's
+doing (`UnservableRequest`), a hiccup (served), or the backend's (`LLMUnavailable`).
 """
 
 import asyncio
@@ -126,7 +126,7 @@ class RoutedCalls:
 
         `shaped` marks a request the policy shaped: one the quarantine holds is refused, one a
         backend refuses ends the call with `UnservableRequest`, and one a backend fails on is
-        quarantined and never retried (the module docstring says whose fault it is then). `vet`
+        contained to that backend (`_contain` says whose fault it is then). `vet`
         refuses a request a backend cannot take before it is sent there.
 
         Each try, a retry included, holds its own gate slot (`gated`): a pause that starts
@@ -159,18 +159,7 @@ class RoutedCalls:
                 continue
             except BackendError as exc:
                 if shaped is not None and failed_on_request(exc):
-                    quarantine.add(shaped.digest(), backend.id)
-                    if await self._serves_control(backend, shaped.control, gated):
-                        raise UnservableRequest(
-                            f"the backend failed right after this request ({exc}) and served "
-                            "a control request: this request is not sent again",
-                            status=502,
-                        ) from exc
-                    raise LLMUnavailable(
-                        f"backend {backend.id} failed right after a request and on a control "
-                        f"request too (the request is not sent to another backend): {exc}",
-                        cause="llm_backend_unavailable",
-                    ) from exc
+                    return await self._contain(backend, fn, exc, shaped, gated)
                 if shaped is not None and refused_request(exc):
                     raise UnservableRequest(str(exc), status=exc.status or 400) from exc
                 if not exc.retryable:
@@ -185,6 +174,54 @@ class RoutedCalls:
             f"no backend could serve the request after {len(tried)} attempt(s): {last_error}",
             cause="llm_backend_unavailable",
         ) from last_error
+
+    async def _contain(
+        self,
+        backend: Backend,
+        fn: Callable[[BackendClient], Any],
+        exc: BackendError,
+        shaped: Shaped,
+        gated: bool,
+    ) -> tuple[Any, Backend, Flight | None]:
+        """`backend` failed right after a request the policy shaped: the request goes to no
+        other backend. A control request decides whose fault that was: failed too, the
+        backend's (`LLMUnavailable`). Served, the request is sent once more to this backend,
+        which just showed it is alive: a failure that does not repeat (a hiccup, an engine
+        behind a load balancer that restarted) is nobody's, and the request is served; one
+        that repeats is the request's (`UnservableRequest`), and it is never sent again."""
+        quarantine = self._pool.quarantine
+        digest = shaped.digest()
+        quarantine.add(digest, backend.id)  # held back from every backend meanwhile
+        if not await self._serves_control(backend, shaped.control, gated):
+            raise LLMUnavailable(
+                f"backend {backend.id} failed right after a request and on a control "
+                f"request too (the request is not sent to another backend): {exc}",
+                cause="llm_backend_unavailable",
+            ) from exc
+        try:
+            async with self._attempt(gated) as flight:
+                if flight is not None:
+                    flight.backend_id = backend.id
+                result = await self._try(backend, fn, flight)
+        except GenerationAborted:
+            quarantine.discard(digest)  # nothing was decided: the caller samples it again
+            raise
+        except BackendError as again:
+            if not failed_on_request(again):
+                raise LLMUnavailable(
+                    f"backend {backend.id} served a control request, then not this request: "
+                    f"{again}",
+                    cause="llm_backend_unavailable",
+                ) from again
+            self._pool.mark_up(backend)  # alive a moment ago: the request is quarantined
+            raise UnservableRequest(
+                f"the backend failed right after this request ({exc}), served a control "
+                "request, and failed on this request again: it is not sent again",
+                status=502,
+            ) from again
+        quarantine.discard(digest)
+        self._affinity = backend.id
+        return result, backend, flight
 
     async def _serves_control(
         self, backend: Backend, control: Callable[[BackendClient], Any], gated: bool
