@@ -199,10 +199,7 @@ class RoutedCalls:
                 cause="llm_backend_unavailable",
             ) from exc
         try:
-            async with self._attempt(gated) as flight:
-                if flight is not None:
-                    flight.backend_id = backend.id
-                result = await self._try(backend, fn, flight)
+            result, flight = await self._once_on(backend, fn, gated)
         except GenerationAborted:
             quarantine.discard(digest)  # nothing was decided: the caller samples it again
             raise
@@ -223,17 +220,31 @@ class RoutedCalls:
         self._affinity = backend.id
         return result, backend, flight
 
+    async def _once_on(
+        self, backend: Backend, fn: Callable[[BackendClient], Any], gated: bool
+    ) -> tuple[Any, Flight | None]:
+        """One call on `backend` and no other; a pause outside our gate is waited out as any
+        call's is (`LLMUnavailable` if it lasts beyond `backend_wait_s`)."""
+        paused = _PausedBackends(self._backend_wait_s)
+        while True:
+            try:
+                async with self._attempt(gated) as flight:
+                    if flight is not None:
+                        flight.backend_id = backend.id
+                    return await self._try(backend, fn, flight), flight
+            except BackendPaused as exc:
+                await paused.wait_out(exc)
+
     async def _serves_control(
         self, backend: Backend, control: Callable[[BackendClient], Any], gated: bool
     ) -> bool:
         """Whether `backend` still serves a request nobody shaped (through the gate like any
         generation, bounded by the request timeout). Served, the backend is routed to again
         (a dropped connection marked it down): the request is quarantined, not the backend.
-        A control a pause aborted decided nothing: it is asked again once generation resumes."""
+        A control a pause aborted or refused decided nothing: it is asked again after resume."""
         while True:
             try:
-                async with self._attempt(gated) as flight:
-                    await self._try(backend, control, flight)
+                await self._once_on(backend, control, gated)
                 break
             except GenerationAborted:
                 continue  # the next try waits at the gate until resume
