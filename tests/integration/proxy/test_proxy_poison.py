@@ -346,3 +346,38 @@ async def test_a_backend_hiccup_on_an_honest_request_is_not_the_policy_error(
         failed = await post(proxy, "chat", f"poison {ENGINE_FAILURE_MARK}")
         assert failed.status_code == 502 and "served a control request" in failed.text
         await proxy.close()
+
+
+@pytest.mark.parametrize("api", ["chat", "completions", "anthropic"])
+async def test_a_flood_of_stop_strings_never_reaches_an_engine(tmp_path: Path, api: str) -> None:
+    """An engine matches every stop string against every token it samples: thousands of them
+    would slow every rollout it serves. More than a harness needs are refused (400) before any
+    backend sees the call; a handful, as harnesses send, is served."""
+    async with fleet(tmp_path) as f:
+        proxy = await f.rig.proxy(tmp_path)
+        text = f"<|im_start|>user\n{say('one')['content']}<|im_end|>\n"
+        path, body, field = {
+            "chat": ("/chat/completions", {"messages": [say("one")]}, "stop"),
+            "completions": (
+                "/completions",
+                {"prompt": get_tokenizer().encode(text), "max_tokens": 32},
+                "stop",
+            ),
+            "anthropic": (
+                "/messages",
+                {"model": "policy", "max_tokens": 64, "messages": [say("one")]},
+                "stop_sequences",
+            ),
+        }[api]
+        async with client_for(proxy) as http:
+            http.headers["x-api-key"] = proxy.api_key
+            flood = [f"<stop-{i}>" for i in range(10_000)]
+            for stops, why in ((flood, "stop strings are taken"), (["x" * 5000], "characters")):
+                refused = await http.post(path, json={**body, field: stops})
+                assert refused.status_code == 400, refused.text
+                assert why in error_text(refused)
+            assert await f.received(f.first) == [] and await f.received(f.second) == []
+            served = await http.post(path, json={**body, field: ["\n\n", "</answer>"]})
+            assert served.status_code == 200, served.text
+        assert proxy.stopped is None
+        await proxy.close()
