@@ -381,3 +381,21 @@ async def test_a_flood_of_stop_strings_never_reaches_an_engine(tmp_path: Path, a
             assert served.status_code == 200, served.text
         assert proxy.stopped is None
         await proxy.close()
+
+
+async def test_a_job_whose_sampling_every_backend_refuses_is_infra_not_the_harness_error(
+    tmp_path: Path,
+) -> None:
+    """A backend that refuses (4xx) what the harness sent blames the harness only if it serves
+    a control request: a seed beyond 64 bits is the trainer's doing, refused for the control
+    too, so the rollout is `infra_error`, never a harness scored on errors it did not cause.
+    The control beside it is `test_a_request_a_backend_fails_on_is_the_harness_error_...`:
+    there the backend serves the control."""
+    async with fleet(tmp_path) as f:
+        proxy = await f.rig.proxy(tmp_path, f.rig.session(seed=2**64))
+        resp = await post(proxy, "chat", "one")
+        assert resp.status_code == 503, resp.text
+        stop = await proxy.wait_stopped()
+        assert stop.kind == "infra" and "control request" in stop.message, stop
+        assert proxy.report()["refused"] == {}
+        await proxy.close()

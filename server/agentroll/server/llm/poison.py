@@ -9,7 +9,9 @@ contain such a request to the rollout that made it:
 - `check_token_ids`: every prompt id is an exact `int` (never a bool), `0 <= id < vocab`
   (the backend's tokenizer decides `vocab`; with none known, ids must fit 31 bits, as every
   engine's id tensors do). A failing prompt is refused with `UnservableRequest` before it is
-  sent; a backend's own 4xx refusal of a policy-shaped request is `UnservableRequest` too.
+  sent; a backend's own 4xx refusal of a policy-shaped request is `UnservableRequest` too,
+  if the backend serves a control request (refusing that as well, it refuses the job's own
+  sampling, or everything: infra).
 - `RequestQuarantine`: a backend that fails (5xx, or the connection drops) right after a
   policy-shaped request is never sent it by another backend: the request is remembered (by
   digest) and held back while a control request on the same backend decides the blame. The

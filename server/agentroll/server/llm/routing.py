@@ -125,7 +125,9 @@ class RoutedCalls:
         """Run one backend call, retrying on another backend while nothing was committed.
 
         `shaped` marks a request the policy shaped: one the quarantine holds is refused, one a
-        backend refuses ends the call with `UnservableRequest`, and one a backend fails on is
+        backend refuses while it serves a control ends the call with `UnservableRequest`
+        (refusing the control too, the backend or the job's sampling is at fault:
+        `LLMUnavailable`), and one a backend fails on is
         contained to that backend (`_contain` says whose fault it is then). `vet`
         refuses a request a backend cannot take before it is sent there.
 
@@ -161,7 +163,14 @@ class RoutedCalls:
                 if shaped is not None and failed_on_request(exc):
                     return await self._contain(backend, fn, exc, shaped, gated)
                 if shaped is not None and refused_request(exc):
-                    raise UnservableRequest(str(exc), status=exc.status or 400) from exc
+                    # The request's fault only if the backend serves a control: one it refuses
+                    # too is refusing the job's own sampling (or everything): infra.
+                    if await self._serves_control(backend, shaped.control, gated):
+                        raise UnservableRequest(str(exc), status=exc.status or 400) from exc
+                    raise LLMUnavailable(
+                        f"backend {backend.id} refused a request and a control request too: {exc}",
+                        cause="llm_backend_error",
+                    ) from exc
                 if not exc.retryable:
                     raise LLMUnavailable(str(exc), cause="llm_backend_error") from exc
                 tried.add(backend.id)
