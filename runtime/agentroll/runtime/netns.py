@@ -109,9 +109,13 @@ def route_batch(blocked: Iterable[ipaddress.IPv4Network]) -> str:
     connected route is more specific than any blocked range around it.
     """
     lines = ["link set lo up"]
-    for net in sorted(set(blocked)):
-        # Loopback is the sandbox's own; a default route or slirp's network would cut it off.
-        if net.subnet_of(_LOOPBACK) or net.subnet_of(_SLIRP) or net.prefixlen == 0:
+    # Every address is blocked as its two halves: a route for 0.0.0.0/0 would clash with the
+    # default route slirp4netns installed (and the launcher would fail).
+    halves = (half for net in blocked if net.prefixlen == 0 for half in net.subnets())
+    for net in sorted({*(n for n in blocked if n.prefixlen > 0), *halves}):
+        # Loopback is the sandbox's own (and its local routes win over any of these); slirp's
+        # network holds the gateway and the resolver.
+        if net.subnet_of(_LOOPBACK) or net.subnet_of(_SLIRP):
             continue
         lines.append(f"route add unreachable {net}")
     return "".join(line + "\n" for line in lines)

@@ -8,6 +8,7 @@ serving honest requests (the rollout is not `infra_error`). A backend that fails
 request too is broken: that is infra, and still the request is not carried to the next one.
 """
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass
@@ -130,15 +131,16 @@ async def test_a_request_a_backend_fails_on_is_the_harness_error_and_goes_nowher
         failed = await post(proxy, api, f"poison {ENGINE_FAILURE_MARK}")
         assert failed.status_code == 502, failed.text
         assert "served a control request" in failed.text
-        # The first backend got the request once (then a control); the second never got it.
+        # The first backend got the request, a control, then the request once more (it failed
+        # again: not a hiccup); the second never got it.
         first = await f.received(f.first)
-        assert len(first) == 2 and first[1] == [0]
+        assert len(first) == 3 and first[1] == [0] and first[2] == first[0]
         assert await f.received(f.second) == []
         # Sent again (an SDK retries a 5xx), it is refused without reaching any backend.
         again = await post(proxy, api, f"poison {ENGINE_FAILURE_MARK}")
         assert again.status_code == 400, again.text
         assert "it is not sent again" in again.text
-        assert len(await f.received(f.first)) == 2 and await f.received(f.second) == []
+        assert len(await f.received(f.first)) == 3 and await f.received(f.second) == []
         # The rollout goes on: an honest call is served, and nothing was infra.
         served = await post(proxy, api, "two")
         assert served.status_code == 200, served.text
@@ -190,7 +192,8 @@ async def test_ctx_llm_a_prompt_the_policy_shaped_that_a_backend_fails_on_is_age
             await session.generate()
         decision = classify_error("run", caught.value)
         assert (decision.outcome, decision.evaluate) == ("agent_error", True)
-        assert len(await f.received(f.first)) == 3  # turn one, the failing turn, the control
+        # Turn one, the failing turn, the control, the failing turn once more.
+        assert len(await f.received(f.first)) == 4
         assert await f.received(f.second) == []
 
 
@@ -250,4 +253,149 @@ async def test_a_token_prompt_longer_than_the_context_is_refused_before_it_is_se
         assert resp.json()["error"]["code"] == "context_length_exceeded"
         assert await f.received(f.first) == before and await f.received(f.second) == []
         assert proxy.stopped is None
+        await proxy.close()
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+async def test_the_control_carries_none_of_the_harness_stop_strings(
+    tmp_path: Path, api: str
+) -> None:
+    """A harness's `stop` strings are its own shaping: a backend failing on them must not make
+    the control fail too (that would blame a working backend, `infra_error` for the policy's
+    doing). The control is the job's sampling alone; the same request without that stop string
+    is served on the same backend."""
+    failing = "<failing-stop>"
+    async with fleet(tmp_path, failing_stop=failing) as f:
+        proxy = await f.rig.proxy(tmp_path)
+        async with client_for(proxy) as http:
+            if api == "chat":
+                body: dict[str, Any] = {"messages": [say("one")]}
+            else:
+                text = f"<|im_start|>user\n{say('one')['content']}<|im_end|>\n"
+                body = {"prompt": get_tokenizer().encode(text), "max_tokens": 32}
+            failed = await http.post(f"/{api.replace('chat', 'chat/completions')}",
+                                     json={**body, "stop": [failing]})  # fmt: skip
+            assert failed.status_code == 502, failed.text
+            assert "served a control request" in failed.text
+            assert proxy.stopped is None  # not infra: the rollout goes on
+            assert await f.received(f.second) == []
+            # The control beside it: without the stop string the same call is served.
+            served = await http.post(
+                f"/{api.replace('chat', 'chat/completions')}", json={**body, "stop": ["\n\n"]}
+            )
+            assert served.status_code == 200, served.text
+        assert proxy.stopped is None
+        await proxy.close()
+
+
+async def test_a_control_cut_short_by_a_pause_is_asked_again_after_resume(
+    tmp_path: Path,
+) -> None:
+    """A weight sync that aborts the control in flight decides nothing: the control is sent
+    again once generation resumes, and a backend that serves it is not blamed (`infra_error`
+    for the policy's doing otherwise). The control beside it, a backend that is really broken,
+    is `test_a_backend_that_fails_a_control_too_is_infra_and_the_request_stays_put`."""
+    async with fleet(tmp_path, latency_s=10.0) as f:
+        proxy = await f.rig.proxy(tmp_path)
+        call = asyncio.create_task(post(proxy, "chat", f"poison {ENGINE_FAILURE_MARK}"))
+        async with asyncio.timeout(60):
+            while len(await f.received(f.first)) < 2:  # the request, then the control
+                await asyncio.sleep(0.05)
+        gate = f.rig.gate
+        gate.close("abort")
+        gate.abort_in_flight()
+        gate.open(1)
+        failed = await call
+        assert failed.status_code == 502, failed.text
+        assert "served a control request" in failed.text
+        first = await f.received(f.first)
+        # The control, asked twice, then the request once more (it failed again).
+        assert len(first) == 4 and first[1] == first[2] == [0] and first[3] == first[0]
+        assert await f.received(f.second) == []
+        assert proxy.stopped is None
+        await proxy.close()
+
+
+async def hiccup(server: RunningServer, failures: int = 1) -> None:
+    """The next `failures` generation requests `server` gets answer 500, then it serves."""
+    async with httpx.AsyncClient(base_url=server.url) as http:
+        (await http.post("/scripted/fault", json={"fail_next": failures})).raise_for_status()
+
+
+async def test_a_backend_hiccup_on_an_honest_request_is_not_the_policy_error(
+    tmp_path: Path,
+) -> None:
+    """A backend that fails once (a hiccup: an engine behind a load balancer restarted, a
+    transient 500) and then serves the control has not shown the request is at fault: the
+    request is sent once more to that backend, and served, the rollout goes on unblamed. The
+    control beside it: a request the backend fails on every time is still the policy's."""
+    async with fleet(tmp_path) as f:
+        session = f.rig.session(seed=3)
+        await session.start([say("one")])
+        assert (await session.generate()).text == "one"
+        await session.add_messages([say("two")])  # an honest tool output
+        await hiccup(f.first)
+        turn = await session.generate()
+        assert turn.text == "two" and turn.backend_id == "first"
+        assert await f.received(f.second) == []  # never carried to another engine
+        proxy = await f.rig.proxy(tmp_path)
+        await hiccup(f.first)
+        served = await post(proxy, "chat", "three")
+        assert served.status_code == 200, served.text
+        assert proxy.stopped is None and proxy.report()["refused"] == {}
+        failed = await post(proxy, "chat", f"poison {ENGINE_FAILURE_MARK}")
+        assert failed.status_code == 502 and "served a control request" in failed.text
+        await proxy.close()
+
+
+@pytest.mark.parametrize("api", ["chat", "completions", "anthropic"])
+async def test_a_flood_of_stop_strings_never_reaches_an_engine(tmp_path: Path, api: str) -> None:
+    """An engine matches every stop string against every token it samples: thousands of them
+    would slow every rollout it serves. More than a harness needs are refused (400) before any
+    backend sees the call; a handful, as harnesses send, is served."""
+    async with fleet(tmp_path) as f:
+        proxy = await f.rig.proxy(tmp_path)
+        text = f"<|im_start|>user\n{say('one')['content']}<|im_end|>\n"
+        path, body, field = {
+            "chat": ("/chat/completions", {"messages": [say("one")]}, "stop"),
+            "completions": (
+                "/completions",
+                {"prompt": get_tokenizer().encode(text), "max_tokens": 32},
+                "stop",
+            ),
+            "anthropic": (
+                "/messages",
+                {"model": "policy", "max_tokens": 64, "messages": [say("one")]},
+                "stop_sequences",
+            ),
+        }[api]
+        async with client_for(proxy) as http:
+            http.headers["x-api-key"] = proxy.api_key
+            flood = [f"<stop-{i}>" for i in range(10_000)]
+            for stops, why in ((flood, "stop strings are taken"), (["x" * 5000], "characters")):
+                refused = await http.post(path, json={**body, field: stops})
+                assert refused.status_code == 400, refused.text
+                assert why in error_text(refused)
+            assert await f.received(f.first) == [] and await f.received(f.second) == []
+            served = await http.post(path, json={**body, field: ["\n\n", "</answer>"]})
+            assert served.status_code == 200, served.text
+        assert proxy.stopped is None
+        await proxy.close()
+
+
+async def test_a_job_whose_sampling_every_backend_refuses_is_infra_not_the_harness_error(
+    tmp_path: Path,
+) -> None:
+    """A backend that refuses (4xx) what the harness sent blames the harness only if it serves
+    a control request: a seed beyond 64 bits is the trainer's doing, refused for the control
+    too, so the rollout is `infra_error`, never a harness scored on errors it did not cause.
+    The control beside it is `test_a_request_a_backend_fails_on_is_the_harness_error_...`:
+    there the backend serves the control."""
+    async with fleet(tmp_path) as f:
+        proxy = await f.rig.proxy(tmp_path, f.rig.session(seed=2**64))
+        resp = await post(proxy, "chat", "one")
+        assert resp.status_code == 503, resp.text
+        stop = await proxy.wait_stopped()
+        assert stop.kind == "infra" and "control request" in stop.message, stop
+        assert proxy.report()["refused"] == {}
         await proxy.close()

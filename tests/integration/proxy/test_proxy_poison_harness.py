@@ -82,6 +82,7 @@ async def test_a_harness_that_sends_poison_is_scored_and_costs_no_engine(
     def poisoned(prompts: list[Any]) -> int:
         return sum(ENGINE_FAILURE_MARK in get_tokenizer().decode(p) for p in prompts)
 
-    # The request the first engine failed on went there once, then a control; nowhere else.
-    assert (poisoned(on_first), poisoned(on_second)) == (1, 0)
+    # The request the first engine failed on went there, then a control, then the request once
+    # more (it failed again: not a hiccup); nowhere else.
+    assert (poisoned(on_first), poisoned(on_second)) == (2, 0)
     assert on_first.count([0]) == 1 and [0] not in on_second

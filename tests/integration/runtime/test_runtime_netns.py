@@ -267,6 +267,41 @@ async def test_the_internet_is_reachable_and_a_private_neighbour_is_not(state_di
         await asyncio.to_thread(lab.close)
 
 
+@ROOT
+@pytest.mark.parametrize("blocked", ["0.0.0.0/0", "0.0.0.0/1"])
+async def test_an_operator_who_blocks_every_address_gets_no_internet(
+    state_dir: Path, blocked: str
+) -> None:
+    """`blocked_networks` holding every address (the default route's own range, or a range
+    that holds loopback) blocks them all, public ones too; the sandbox's own loopback and
+    DNS still work, and a public address outside a narrower range still answers (the
+    control)."""
+    from agentroll.testing.netlab import PUBLIC_ADDR, NetLab
+
+    lab = await asyncio.to_thread(NetLab, state_dir)
+    config = SandboxNetworkConfig(
+        slirp4netns_path=str(lab.slirp4netns), blocked_networks=(ipaddress.IPv4Network(blocked),)
+    )
+    rt = BwrapConfig(state_dir=state_dir, network=config).build()
+    try:
+        sb = await rt.start(SandboxSpec(network=True), timeout=30)
+        assert isinstance(sb, BwrapSandbox)
+        public = f"{PUBLIC_ADDR}:{lab.port}"  # 198.51.100.7: outside 0.0.0.0/1
+        seen = await probe(sb, "self", public)
+        assert seen["self"] == "own-loopback"
+        if blocked == "0.0.0.0/0":
+            assert "No route to host" in seen[public], seen
+        else:
+            assert seen[public] == lab.token
+        lookup = "import socket; print(socket.gethostbyname('pypi.internet.test'))"
+        out = await sb.exec(["python3", "-c", lookup], timeout=30)
+        assert out.stdout.strip() == PUBLIC_ADDR, out.stderr
+        await sb.stop()
+    finally:
+        await rt.close()
+        await asyncio.to_thread(lab.close)
+
+
 async def test_a_killed_server_leaves_no_nat_behind(state_dir: Path) -> None:
     """slirp4netns leaves when its exit pipe closes with the server; the reaper finds the rest."""
     tests, state = str(Path(__file__).parent), str(state_dir)

@@ -61,7 +61,8 @@ def test_routes_block_everything_asked_but_loopback_and_the_nat_itself() -> None
         for n in ("10.0.0.0/8", "192.0.2.2/32", "127.0.0.0/8", "10.0.2.0/24", "0.0.0.0/0")
     ]
     assert netns.route_batch(blocked) == (
-        "link set lo up\nroute add unreachable 10.0.0.0/8\nroute add unreachable 192.0.2.2/32\n"
+        "link set lo up\nroute add unreachable 0.0.0.0/1\nroute add unreachable 10.0.0.0/8\n"
+        "route add unreachable 128.0.0.0/1\nroute add unreachable 192.0.2.2/32\n"
     )
 
 

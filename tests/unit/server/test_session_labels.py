@@ -227,11 +227,11 @@ async def test_ids_a_backend_sampled_outside_the_vocabulary_are_never_sent_back(
 async def test_a_connection_dropped_after_a_shaped_request_quarantines_the_request_not_the_backend(
     pool: BackendPool,
 ) -> None:
-    """The engine drops the connection right after a prompt holding the policy's tokens, then
-    serves the control: the request is the policy's doing, no other backend gets it, and the
-    backend stays in service (the drop had marked it down)."""
+    """The engine drops the connection right after a prompt holding the policy's tokens,
+    serves the control, and drops the prompt again: the request is the policy's doing, no
+    other backend gets it, and the backend stays in service (the drop had marked it down)."""
     dropped = BackendError("connection reset", retryable=True)
-    first = FakeClient(10, [_done([5], "abort"), dropped, _done([1])])
+    first = FakeClient(10, [_done([5], "abort"), dropped, _done([1]), dropped])
     second = FakeClient(10)
     add(pool, "a", first)
     add(pool, "b", second)
@@ -239,8 +239,27 @@ async def test_a_connection_dropped_after_a_shaped_request_quarantines_the_reque
     await s.start(MESSAGES)
     with pytest.raises(UnservableRequest, match="served a control request"):
         await s.generate()
-    assert (first.calls, second.calls) == (3, 0)  # turn start, the dropped one, the control
+    # Turn start, the dropped one, the control, the dropped one once more.
+    assert (first.calls, second.calls) == (4, 0)
     assert pool.get("a").healthy  # type: ignore[union-attr]
     with pytest.raises(UnservableRequest, match="it is not sent again"):
         await s.generate()  # the same prompt again: refused before any backend
-    assert (first.calls, second.calls) == (3, 0)
+    assert (first.calls, second.calls) == (4, 0)
+
+
+async def test_a_control_refused_by_an_outside_pause_is_waited_out(pool: BackendPool) -> None:
+    """An engine paused outside the gate (another trainer process syncing weights) refuses the
+    control: that decides nothing, it is waited out as any call's pause is, and a backend
+    that then serves the control and the request is blamed for nothing."""
+    dropped = BackendError("connection reset", retryable=True)
+    paused = BackendPaused("503: generation is paused")
+    first = FakeClient(10, [_done([5], "abort"), dropped, paused, _done([1]), _done([4, 2])])
+    second = FakeClient(10)
+    add(pool, "a", first)
+    add(pool, "b", second)
+    s = session(pool, GenerationGate(), backend_wait_s=30.0)
+    await s.start(MESSAGES)
+    turn = await asyncio.wait_for(s.generate(), 30)
+    assert turn.token_ids == (5, 4, 2)
+    # Turn start, the dropped one, the refused control, the control, the request once more.
+    assert (first.calls, second.calls) == (5, 0)

@@ -9,13 +9,17 @@ contain such a request to the rollout that made it:
 - `check_token_ids`: every prompt id is an exact `int` (never a bool), `0 <= id < vocab`
   (the backend's tokenizer decides `vocab`; with none known, ids must fit 31 bits, as every
   engine's id tensors do). A failing prompt is refused with `UnservableRequest` before it is
-  sent; a backend's own 4xx refusal of a policy-shaped request is `UnservableRequest` too.
+  sent; a backend's own 4xx refusal of a policy-shaped request is `UnservableRequest` too,
+  if the backend serves a control request (refusing that as well, it refuses the job's own
+  sampling, or everything: infra).
 - `RequestQuarantine`: a backend that fails (5xx, or the connection drops) right after a
-  policy-shaped request is not sent that request again, nor is any other backend: the request
-  is remembered (by digest) and refused from then on. One request costs at most one backend
-  call, never the fleet. A control request on the same backend then decides the blame: served,
-  the request was at fault (the policy's doing) and the backend stays in service; failed too,
-  the backend is broken (infra).
+  policy-shaped request is never sent it by another backend: the request is remembered (by
+  digest) and held back while a control request on the same backend decides the blame. The
+  control failed too: the backend is broken (infra). Served: the request goes once more to
+  that backend, which just showed it is alive; a failure that does not repeat (a hiccup) is
+  nobody's and the request is served, one that repeats is the request's (the policy's doing),
+  refused from then on, and the backend stays in service. One request costs one backend at
+  most, never the fleet.
 """
 
 import hashlib
@@ -107,6 +111,9 @@ class RequestQuarantine:
         self._digests.move_to_end(digest)
         while len(self._digests) > self._capacity:
             self._digests.popitem(last=False)
+
+    def discard(self, digest: str) -> None:
+        self._digests.pop(digest, None)
 
     def check(self, digest: str) -> None:
         """`UnservableRequest` when this request already failed a backend."""

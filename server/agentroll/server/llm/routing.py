@@ -4,9 +4,9 @@ timing, and the containment of requests the policy shaped (poison.py).
 A call goes to a backend of the session's policy and tokenizer identity (affinity first);
 a retryable failure is retried on another backend while nothing was committed, up to
 `MAX_ATTEMPTS`. Every generation try, a retry included, passes the pause gate. A request the
-policy shaped is never retried after a backend failed on it: a control request on the same
-backend decides whether that was the request's doing (`UnservableRequest`) or the backend's
-(`LLMUnavailable`).
+policy shaped is never retried on another backend after one failed on it: a control request on
+the same backend, and the request sent once more there, decide whether that was the request's
+doing (`UnservableRequest`), a hiccup (served), or the backend's (`LLMUnavailable`).
 """
 
 import asyncio
@@ -125,8 +125,10 @@ class RoutedCalls:
         """Run one backend call, retrying on another backend while nothing was committed.
 
         `shaped` marks a request the policy shaped: one the quarantine holds is refused, one a
-        backend refuses ends the call with `UnservableRequest`, and one a backend fails on is
-        quarantined and never retried (the module docstring says whose fault it is then). `vet`
+        backend refuses while it serves a control ends the call with `UnservableRequest`
+        (refusing the control too, the backend or the job's sampling is at fault:
+        `LLMUnavailable`), and one a backend fails on is
+        contained to that backend (`_contain` says whose fault it is then). `vet`
         refuses a request a backend cannot take before it is sent there.
 
         Each try, a retry included, holds its own gate slot (`gated`): a pause that starts
@@ -159,20 +161,16 @@ class RoutedCalls:
                 continue
             except BackendError as exc:
                 if shaped is not None and failed_on_request(exc):
-                    quarantine.add(shaped.digest(), backend.id)
-                    if await self._serves_control(backend, shaped.control, gated):
-                        raise UnservableRequest(
-                            f"the backend failed right after this request ({exc}) and served "
-                            "a control request: this request is not sent again",
-                            status=502,
-                        ) from exc
-                    raise LLMUnavailable(
-                        f"backend {backend.id} failed right after a request and on a control "
-                        f"request too (the request is not sent to another backend): {exc}",
-                        cause="llm_backend_unavailable",
-                    ) from exc
+                    return await self._contain(backend, fn, exc, shaped, gated)
                 if shaped is not None and refused_request(exc):
-                    raise UnservableRequest(str(exc), status=exc.status or 400) from exc
+                    # The request's fault only if the backend serves a control: one it refuses
+                    # too is refusing the job's own sampling (or everything): infra.
+                    if await self._serves_control(backend, shaped.control, gated):
+                        raise UnservableRequest(str(exc), status=exc.status or 400) from exc
+                    raise LLMUnavailable(
+                        f"backend {backend.id} refused a request and a control request too: {exc}",
+                        cause="llm_backend_error",
+                    ) from exc
                 if not exc.retryable:
                     raise LLMUnavailable(str(exc), cause="llm_backend_error") from exc
                 tried.add(backend.id)
@@ -186,17 +184,81 @@ class RoutedCalls:
             cause="llm_backend_unavailable",
         ) from last_error
 
+    async def _contain(
+        self,
+        backend: Backend,
+        fn: Callable[[BackendClient], Any],
+        exc: BackendError,
+        shaped: Shaped,
+        gated: bool,
+    ) -> tuple[Any, Backend, Flight | None]:
+        """`backend` failed right after a request the policy shaped: the request goes to no
+        other backend. A control request decides whose fault that was: failed too, the
+        backend's (`LLMUnavailable`). Served, the request is sent once more to this backend,
+        which just showed it is alive: a failure that does not repeat (a hiccup, an engine
+        behind a load balancer that restarted) is nobody's, and the request is served; one
+        that repeats is the request's (`UnservableRequest`), and it is never sent again."""
+        quarantine = self._pool.quarantine
+        digest = shaped.digest()
+        quarantine.add(digest, backend.id)  # held back from every backend meanwhile
+        if not await self._serves_control(backend, shaped.control, gated):
+            raise LLMUnavailable(
+                f"backend {backend.id} failed right after a request and on a control "
+                f"request too (the request is not sent to another backend): {exc}",
+                cause="llm_backend_unavailable",
+            ) from exc
+        try:
+            result, flight = await self._once_on(backend, fn, gated)
+        except GenerationAborted:
+            quarantine.discard(digest)  # nothing was decided: the caller samples it again
+            raise
+        except BackendError as again:
+            if not failed_on_request(again):
+                raise LLMUnavailable(
+                    f"backend {backend.id} served a control request, then not this request: "
+                    f"{again}",
+                    cause="llm_backend_unavailable",
+                ) from again
+            self._pool.mark_up(backend)  # alive a moment ago: the request is quarantined
+            raise UnservableRequest(
+                f"the backend failed right after this request ({exc}), served a control "
+                "request, and failed on this request again: it is not sent again",
+                status=502,
+            ) from again
+        quarantine.discard(digest)
+        self._affinity = backend.id
+        return result, backend, flight
+
+    async def _once_on(
+        self, backend: Backend, fn: Callable[[BackendClient], Any], gated: bool
+    ) -> tuple[Any, Flight | None]:
+        """One call on `backend` and no other; a pause outside our gate is waited out as any
+        call's is (`LLMUnavailable` if it lasts beyond `backend_wait_s`)."""
+        paused = _PausedBackends(self._backend_wait_s)
+        while True:
+            try:
+                async with self._attempt(gated) as flight:
+                    if flight is not None:
+                        flight.backend_id = backend.id
+                    return await self._try(backend, fn, flight), flight
+            except BackendPaused as exc:
+                await paused.wait_out(exc)
+
     async def _serves_control(
         self, backend: Backend, control: Callable[[BackendClient], Any], gated: bool
     ) -> bool:
         """Whether `backend` still serves a request nobody shaped (through the gate like any
         generation, bounded by the request timeout). Served, the backend is routed to again
-        (a dropped connection marked it down): the request is quarantined, not the backend."""
-        try:
-            async with self._attempt(gated) as flight:
-                await self._try(backend, control, flight)
-        except (BackendError, GenerationAborted, ContextLengthExceeded):
-            return False
+        (a dropped connection marked it down): the request is quarantined, not the backend.
+        A control a pause aborted or refused decided nothing: it is asked again after resume."""
+        while True:
+            try:
+                await self._once_on(backend, control, gated)
+                break
+            except GenerationAborted:
+                continue  # the next try waits at the gate until resume
+            except (BackendError, ContextLengthExceeded):
+                return False
         self._pool.mark_up(backend)
         return True
 

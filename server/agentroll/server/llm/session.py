@@ -16,11 +16,12 @@ weights it was declared with.
 
 A request the policy shaped (every call of a harness's proxy; a prompt holding the policy's
 replies or tool output) is contained (poison.py): its token ids are checked against the
-backend's vocabulary before it is sent, and a backend that fails right after it is not sent it
-again, nor is another backend. Whether the failure was the request's is decided by a control
-request on the same backend: served, the caller gets `UnservableRequest` (`agent_error`);
-failed too, the backend is broken (`LLMUnavailable`, `infra_error`). Either way no retry can
-take down the next engine.
+backend's vocabulary before it is sent, and a backend that fails right after it is the only
+one ever sent it. Whether the failure was the request's is decided by a control request on the
+same backend (the job's sampling, nothing the caller sent): failed too, the backend is broken
+(`LLMUnavailable`, `infra_error`); served, the request is sent once more to that backend, and a
+second failure is the request's (`UnservableRequest`, `agent_error`). No retry can take down
+the next engine.
 """
 
 import asyncio
@@ -344,7 +345,9 @@ class TokenSession(RoutedCalls):
             gated=True,
             shaped=Shaped(
                 lambda: token_digest(prompt_ids, sampling.get("stop")),
-                self._completion(CONTROL_PROMPT, {**sampling, "max_tokens": 1}),
+                # The job's sampling only: `sampling` may hold the caller's stop strings, and
+                # a control that fails on what the policy sent would blame the backend.
+                self._completion(CONTROL_PROMPT, {**self._sampling, "max_tokens": 1}),
             )
             if shaped
             else None,

@@ -15,7 +15,7 @@ from typing import Any
 from agentroll.handlers import Message, UnservableRequest
 from agentroll.server.llm.poison import check_token_ids
 from agentroll.server.proxy.http11 import BadRequest, Request, Response, error_body, json_bytes
-from agentroll.server.proxy.wire import ChatRequest, Turn, bearer_or
+from agentroll.server.proxy.wire import ChatRequest, Turn, bearer_or, check_stop
 
 _ROLES = {"system", "user", "assistant", "tool", "developer"}
 
@@ -27,6 +27,9 @@ class CompletionRequest:
     include_usage: bool
     max_tokens: int | None
     stop: list[str]
+
+    def __post_init__(self) -> None:
+        check_stop(self.stop)
 
 
 # Content parts OpenAI serves only to some models: the policy reads text alone, so these get

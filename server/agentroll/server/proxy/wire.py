@@ -21,7 +21,21 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agentroll.handlers import Message
-from agentroll.server.proxy.http11 import Request, Response
+from agentroll.server.proxy.http11 import BadRequest, Request, Response
+
+MAX_STOP_STRINGS = 64
+MAX_STOP_CHARS = 1000
+
+
+def check_stop(stop: Sequence[str]) -> None:
+    """Refuse more stop strings, or longer ones, than a harness needs (OpenAI and Gemini take
+    4 and 5): an engine matches each against every token it samples, so a flood of them
+    slows every rollout that engine serves."""
+    if len(stop) > MAX_STOP_STRINGS:
+        raise BadRequest(f"at most {MAX_STOP_STRINGS} stop strings are taken, got {len(stop)}")
+    longest = max(map(len, stop), default=0)
+    if longest > MAX_STOP_CHARS:
+        raise BadRequest(f"a stop string is at most {MAX_STOP_CHARS} characters, got {longest}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +59,9 @@ class ChatRequest:
     count_only: bool = False
     """Only the prompt's token count is asked for (Anthropic's `count_tokens`): nothing is
     sampled, and `answer` gets a turn with no reply whose `prompt_tokens` is the count."""
+
+    def __post_init__(self) -> None:
+        check_stop(self.stop)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,10 +33,12 @@ def create_app(config: ScriptedLLMConfig, rules: RuleRegistry | None = None) -> 
 
 
 class FaultRequest(LenientModel):
-    """`POST /scripted/fault` (test-double extension): flip health / failure rate."""
+    """`POST /scripted/fault` (test-double extension): flip health / failure rate, or fail
+    the next `fail_next` generation requests (a transient hiccup)."""
 
     healthy: bool | None = None
     fail_rate: float | None = Field(default=None, ge=0.0, le=1.0)
+    fail_next: int | None = Field(default=None, ge=0)
 
 
 def scripted_routes(app: FastAPI) -> None:
@@ -89,4 +91,6 @@ def scripted_routes(app: FastAPI) -> None:
             engine.healthy = req.healthy
         if req.fail_rate is not None:
             engine.fail_rate = req.fail_rate
+        if req.fail_next is not None:
+            engine.fail_next = req.fail_next
         return json_response({"healthy": engine.healthy, "fail_rate": engine.fail_rate})

@@ -63,6 +63,9 @@ class ScriptedLLMConfig(BaseModel):
     `fail` the request with 500 (an engine that indexes its embeddings unchecked, as older
     vLLM answers a negative id), or `crash`: the engine dies, as SGLang's scheduler does (every
     later request fails and `/health` answers 503)."""
+    failing_stop: str | None = None
+    """A stop string holding this text makes the engine answer 500, as an engine fails on some
+    sampling input (red-team tests: a control request must carry none of the caller's)."""
     """When false `/health` is 503 and generation fails with 500, as for a dead engine."""
     max_logprobs: int = Field(default=20, ge=0)
     """`--max-logprobs`: cap on the `logprobs` request field."""

@@ -60,6 +60,8 @@ class Engine:
         self.weight_version = config.weight_version
         self.healthy = config.healthy
         self.fail_rate = config.fail_rate
+        self.fail_next = 0
+        """Generation requests still to fail (500) before the engine serves again (a hiccup)."""
         self.waiting = 0
         self.running: set[Run] = set()
         self.stats: Counter[str] = Counter()
@@ -83,7 +85,13 @@ class Engine:
         return next(self._nonce)
 
     def check_failure(self) -> None:
-        if not self.healthy or (self.fail_rate and self._fail_rng.random() < self.fail_rate):
+        hiccup = self.fail_next > 0
+        self.fail_next -= hiccup
+        if (
+            hiccup
+            or not self.healthy
+            or (self.fail_rate and self._fail_rng.random() < self.fail_rate)
+        ):
             raise ProtocolError("Internal server error", status=500, err_type="InternalServerError")
 
     async def admit(self) -> None:

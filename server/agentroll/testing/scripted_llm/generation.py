@@ -54,6 +54,17 @@ def check_prompt_ids(engine: Engine, ids: list[int]) -> None:
         raise ProtocolError(f"Token id {top} is out of vocabulary", param="prompt")
 
 
+def check_stop_strings(engine: Engine, stop: tuple[str, ...]) -> None:
+    """Fail (500) on a stop string holding `config.failing_stop`."""
+    mark = engine.config.failing_stop
+    if mark is not None and any(mark in s for s in stop):
+        raise ProtocolError(
+            "EngineCore encountered an issue: stop string",
+            status=500,
+            err_type="InternalServerError",
+        )
+
+
 def _too_small(max_tokens: int) -> ProtocolError:
     return ProtocolError(f"max_tokens must be at least 1, got {max_tokens}.", param="max_tokens")
 

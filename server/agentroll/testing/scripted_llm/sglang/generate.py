@@ -18,7 +18,12 @@ from starlette.responses import Response
 from agentroll.testing.scripted_llm.common import json_response, version_ranges
 from agentroll.testing.scripted_llm.engine import Engine, Run
 from agentroll.testing.scripted_llm.errors import ProtocolError
-from agentroll.testing.scripted_llm.generation import check_prompt_ids, generate, prompt_digest
+from agentroll.testing.scripted_llm.generation import (
+    check_prompt_ids,
+    check_stop_strings,
+    generate,
+    prompt_digest,
+)
 from agentroll.testing.scripted_llm.sampling import (
     LOGPROB_FLOOR,
     Sample,
@@ -66,6 +71,7 @@ def _params(engine: Engine, sp: SGLangSamplingParams, prompt_len: int) -> Sampli
         raise ProtocolError(f"n must be at least 1, got {sp.n}.")
     max_new = check_context(prompt_len, sp.max_new_tokens, engine.config.max_model_len)
     stop = (sp.stop,) if isinstance(sp.stop, str) else tuple(sp.stop or ())
+    check_stop_strings(engine, stop)
     return SamplingParams(
         max_tokens=max_new,
         temperature=sp.temperature,

@@ -9,7 +9,12 @@ from starlette.responses import Response, StreamingResponse
 from agentroll.testing.scripted_llm.common import json_response
 from agentroll.testing.scripted_llm.engine import Engine
 from agentroll.testing.scripted_llm.errors import ProtocolError
-from agentroll.testing.scripted_llm.generation import check_context, check_prompt_ids, generate
+from agentroll.testing.scripted_llm.generation import (
+    check_context,
+    check_prompt_ids,
+    check_stop_strings,
+    generate,
+)
 from agentroll.testing.scripted_llm.sampling import SamplingParams
 from agentroll.testing.scripted_llm.vllm.protocol import CompletionRequest, parse_body
 from agentroll.testing.scripted_llm.vllm.responses import (
@@ -70,6 +75,7 @@ def _sampling(engine: Engine, req: CompletionRequest, prompt_len: int) -> Sampli
         )
     max_tokens = check_context(cfg.version, prompt_len, requested, cfg.max_model_len)
     stop = (req.stop,) if isinstance(req.stop, str) else tuple(req.stop or ())
+    check_stop_strings(engine, stop)
     return SamplingParams(
         max_tokens=max_tokens,
         temperature=temperature,
