@@ -15,6 +15,7 @@ from agentroll.handlers import AgentError, AgentHandler, HandlerRegistry, Reward
 from agentroll.server.serving import RunningServer, start_in_loop
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
+from agentroll.trainer_clients.auth import auth_headers
 
 pytestmark = pytest.mark.integration
 
@@ -66,7 +67,8 @@ async def test_a_lone_surrogate_leaves_every_read_path_strict_json(
         await client.add_backend({"id": "b0", "base_url": backend.url})
         await client.submit(jobs)
         await client.wait_for(["odd", "plain"], 60)
-        async with httpx.AsyncClient(base_url=server.url, timeout=30) as http:
+        headers = auth_headers(server.url)
+        async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=30) as http:
             views = {j: await http.get(f"/v1/jobs/{j}") for j in ("odd", "plain")}
             page = await http.get("/v1/results", params={"after": 0})
             async with http.stream("GET", "/v1/results/stream") as stream:
