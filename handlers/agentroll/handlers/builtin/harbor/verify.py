@@ -70,6 +70,9 @@ SUMMARY_READ_BYTES = 256 << 10
 MAX_REWARD_BYTES = 64 << 10
 SETUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+RUN_RESERVE_S = STOP_TIMEOUT_S + 2 * SETUP_TIMEOUT_S
+"""What the verifier does after its test script (stop, read the output and the reward): its
+wall-clock backstop ends this much before the grading stage does."""
 
 VERIFIER_HOME = f"{LOGS_DIR}/home"
 VERIFIER_ENV = {
@@ -237,7 +240,7 @@ async def _run_tests(
     wrapper = contained(f"{command} >{OUTPUT_FILE} 2>&1 </dev/null")
     result = await sandbox.exec(
         ["bash", "-c", wrapper],
-        timeout=grading_wall_s(timeout_s, reserve_s=STOP_TIMEOUT_S + 2 * SETUP_TIMEOUT_S),
+        timeout=grading_wall_s(timeout_s, reserve_s=RUN_RESERVE_S),
         cpu_limit_s=timeout_s,
     )
     # Frozen by the wrapper; now killed before anything is read: nothing the tests started
