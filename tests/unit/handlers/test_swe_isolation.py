@@ -8,7 +8,7 @@ import pytest
 
 from agentroll.handlers.builtin.swe_mirror import image_repository
 from agentroll.handlers.builtin.swe_pytest import interpreter, launch_command
-from agentroll.handlers.builtin.swe_repo import is_test_file
+from agentroll.handlers.builtin.swe_repo import is_test_file, listed_test_files
 from agentroll.handlers.builtin.swe_shadow import shadowing_paths, top_level_modules
 from agentroll.handlers.errors import InfraError
 
@@ -165,3 +165,24 @@ def test_an_images_repository_whose_git_is_a_gitdir_link_is_refused(tmp_path: Pa
     with pytest.raises(InfraError, match="is a file") as info:
         image_repository(rootfs, "/testbed")
     assert info.value.cause == "repo_setup_failed"
+
+
+def test_the_files_holding_listed_tests_are_reset_whatever_their_names() -> None:
+    """pytest's own repository keeps tests in `testing/python/collect.py`, Django apps in
+    `tests.py`: not test files by name, but the graded tests live there."""
+    ids = [
+        "testing/python/collect.py::TestFunction::test_function_equality",
+        "testing/python/approx.py::test_approx[1.5-2.0]",  # a dot in the parameters only
+        "app/tests.py::SlugTests::test_slug",
+        "docs/usage.rst::usage.rst",  # a doctest file: nothing else lives there
+        "src/textkit/slug.py::textkit.slug.slugify",  # a module's doctest: source, kept
+        "tests/test_slug.py",  # a whole module
+    ]
+    assert listed_test_files(ids) == {
+        "testing/python/collect.py",
+        "testing/python/approx.py",
+        "app/tests.py",
+        "docs/usage.rst",
+        "tests/test_slug.py",
+    }
+    assert not is_test_file("testing/python/collect.py")  # what the name rule alone misses
