@@ -71,6 +71,14 @@ def grading_wall_s(cpu_limit_s: float, *, reserve_s: float = 0.0) -> float:
     return max(cpu_limit_s, backstop)
 
 
+def grading_wall_cut_short(cpu_limit_s: float, *, reserve_s: float = 0.0) -> bool:
+    """Whether the grading stage's end cuts the wall-clock backstop of an exec limited to
+    ``cpu_limit_s`` below its usual four times and 30 s (``grading_wall_s``): a run timed out
+    then may have been stopped by the time the rollout left it, not by its own slowness."""
+    usual = cpu_limit_s * WALL_BACKSTOP_FACTOR + WALL_BACKSTOP_EXTRA_S
+    return grading_wall_s(cpu_limit_s, reserve_s=reserve_s) < usual
+
+
 class CpuLimit:
     def __init__(self, meter: SandboxCgroup, limit_s: float) -> None:
         self.meter = meter

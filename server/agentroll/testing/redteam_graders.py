@@ -82,6 +82,8 @@ EXPECTED: dict[str, Expected] = {
     "harbor_test_sh_killer": Expected(Outcome.ok, 0.0, "verifier_disrupted"),
     "harbor_kill_all": Expected(Outcome.ok, 0.0, "verifier_disrupted"),
     "harbor_reward_dir_swap": Expected(Outcome.ok, 0.0, "verifier_failed_on_answer"),
+    # The test script's own reward.txt, written after the tests: a verdict, nothing to blame.
+    "harbor_reward_json_planter": Expected(Outcome.ok, 0.0, ""),
     "harbor_broken_for_everyone": Expected(Outcome.infra_error, None, "verifier_failed"),
 }
 

@@ -3,10 +3,11 @@
 `fix-script`'s tests run the agent's `stats.py`. A `stats.py` that leaves a detached process
 rewriting the reward, that kills `test.sh` (no reward at all), or that kills every process it
 can, earns 0 with the reason: the task's reference solution, run as the control, gets its
-reward from the same verifier. A Terminal-Bench 1 verifier run as `python -m pytest` from the
-working directory never imports a module the agent planted there. The infra side: a verifier
-broken for everyone (the control fails too) is `infra_error`, and a task whose own tests
-leave a process behind keeps its reward."""
+reward from the same verifier; one that plants a `reward.json` beside the test script's
+`reward.txt` gets the test script's reward. A Terminal-Bench 1 verifier run as `python -m
+pytest` from the working directory never imports a module the agent planted there. The infra
+side: a verifier broken for everyone (the control fails too) is `infra_error`, and a task
+whose own tests leave a process behind keeps its reward."""
 
 from pathlib import Path
 
@@ -98,6 +99,10 @@ async def test_the_agents_code_cannot_disrupt_its_verifier_into_a_reward_or_a_re
     assert swapped["verifier"]["disrupted"] is None and "wrote no" in swapped["failure"]
     killed = results["fix-script.kill-all"].reward_info
     assert "own shell was killed" in killed["verifier"]["disrupted"]
+    # The test script's reward.txt, written after the tests, is read, not the planted file.
+    planter = results["fix-script.reward-json-planter"]
+    assert (planter.outcome, planter.reward) == (Outcome.ok, 0.0), planter.error
+    assert planter.reward_info["source"] == "reward.txt"
 
     broken = results["broken-verifier"]
     assert (broken.outcome, broken.reward) == (Outcome.infra_error, None)

@@ -110,3 +110,21 @@ def test_blame_is_a_zero_with_the_reason_only_when_the_control_passed() -> None:
     with pytest.raises(InfraError, match=r"control answer too.*garbage") as raised:
         blamed(failure, "judge_unparseable", FAILED, {})
     assert raised.value.cause == "judge_unparseable"
+
+
+async def test_a_result_not_to_keep_answers_its_waiters_and_the_next_failure_runs_again() -> None:
+    cache = ControlCache()
+    release = asyncio.Event()
+
+    async def busy() -> ControlResult:
+        await release.wait()
+        return ControlResult(False, "the grader did not answer in time", keep=False)
+
+    waiters = [asyncio.ensure_future(cache.result("k", busy)) for _ in range(3)]
+    await asyncio.sleep(0)
+    release.set()
+    answers = await asyncio.wait_for(asyncio.gather(*waiters), 30)
+    assert [a.detail for a in answers] == ["the grader did not answer in time"] * 3
+    assert cache.runs == 1
+    again = await cache.result("k", lambda: asyncio.sleep(0, ControlResult(True, "judged")))
+    assert (again.passed, cache.runs) == (True, 2)

@@ -1,9 +1,15 @@
 """Reading a Harbor verifier's reward files, and Terminal-Bench 1's pytest summary: a reward
 is what the verifier wrote, or the rollout is `infra_error` with the test output — never 0."""
 
+import os
+import subprocess
+import time
+from pathlib import Path
+
 import pytest
 
 from agentroll.handlers.builtin.harbor.verify import (
+    _READ_REWARD,
     VerifierFailed,
     VerifierRun,
     _pytest_summary_reward,
@@ -97,3 +103,48 @@ def test_output_without_a_summary_is_an_infra_error() -> None:
         _pytest_summary_reward("bash: pytest: command not found\n", RUN, {})
     with pytest.raises(VerifierFailed, match="lists no tests"):
         _pytest_summary_reward("=== short test summary info ===\nnothing\n", RUN, {})
+
+
+def _write_after(path: Path, text: str, other: Path) -> None:
+    """Write `path` until the kernel gives it a later ctime than `other` (its clock is coarse)."""
+    path.write_text(text)
+    while path.stat().st_ctime_ns <= other.stat().st_ctime_ns:
+        time.sleep(0.01)
+        path.write_text(text)
+
+
+def _read_reward(folder: Path) -> tuple[int, str]:
+    done = subprocess.run(
+        ["sh", "-c", _READ_REWARD, "sh", str(folder)],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    return done.returncode, done.stdout
+
+
+def test_a_reward_json_the_agents_code_planted_loses_to_the_reward_txt_written_after(
+    tmp_path: Path,
+) -> None:
+    """The tests run the agent's code, which writes reward.json (even backdating nothing: its
+    mtime set in the future); the test script then writes reward.txt from the tests' results."""
+    planted = tmp_path / "reward.json"
+    planted.write_text('{"reward": 1}')
+    _write_after(tmp_path / "reward.txt", "0\n", planted)
+    os.utime(planted, (time.time() + 3600, time.time() + 3600))  # mtime is the agent's to set
+    assert _read_reward(tmp_path) == (0, "reward.txt\n0\n")
+
+
+def test_a_reward_txt_the_agents_code_planted_loses_to_the_reward_json_written_after(
+    tmp_path: Path,
+) -> None:
+    planted = tmp_path / "reward.txt"
+    planted.write_text("1\n")
+    _write_after(tmp_path / "reward.json", '{"reward": 0.25}', planted)
+    assert _read_reward(tmp_path) == (0, 'reward.json\n{"reward": 0.25}')
+
+
+def test_a_single_reward_file_is_read_and_none_or_a_link_is_refused(tmp_path: Path) -> None:
+    assert _read_reward(tmp_path) == (4, "")
+    (tmp_path / "reward.json").write_text('{"reward": 1}')
+    assert _read_reward(tmp_path) == (0, 'reward.json\n{"reward": 1}')
+    (tmp_path / "reward.txt").symlink_to(tmp_path / "reward.json")
+    assert _read_reward(tmp_path) == (5, "reward.txt\n")

@@ -8,8 +8,9 @@ import pytest
 
 from agentroll.handlers.builtin.swe_mirror import image_repository
 from agentroll.handlers.builtin.swe_pytest import interpreter, launch_command
-from agentroll.handlers.builtin.swe_repo import is_test_file
+from agentroll.handlers.builtin.swe_repo import is_test_file, listed_test_files
 from agentroll.handlers.builtin.swe_shadow import shadowing_paths, top_level_modules
+from agentroll.handlers.errors import InfraError
 
 LAUNCHER = "/agentroll-grader/grade-1/agentroll_report_2.py"
 PROVIDED = frozenset({"json", "secrets", "tempfile", "pluggy", "google", "_pytest"})
@@ -152,3 +153,36 @@ def test_the_images_repository_is_found_only_inside_a_root_file_system(tmp_path:
     assert image_repository(sif, "/testbed") is None  # not a folder of this host
     assert image_repository(None, "/testbed") is None
     assert image_repository(rootfs, None) is None
+
+
+def test_an_images_repository_whose_git_is_a_gitdir_link_is_refused(tmp_path: Path) -> None:
+    """A linked worktree (or a submodule) has a `.git` file naming the real git directory,
+    full history and all: no bare copy would be shown over it, so the image is refused."""
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "store" / "testbed.git").mkdir(parents=True)
+    (rootfs / "testbed").mkdir()
+    (rootfs / "testbed" / ".git").write_text("gitdir: /store/testbed.git\n")
+    with pytest.raises(InfraError, match="is a file") as info:
+        image_repository(rootfs, "/testbed")
+    assert info.value.cause == "repo_setup_failed"
+
+
+def test_the_files_holding_listed_tests_are_reset_whatever_their_names() -> None:
+    """pytest's own repository keeps tests in `testing/python/collect.py`, Django apps in
+    `tests.py`: not test files by name, but the graded tests live there."""
+    ids = [
+        "testing/python/collect.py::TestFunction::test_function_equality",
+        "testing/python/approx.py::test_approx[1.5-2.0]",  # a dot in the parameters only
+        "app/tests.py::SlugTests::test_slug",
+        "docs/usage.rst::usage.rst",  # a doctest file: nothing else lives there
+        "src/textkit/slug.py::textkit.slug.slugify",  # a module's doctest: source, kept
+        "tests/test_slug.py",  # a whole module
+    ]
+    assert listed_test_files(ids) == {
+        "testing/python/collect.py",
+        "testing/python/approx.py",
+        "app/tests.py",
+        "docs/usage.rst",
+        "tests/test_slug.py",
+    }
+    assert not is_test_file("testing/python/collect.py")  # what the name rule alone misses

@@ -11,7 +11,8 @@ A control's result is kept in-process, per task content (`content_key` of the ta
 instance and the grader's settings), for the life of the server, `MAX_ENTRIES` at most: a task's
 control runs at most once per server, however many of its rollouts fail at once (they all wait
 for the one run). A control that could not run at all (it was cancelled, its sandbox did not
-start) is not kept: the next failure tries again.
+start), or whose failure says nothing lasting (`ControlResult.keep`: the grader did not answer
+in time), is not kept: the next failure tries again.
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ class ControlResult:
     """What it gave, or how it failed."""
     facts: dict[str, Any] = field(default_factory=dict)
     """Anything else a grader learns from its control run (e.g. whether it left processes)."""
+    keep: bool = True
+    """False for a failure that says nothing lasting about the grader (it did not answer in
+    time, could not be reached): it answers the rollouts waiting on this run, and the next
+    failure runs the control again. Kept, a verifier busy for a moment (with the policy's own
+    hanging answers, say) would make every later failure of the task `infra_error`."""
 
     def info(self) -> dict[str, Any]:
         return {"passed": self.passed, "detail": self.detail[-2000:], **self.facts}
@@ -77,6 +83,8 @@ class ControlCache:
         finally:
             del self._running[key]
         future.set_result(outcome)
+        if not outcome.keep:
+            return outcome
         self._done[key] = outcome
         while len(self._done) > self.max_entries:
             self._done.popitem(last=False)

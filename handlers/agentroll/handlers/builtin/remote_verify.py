@@ -21,11 +21,13 @@ How the `/verify` answer maps onto outcomes (`failure_kind`, or NeMo Gym's own
 
 Everything below, once `/verify` saw the policy's work, is blamed by a control (`control.py`):
 the same row is verified once more with an empty answer (once per row and verifier settings,
-cached). If that gets a reward, the policy's work is what broke the verifier (it hung it,
-crashed it, made it report a failure): ok, 0 [`verifier_failed_on_answer`; the failure and the
-control's result in `failure` and `control`]. If the empty answer fails too, the verifier is
-broken for everyone: infra_error with the cause below, naming both failures. A failure of
-`/seed_session` (it sees only the row) is infra_error at once.
+cached; a control the verifier did not answer, by a timeout, an unreachable server or an HTTP
+error, is not kept: the next failure asks again). If that gets a reward, the policy's work is
+what broke the verifier (it hung it, crashed it, made it report a failure): ok, 0
+[`verifier_failed_on_answer`; the failure and the control's result in `failure` and
+`control`]. If the empty answer fails too, the verifier is broken for everyone: infra_error
+with the cause below, naming both failures. A failure of `/seed_session` (it sees only the
+row) is infra_error at once.
 
 - any other failure kind (NeMo Gym's `judge_failed` or `transient`, a kind we do not know),
   or a `failure_reason` in `infra_failure_reasons`: infra_error `verifier_reported_failure`;
@@ -191,6 +193,10 @@ def other_fields(answer: Mapping[str, Any], sent: Mapping[str, Any]) -> dict[str
     return out
 
 
+UNANSWERED = frozenset({"verifier_timeout", "verifier_unreachable", "verifier_http_error"})
+"""Control failures not kept (`ControlResult.keep`): the next failure asks again."""
+
+
 async def control_verification(task: RemoteVerifyInstance) -> ControlResult:
     """The verifier on the control: the row with an empty answer (one empty message)."""
     spec = task.verifier
@@ -200,7 +206,9 @@ async def control_verification(task: RemoteVerifyInstance) -> ControlResult:
         verification = await verify_remotely(str(spec.url), task.row, body, spec.timeout_s)
         reward = verdict(verification.answer, spec)
     except VerifierFailure as exc:
-        return ControlResult(False, f"on an empty answer: {exc}")
+        # A verifier down, slow or overloaded for a moment says nothing lasting about the row.
+        keep = exc.cause not in UNANSWERED
+        return ControlResult(False, f"on an empty answer: {exc}", keep=keep)
     return ControlResult(True, f"an empty answer was verified: reward {reward.value:g}")
 
 

@@ -41,10 +41,11 @@ shown the same way, `swe_mirror`). RUN is the agent loop with
    refused unless the instance allows it, and so is one that adds a module named like one
    the sandbox's interpreter provides where pytest imports top-level names (`swe_shadow`,
    `shadows_module`). Only then is it applied to the worktree.
-4. The files the test patch touches and every test file the diff touches are reset, the test
-   patch is applied, and FAIL_TO_PASS + PASS_TO_PASS run under pytest, started from the
-   grader's launcher (`swe_pytest`). Every one of them must be in the
-   report and pass, and pytest's exit status must agree with the report (`swe_pytest.judge`).
+4. The files the test patch touches and every test file the diff touches (by name, or because
+   it holds a listed test) are reset, the test patch is applied, and FAIL_TO_PASS +
+   PASS_TO_PASS run under pytest, started from the grader's launcher (`swe_pytest`). Every one
+   of them must be in the report and pass, and pytest's exit status must agree with the
+   report (`swe_pytest.judge`).
 
    An `eval_setup_cmd` runs after the test patch, with the grader's git environment (e.g.
    `git checkout <rev> -- <test files>` for SWE-smith, whose tests a commit hides); if it
@@ -392,7 +393,8 @@ class SweHandler(ToolAgentHandler):
             applied = await swe_repo.apply(git, patch)
             if applied.exit_code != 0:
                 return _unresolved(info, "patch_does_not_apply", applied.stderr.strip()[-300:])
-        return [c.path for c in changes if swe_repo.is_test_file(c.path)]
+        listed = swe_repo.listed_test_files([*task.FAIL_TO_PASS, *task.PASS_TO_PASS])
+        return [c.path for c in changes if swe_repo.is_test_file(c.path) or c.path in listed]
 
     def final_result(self, ctx: RolloutContext) -> dict[str, Any]:
         out = super().final_result(ctx)

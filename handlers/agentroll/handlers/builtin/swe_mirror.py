@@ -10,6 +10,10 @@ read-only over `<repo_source>/.git`. The checkout then clones from it, and what 
 read of the image's repository is what it may know. The files of the image's working tree
 stay as they are (an editable install keeps working).
 
+A `repo_source` whose `.git` is a `gitdir:` file (a linked worktree, a submodule) is refused
+(`infra_error`): a copy shown over that file would leave the git directory it names, and its
+history, readable.
+
 Not covered: a `.sif` image (its file system is not a folder of this host): prepare such
 images without the history (docs/swe-images.md).
 """
@@ -47,15 +51,25 @@ def cache_dir() -> Path:
 
 def image_repository(image: Path | None, repo_source: str | None) -> Path | None:
     """The host folder of the image's repository when the image is a root file system here
-    and `repo_source` a git work tree inside it; else None."""
+    and `repo_source` a git work tree inside it; else None. `InfraError` where its `.git` is
+    a file (a linked worktree's or a submodule's `gitdir:`): the history it points to could
+    not be hidden."""
     if image is None or repo_source is None or not image.is_dir():
         return None
     root = image.resolve()
     source = (root / repo_source.lstrip("/")).resolve()
     # A link in the image (`/testbed -> /`) must not reach the host's own folders.
-    if not source.is_relative_to(root) or not (source / ".git").is_dir():
+    if not source.is_relative_to(root):
         return None
-    return source
+    git = source / ".git"
+    if git.exists() and not git.is_dir():
+        raise InfraError(
+            f"{repo_source}/.git in the image is a file (a `gitdir:` link), not a repository: "
+            "its history cannot be hidden from the agent; make it a plain clone "
+            "(docs/swe-images.md)",
+            cause="repo_setup_failed",
+        )
+    return source if git.is_dir() else None
 
 
 async def history_free_git_dir(source: Path, base_commit: str) -> Path:

@@ -14,11 +14,11 @@ same way. Cached per task content (every file of the task folder), `reward_key` 
 - The control leaves processes too: the task's own tests leave them (a server they started, say):
   a disrupted run that still wrote its reward keeps that reward.
 
-A control that cannot finish within what EVAL has left (its stage limit and the job's deadline)
-is not kept: this rollout is `infra_error` (`verifier_control_timeout`), and the next failure
-runs the control again. Until a task's control has run once, a policy that leaves EVAL too
-little time and breaks its verifier is resampled rather than scored 0: the control runs inside
-a rollout's own limits.
+A control that cannot finish within what EVAL has left (its stage limit and the job's deadline,
+which can cut its CPU limit or its wall-clock backstop short) is not kept: this rollout is
+`infra_error` (`verifier_control_timeout`), and the next failure runs the control again. Until
+a task's control has run once, a policy that leaves EVAL too little time and breaks its
+verifier is resampled rather than scored 0: the control runs inside a rollout's own limits.
 """
 
 from __future__ import annotations
@@ -31,6 +31,7 @@ from pathlib import Path
 from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
 from agentroll.handlers.builtin.harbor.task import DEFAULT_TIMEOUT_S, HarborTask
 from agentroll.handlers.builtin.harbor.verify import (
+    RUN_RESERVE_S,
     STOP_TIMEOUT_S,
     VerifierFailed,
     folder_files,
@@ -41,6 +42,7 @@ from agentroll.handlers.builtin.harbor.verify import (
 from agentroll.handlers.context import Reward
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import Sandbox
+from agentroll.runtime.cpulimit import grading_wall_cut_short
 
 SOLUTION_DIR = "/tmp/agentroll-solution"
 CONTROL_MARGIN_S = 30.0
@@ -105,6 +107,11 @@ async def control_run(
         if task.solution is not None:
             await _solve(time_left, task, sandbox)
         limit = max(1.0, min(task.verifier_timeout_s, time_left() - CONTROL_MARGIN_S))
+        # Cut short by the rollout's time (its CPU limit, or the wall-clock backstop the
+        # grading stage's end clips): a timeout then says nothing about the task.
+        cut_short = limit < task.verifier_timeout_s or grading_wall_cut_short(
+            limit, reserve_s=RUN_RESERVE_S
+        )
         try:
             reward = await verify(sandbox, task, time_limit=lambda: limit, reward_key=reward_key)
         except VerifierFailed as exc:
@@ -116,9 +123,10 @@ async def control_run(
     run = reward.info["verifier"]
     facts = {"answer": answer, "disrupted": run["disrupted"] is not None}
     if run["timed_out"]:
-        if limit < task.verifier_timeout_s:
+        if cut_short:
             raise InfraError(
-                f"the control's verifier ran out of the rollout's time ({limit:.0f} s)",
+                f"the control's verifier ran out of the rollout's time ({limit:.0f} s of CPU "
+                f"time, {run['seconds']:.0f} s of wall time)",
                 cause="verifier_control_timeout",
             )
         return ControlResult(False, f"on the {answer}: the verifier timed out", facts)

@@ -9,12 +9,21 @@ no reward at all. So the test script runs under a small bash wrapper, which:
    output pipes open there: a frozen process holding one would keep the exec from ending),
    and notes the processes alive before the tests start (after the agent's were killed: the
    action server, the wrapper itself);
-2. runs the test script and, the instant it exits, sends SIGSTOP to every process of the
+2. runs the test script and, as soon as it exits, sends SIGSTOP to every process of the
    sandbox's PID namespace (`kill -STOP -1`: all but the namespace's init, the action server,
    and the wrapper). A stopped process cannot run, catch or ignore it, and a fork in flight is
    undone by the pending signal, so nothing the tests started writes anything afterwards;
 3. lists what is still alive (zombies aside) and was not there before: the processes the
    tests left, reported to the server on one line (`MARK`), using shell builtins only.
+
+What this does not close: the freeze comes an instant after the test script's exit, not with
+it. A process the tests left that sees the exit (polling `/proc`) can rewrite the reward and
+exit itself in that instant; it is then neither frozen nor listed (a Python loop doing so went
+unseen in 3 of 20 runs). Only the step between the exit and the freeze is left (the init check
+runs before the tests), which makes the window small, not empty. A test script run as the init
+of a PID namespace of its own, whose exit makes the kernel kill everything it left, would close
+it. One that stops the wrapper to widen the window stops the server's `nsenter` with it: the
+exec never ends and the run is `verifier_timeout` (reward 0).
 
 The server then reads the reward and kills them all (`stop_agent`). A process left alive, or
 a wrapper that never reported (the tests killed it), marks the run `disrupted`: the handler
@@ -49,15 +58,14 @@ for fd in /proc/$$/fd/*; do
   fd=${{fd##*/}}
   case "$fd" in 0|1|2) ;; *) eval "exec $fd>&-" 2>/dev/null ;; esac
 done
+frozen=0
+mapfile -d '' init < /proc/1/cmdline 2>/dev/null
+case " ${{init[*]}} " in *" {ACTION_SERVER} "*) frozen=1 ;; esac
 before=" "
 for d in /proc/[0-9]*; do before="$before${{d#/proc/}} "; done
 {command}
 status=$?
-frozen=0
-mapfile -d '' init < /proc/1/cmdline 2>/dev/null
-case " ${{init[*]}} " in
-  *" {ACTION_SERVER} "*) kill -STOP -1 2>/dev/null; frozen=1 ;;
-esac
+[ "$frozen" = 1 ] && kill -STOP -1 2>/dev/null
 left=""
 [ "$frozen" = 1 ] && for d in /proc/[0-9]*; do
   p=${{d#/proc/}}

@@ -19,8 +19,11 @@ alive. Here, in order (the pipeline has already killed every process the agent s
    (`containment.py`), then killed before anything is read, so nothing they started (the
    agent's code, say) can write the reward or the output afterwards. A process still alive at
    that moment, or a wrapper the tests killed, marks the run `disrupted`.
-5. `reward.json` (a flat object of numbers), else `reward.txt` (one number), is read as
-   Harbor reads it. Terminal-Bench 1 tasks are graded from pytest's printed summary instead.
+5. The reward file is read as Harbor parses it: `reward.txt` (one number) or `reward.json`
+   (a flat object of numbers). Where both exist, the one written last counts (by ctime, which
+   no process can set): a file the agent's code planted while the tests ran is older than the
+   one the test script writes once they finished, whichever name it took. Terminal-Bench 1
+   tasks are graded from pytest's printed summary instead.
 
 Outcomes: a reward file that is missing, empty or malformed raises `VerifierFailed` with the
 end of the test output; the handler blames it, and a disrupted run, with a control (the
@@ -61,12 +64,15 @@ LOGS_DIR = "/logs"
 VERIFIER_DIR = "/logs/verifier"
 SCRATCH = (TESTS_DIR, LOGS_DIR)
 OUTPUT_FILE = f"{VERIFIER_DIR}/test-stdout.txt"
-REWARD_FILES = ("reward.json", "reward.txt")
+REWARD_FILES = ("reward.txt", "reward.json")  # Harbor's order
 OUTPUT_SHOWN_BYTES = 8 << 10
 SUMMARY_READ_BYTES = 256 << 10
 MAX_REWARD_BYTES = 64 << 10
 SETUP_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 30.0
+RUN_RESERVE_S = STOP_TIMEOUT_S + 2 * SETUP_TIMEOUT_S
+"""What the verifier does after its test script (stop, read the output and the reward): its
+wall-clock backstop ends this much before the grading stage does."""
 
 VERIFIER_HOME = f"{LOGS_DIR}/home"
 VERIFIER_ENV = {
@@ -85,17 +91,28 @@ for d in {TESTS_DIR} {LOGS_DIR}; do
 done
 mkdir {VERIFIER_DIR} {LOGS_DIR}/agent {VERIFIER_HOME}
 """
-# Prints the first reward file's name, then at most MAX_REWARD_BYTES + 1 of its bytes.
+# Prints the name of the reward file the verifier wrote last, then at most MAX_REWARD_BYTES + 1
+# of its bytes. Last by ctime, which only the kernel sets (a process can backdate a file's
+# mtime, never its ctime): a reward.json the agent's code planted while the tests ran is older
+# than the reward.txt the test script writes once they finished, and the other way round. A
+# tie, or no `stat`, keeps Harbor's order: reward.txt, then reward.json.
 _READ_REWARD = f"""
-cd {VERIFIER_DIR} || exit 3
+cd "$1" || exit 3
+pick= latest=
 for f in {" ".join(REWARD_FILES)}; do
-  if [ -e "$f" ] || [ -L "$f" ]; then
-    echo "$f"
-    if [ -L "$f" ] || [ ! -f "$f" ]; then exit 5; fi
-    exec head -c {MAX_REWARD_BYTES + 1} "$f"
+  [ -e "$f" ] || [ -L "$f" ] || continue
+  if [ -L "$f" ] || [ ! -f "$f" ]; then echo "$f"; exit 5; fi
+  changed=$(stat -c %z -- "$f" 2>/dev/null)
+  later=$(printf '%s\\n' "$changed" "$latest" | LC_ALL=C sort | tail -n 1)
+  if [ -z "$pick" ]; then
+    pick=$f latest=$changed
+  elif [ "$changed" != "$latest" ] && [ "$later" = "$changed" ]; then
+    pick=$f latest=$changed
   fi
 done
-exit 4
+[ -n "$pick" ] || exit 4
+echo "$pick"
+exec head -c {MAX_REWARD_BYTES + 1} "$pick"
 """
 # What Harbor's `float(text)` accepts, less Python's digit underscores ("1_0" is not 10).
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?|[+-]?(nan|inf|infinity)", re.I)
@@ -223,7 +240,7 @@ async def _run_tests(
     wrapper = contained(f"{command} >{OUTPUT_FILE} 2>&1 </dev/null")
     result = await sandbox.exec(
         ["bash", "-c", wrapper],
-        timeout=grading_wall_s(timeout_s, reserve_s=STOP_TIMEOUT_S + 2 * SETUP_TIMEOUT_S),
+        timeout=grading_wall_s(timeout_s, reserve_s=RUN_RESERVE_S),
         cpu_limit_s=timeout_s,
     )
     # Frozen by the wrapper; now killed before anything is read: nothing the tests started
@@ -244,7 +261,9 @@ async def _run_tests(
 
 
 async def _reward_file(sandbox: Sandbox, run: VerifierRun) -> tuple[str, bytes]:
-    found = await sandbox.exec(["sh", "-c", _READ_REWARD], timeout=SETUP_TIMEOUT_S)
+    found = await sandbox.exec(
+        ["sh", "-c", _READ_REWARD, "sh", VERIFIER_DIR], timeout=SETUP_TIMEOUT_S
+    )
     name, _, content = found.stdout.partition("\n")
     if found.exit_code == 5:
         raise _failed(f"{name} is not a regular file (a link or a folder)", run)

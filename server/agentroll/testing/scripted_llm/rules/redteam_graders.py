@@ -18,7 +18,9 @@ solution), then the agent submits. Each attack prints a wrong answer, and:
 - `test_sh_killer`: kills `test.sh` (its ancestors running it), so no reward is written, and
   lingers a moment (still there when `test.sh` is found dead);
 - `kill_all`: kills every process it may (`kill(-1, SIGKILL)`), the verifier's own included;
-- `reward_dir_swap`: replaces `/logs/verifier` with a file, so `test.sh` cannot write there.
+- `reward_dir_swap`: replaces `/logs/verifier` with a file, so `test.sh` cannot write there;
+- `reward_json_planter`: writes a `reward.json` of 1 while the tests run (`test.sh` writes
+  `reward.txt` once they finished).
 
 Use it as a rule path before the task's own rules, e.g. policy
 `agentroll.testing.scripted_llm.rules.redteam_graders:grader_attack_rule,echo`.
@@ -70,6 +72,9 @@ HARBOR_STATS = {
     "reward_dir_swap": (
         "import os\nos.rename('/logs/verifier', '/logs/moved')\n"
         "open('/logs/verifier', 'w').close()\n" + _WRONG
+    ),
+    "reward_json_planter": (
+        "open('/logs/verifier/reward.json', 'w').write('{\"reward\": 1}')\n" + _WRONG
     ),
 }
 
