@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from agentroll.handlers.builtin import swe_pytest
+from agentroll.handlers.builtin.swe_repo import GRADER_SCRATCH
 from agentroll.runtime import Sandbox, SandboxSpec
 from agentroll.runtime.bwrap import BwrapRuntime
 from agentroll.runtime.config import BwrapConfig
@@ -88,7 +89,7 @@ async def spin(runtime: BwrapRuntime, spinning: asyncio.Queue[str], stop: asynci
 async def test_honest_grading_scores_the_same_under_oversubscription(
     bwrap: BwrapRuntime,
 ) -> None:
-    sandbox = await bwrap.start(SandboxSpec(), timeout=120)
+    sandbox = await bwrap.start(SandboxSpec(scratch=(GRADER_SCRATCH,)), timeout=120)
     stop = asyncio.Event()
     siblings: list[asyncio.Task[None]] = []
     try:
@@ -133,7 +134,7 @@ async def test_a_suite_that_sleeps_is_stopped_inside_the_grading_stage(
     """Sleeping costs no CPU time, so the wall-clock backstop stops it: before the grading
     stage ends (here in 10 s, not the 4 x 5 + 30 s it would otherwise allow), scored 0 --
     the policy's doing, never left to time the stage out."""
-    sandbox = await bwrap.start(SandboxSpec(), timeout=120)
+    sandbox = await bwrap.start(SandboxSpec(scratch=(GRADER_SCRATCH,)), timeout=120)
     try:
         await sandbox.upload(
             "test_honest.py", b"import time\n\ndef test_sums():\n    time.sleep(600)\n"

@@ -77,7 +77,8 @@ async def test_pause_is_a_barrier_and_versions_are_stamped(
                 for i in ids  # distinct conversations: every prompt identifies its rollout
             ]
         )
-        while len(await backend_log(slow_backend.url)) < 400:  # mid-flight: ~2 of 6 turns each
+        # mid-flight: ~2 of 6 turns each, and (what keep mode parks) calls mid-generation
+        while len(await backend_log(slow_backend.url)) < 400 or await running(slow_backend.url) < 5:
             await asyncio.sleep(0.02)
         paused = await client.pause(mode=mode, timeout_s=30)  # type: ignore[arg-type]
         assert paused.paused and paused.mode == mode and paused.backend_errors == {}
