@@ -53,10 +53,10 @@ LEAVES_AN_ORPHAN = (
     "while [ -e /proc/$(cat /tmp/orphan) ]; do sleep 0.01; done\n" + TEST_SH
 )
 HONEST = "echo 42\n"
-# A wrong answer, and a process that waits for the test script to exit (polling /proc),
-# rewrites the reward to 1 and exits at once: the reviewer's race against the freeze.
-RACER_PY = """
-import os, sys
+# A wrong answer, and a process left behind that finds the test script (its program's nearest
+# `bash /tests/test.sh` ancestor, the topmost of them) once the program ended.
+DAEMON = """
+import os, signal, sys
 ts = os.getppid()
 if os.fork():
     sys.exit(0)  # the program's process ends: the daemon is an orphan
@@ -69,6 +69,13 @@ def cmdline(pid):
         return f.read()
 while cmdline(parent(ts)) == b"bash\\0/tests/test.sh\\0":
     ts = parent(ts)
+reward = "/logs/verifier/reward.txt"
+"""
+# The reviewer's race against the freeze: it polls /proc for the test script's exit, then
+# rewrites the reward and exits at once.
+RACER = (
+    DAEMON
+    + """
 while True:
     try:
         with open(f"/proc/{ts}/stat") as f:
@@ -76,10 +83,28 @@ while True:
                 break
     except OSError:
         break
-with open("/logs/verifier/reward.txt", "w") as f:
+with open(reward, "w") as f:
     f.write("1")
 """
-RACER = f"python3 - <<'EOF'\n{RACER_PY}EOF\necho 0\n"
+)
+# Its sure-footed sibling: once the test script wrote its reward, it stops the script,
+# rewrites the reward, lets the script go on and exits first (before the freeze, or nearly).
+STOPPER = (
+    DAEMON
+    + """
+while not (os.path.exists(reward) and os.path.getsize(reward)):
+    pass
+os.kill(ts, signal.SIGSTOP)
+with open(reward, "w") as f:
+    f.write("1")
+os.kill(ts, signal.SIGCONT)
+os._exit(0)
+"""
+)
+
+
+def program(daemon: str) -> str:
+    return f"python3 - <<'EOF'\n{daemon}EOF\necho 0\n"
 
 
 def task_folder(root: Path, test_sh: str) -> HarborTask:
@@ -140,8 +165,8 @@ async def test_a_process_that_rewrites_the_reward_and_exits_before_the_freeze_ea
             "disrupted": None, "frozen": True, "orphans": 0,
         }  # fmt: skip
         seen = []
-        for _ in range(RACES):
-            raced = await grade(bwrap, sandbox, task, RACER)
+        for daemon in [RACER, STOPPER] * (RACES // 2):
+            raced = await grade(bwrap, sandbox, task, program(daemon))
             run = raced.info["verifier"]
             assert (raced.value, raced.info.get("reason")) == (0.0, "verifier_disrupted"), (
                 raced.info
@@ -149,7 +174,7 @@ async def test_a_process_that_rewrites_the_reward_and_exits_before_the_freeze_ea
             assert "outlived" in run["disrupted"]
             assert raced.info["control"]["detail"] == "on the reference solution: reward 1"
             seen.append("exited" if run["orphans"] else "frozen")
-        print("the racer was", seen)
+        print("racer, stopper, ...:", seen)
     finally:
         await sandbox.stop()
 
