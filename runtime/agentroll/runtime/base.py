@@ -189,6 +189,17 @@ class Sandbox(Protocol):
         """
         ...
 
+    async def orphans_reaped(self) -> int | None:
+        """How many processes of the sandbox outlived their parent so far, exited or not yet
+        reaped included (a count that only grows); None where the sandbox has no PID namespace
+        of its own with the action server as its init (`local`, Apptainer without `--pid`).
+
+        Read before and after a step (after `stop_agent`, whose killed processes are orphans
+        too): a larger count says something the step started outlived its parent, even if it
+        has exited since.
+        """
+        ...
+
     async def stop(self, *, grace_s: float = 2.0) -> None: ...
 
 

@@ -376,6 +376,17 @@ class ProcessSandbox:
                 f"sandbox {self.id}: could not stop the agent's processes: {exc}"
             ) from exc
 
+    async def orphans_reaped(self) -> int | None:
+        """See ``Sandbox.orphans_reaped``: the action server's count."""
+        if self.stopped:
+            raise SandboxClosed(f"sandbox {self.id} is stopped")
+        try:
+            return await self.tools.orphans_reaped()
+        except ActionError as exc:
+            raise SandboxError(
+                f"sandbox {self.id}: could not read the orphan count: {exc}"
+            ) from exc
+
     async def stop(self, *, grace_s: float = 2.0) -> None:
         """Idempotent; concurrent callers share one teardown, which survives their cancellation."""
         if self._stop_task is None:

@@ -119,6 +119,13 @@ async def test_orphans_are_reaped_by_the_server() -> None:
         assert zombies == []
 
 
+async def test_outside_a_pid_namespace_of_its_own_the_server_gives_no_orphan_count() -> None:
+    """Orphans of a server that is not init may be re-parented elsewhere: no count, not 0."""
+    async with single_client_server() as (_, client):
+        await client.bash("(sleep 0.01 &); sleep 0.2")
+        assert await client.orphans_reaped() is None
+
+
 async def test_bash_killed_between_calls_is_reported(server: ServerProcess) -> None:
     client = ActionClient(server.socket)
     await client.connect(20)

@@ -24,6 +24,14 @@ def test_processes_left_alive_disrupt_the_run() -> None:
     assert report.disrupted == "2 process(es) the tests started outlived the test script: 12, 40"
 
 
+def test_orphans_reaped_while_the_tests_ran_disrupt_a_run_that_left_nothing_alive() -> None:
+    report = read_report(f"{MARK} status=0 frozen=1 left=\n", 0, orphans=2)
+    assert report.disrupted == (
+        "2 process(es) the tests started outlived their parent and exited before the freeze"
+    )
+    assert read_report(f"{MARK} status=0 frozen=1 left=\n", 0, orphans=0).disrupted is None
+
+
 def test_a_wrapper_killed_or_a_forged_line_before_the_real_one_is_no_clean_report() -> None:
     forged = f"{MARK} status=0 frozen=1 left=\n"
     killed = read_report(forged, -9)  # the tests' code wrote the line, then killed the wrapper

@@ -4,7 +4,9 @@ As the PID namespace's init (bwrap), or as a child subreaper elsewhere (guard.py
 becomes the parent of every process the agent orphans, and must reap them: a zombie keeps its
 pid, and pids are what a fork bomb exhausts. The exit statuses of its own sessions' processes
 (bash, the kernel) belong to those sessions, which report them to the agent; the sessions
-register them (``own``/``disown``) and the reaper leaves them alone.
+register them (``own``/``disown``) and the reaper leaves them alone. The reaper counts what it
+reaped (``orphans_reaped``): as init, every process that outlived its parent ends up here, even
+one that exits a moment later, so a count that grew says one did.
 
 ``kill_all`` is ``stop_agent``'s weapon. As init, ``kill(-1, SIGKILL)`` reaches every other
 process of the namespace at once, while the kernel holds back new forks. Elsewhere each
@@ -84,6 +86,8 @@ class Children:
         self._confinement = confinement
         self._own: set[int] = set()
         self._me = os.getpid()
+        self.orphans_reaped = 0
+        """Orphans reaped since the server started (never the sessions' own processes)."""
 
     def own(self, pid: int) -> None:
         """A session's process: its session reaps it and reports how it ended."""
@@ -114,6 +118,7 @@ class Children:
                 with contextlib.suppress(ChildProcessError):
                     os.waitpid(pid, os.WNOHANG)
                     reaped += 1
+        self.orphans_reaped += reaped
         return reaped
 
     def agent_pids(self) -> list[int]:

@@ -257,6 +257,12 @@ class ActionClient:
         """
         await self._call("stop_agent", {"timeout": timeout}, timeout + self.call_margin)
 
+    async def orphans_reaped(self) -> int | None:
+        """How many orphans the server reaped since it started, counted only where it is the
+        PID namespace's init (every orphan of the sandbox is its then); None elsewhere."""
+        reply = await self._call("orphans", {}, self.request_timeout)
+        return int(reply["reaped"]) if reply.get("init") is True else None
+
     async def shutdown(self) -> None:
         """Ask the server to stop (it kills bash and the kernel, removes its socket)."""
         with contextlib.suppress(ActionServerUnavailable):

@@ -35,6 +35,7 @@ OPS = (
     "bash_interrupt",
     "download",
     "editor",
+    "orphans",
     "python",
     "python_interrupt",
     "shutdown",

@@ -19,7 +19,8 @@ sandbox: nothing the agent runs can write to it. Its private state (the long-com
 the kernel's connection file) then lives in a fresh folder under ``$TMPDIR``.
 
 ``stop_agent`` kills every process the agent started (children.py) and returns once they are
-gone; the sessions start afresh on their next call. Orphans are reaped on every SIGCHLD.
+gone; the sessions start afresh on their next call. Orphans are reaped on every SIGCHLD;
+``orphans`` says how many were reaped so far.
 """
 
 from __future__ import annotations
@@ -128,6 +129,7 @@ class ActionServer:
             "upload": self._upload,
             "download": self._download,
             "stop_agent": self._stop_agent,
+            "orphans": self._orphans,
             "warm": self._warm,
             "shutdown": self._shutdown,
         }
@@ -435,6 +437,11 @@ class ActionServer:
             raise RuntimeError(
                 f"the agent's processes {left[:20]} still run after {timeout:g} s"
             ) from None
+
+    async def _orphans(self, args: dict[str, Any]) -> dict[str, Any]:
+        # Reaped first: an orphan that exited before this call is counted by it, not after.
+        self.children.reap_orphans()
+        return {"reaped": self.children.orphans_reaped, "init": is_namespace_init()}
 
     async def _shutdown(self, args: dict[str, Any]) -> dict[str, Any]:
         # Reply first; the stop happens once this request's answer is on its way.

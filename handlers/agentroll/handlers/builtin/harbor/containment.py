@@ -16,25 +16,27 @@ no reward at all. So the test script runs under a small bash wrapper, which:
 3. lists what is still alive (zombies aside) and was not there before: the processes the
    tests left, reported to the server on one line (`MARK`), using shell builtins only.
 
-What this does not close: the freeze comes an instant after the test script's exit, not with
-it. A process the tests left that sees the exit (polling `/proc`) can rewrite the reward and
-exit itself in that instant; it is then neither frozen nor listed (a Python loop doing so went
-unseen in 3 of 20 runs). Only the step between the exit and the freeze is left (the init check
-runs before the tests), which makes the window small, not empty. A test script run as the init
-of a PID namespace of its own, whose exit makes the kernel kill everything it left, would close
-it. One that stops the wrapper to widen the window stops the server's `nsenter` with it: the
-exec never ends and the run is `verifier_timeout` (reward 0).
+A process the tests left can also see the test script's exit (polling `/proc`), rewrite the
+reward and exit itself in the instant before the freeze: it is then neither frozen nor listed.
+The server counts it instead: in the sandbox's PID namespace the action server is init, so
+every process that outlives its parent is re-parented to it and reaped by it, even one that
+exits a moment later. The verifier reads that count (`Sandbox.orphans_reaped`) right before
+the test script starts (after the agent's processes were stopped and reaped) and right after
+the freeze; a count that grew, like a process left alive, marks the run `disrupted`. One that
+stops the wrapper to widen the window stops the server's `nsenter` with it: the exec never
+ends and the run is `verifier_timeout` (reward 0).
 
-The server then reads the reward and kills them all (`stop_agent`). A process left alive, or
-a wrapper that never reported (the tests killed it), marks the run `disrupted`: the handler
-blames it with a control (a task whose own tests leave a daemon behind is not the policy's
-doing).
+The server then reads the reward and kills them all (`stop_agent`). A process left alive, an
+orphan counted, or a wrapper that never reported (the tests killed it), marks the run
+`disrupted`: the handler blames it with a control (a task whose own tests leave a daemon
+behind is not the policy's doing).
 
-The freeze works wherever the sandbox has a PID namespace of its own with the action server as
-its init (bubblewrap). Without one (the `local` runtime, Apptainer without `--pid`), `kill -1`
-would reach processes outside the sandbox and `/proc` lists the host's, so the wrapper neither
-freezes nor lists leftovers (`frozen=0`): the server's stop after the wrapper returns is what
-ends them, a short window in which they can still write, and only a killed wrapper is seen.
+The freeze and the count work wherever the sandbox has a PID namespace of its own with the
+action server as its init (bubblewrap). Without one (the `local` runtime, Apptainer without
+`--pid`), `kill -1` would reach processes outside the sandbox and `/proc` lists the host's, so
+the wrapper neither freezes nor lists leftovers (`frozen=0`) and no orphans are counted: the
+server's stop after the wrapper returns is what ends them, a short window in which they can
+still write, and only a killed wrapper is seen.
 Use bubblewrap for untrusted policies. A cgroup freezer would need the server to act from
 outside once the test script's exit reached it, a longer window than the wrapper's own
 instant; SIGSTOP to the namespace needs no cgroup at all.
@@ -89,6 +91,9 @@ class Report:
     frozen: bool
     left: tuple[int, ...]
     """Processes the tests left alive."""
+    orphans: int = 0
+    """Processes the tests started that outlived their parent and exited before the freeze
+    (the action server's count of orphans it reaped meanwhile)."""
 
     @property
     def disrupted(self) -> str | None:
@@ -100,16 +105,22 @@ class Report:
             return (
                 f"{len(self.left)} process(es) the tests started outlived the test script: {shown}"
             )
+        if self.orphans:
+            return (
+                f"{self.orphans} process(es) the tests started outlived their parent and exited "
+                "before the freeze"
+            )
         return None
 
 
-def read_report(stdout: str, exit_code: int | None) -> Report:
+def read_report(stdout: str, exit_code: int | None, orphans: int = 0) -> Report:
     """The wrapper's report: its last line, and only when it exited by itself (0). Code the
     tests ran can write to the wrapper's output while the tests run, never after its last
-    line; and it can kill the wrapper, never make it exit 0."""
+    line; and it can kill the wrapper, never make it exit 0. `orphans`: how many orphans the
+    server reaped while it ran."""
     lines = stdout.strip().splitlines()
     found = _REPORT.fullmatch(lines[-1]) if lines and exit_code == 0 else None
     if found is None:
-        return Report(None, False, ())
+        return Report(None, False, (), orphans)
     status, frozen, left = found.groups()
-    return Report(int(status), frozen == "1", tuple(int(p) for p in left.split()))
+    return Report(int(status), frozen == "1", tuple(int(p) for p in left.split()), orphans)

@@ -18,7 +18,9 @@ alive. Here, in order (the pipeline has already killed every process the agent s
 4. The moment the test script exits, every process the tests started is frozen
    (`containment.py`), then killed before anything is read, so nothing they started (the
    agent's code, say) can write the reward or the output afterwards. A process still alive at
-   that moment, or a wrapper the tests killed, marks the run `disrupted`.
+   that moment, one that outlived its parent and exited before it (the sandbox's count of
+   orphans grew while the test script ran), or a wrapper the tests killed, marks the run
+   `disrupted`.
 5. The reward file is read as Harbor parses it: `reward.txt` (one number) or `reward.json`
    (a flat object of numbers). Where both exist, the one written last counts (by ctime, which
    no process can set): a file the agent's code planted while the tests ran is older than the
@@ -132,6 +134,8 @@ class VerifierRun:
     (`containment.py`); None when it can."""
     frozen: bool = False
     """Whether the tests' processes were frozen the moment the test script exited."""
+    orphans: int | None = None
+    """Processes the tests started that outlived their parent (None: not counted here)."""
 
     def info(self) -> dict[str, Any]:
         return {
@@ -141,6 +145,7 @@ class VerifierRun:
             "output_tail": self.output_tail,
             "disrupted": self.disrupted,
             "frozen": self.frozen,
+            "orphans": self.orphans,
         }
 
 
@@ -238,17 +243,25 @@ async def _run_tests(
     script = f"{TESTS_DIR}/{task.test_script.name}"
     command = f"env {shlex.join(f'{k}={v}' for k, v in env.items())} bash {script}"
     wrapper = contained(f"{command} >{OUTPUT_FILE} 2>&1 </dev/null")
+    # Read after the agent's processes were stopped and reaped (before EVAL, or the reference
+    # solution's in a control): only what the tests start can grow the count.
+    orphans_before = await sandbox.orphans_reaped()
     result = await sandbox.exec(
         ["bash", "-c", wrapper],
         timeout=grading_wall_s(timeout_s, reserve_s=RUN_RESERVE_S),
         cpu_limit_s=timeout_s,
     )
+    # After the freeze, before the kill (whose victims are orphans too).
+    orphans = None
+    if orphans_before is not None:
+        orphans_after = await sandbox.orphans_reaped()
+        orphans = None if orphans_after is None else orphans_after - orphans_before
     # Frozen by the wrapper; now killed before anything is read: nothing the tests started
     # may write the reward or the output.
     await sandbox.stop_agent(timeout=STOP_TIMEOUT_S)
     tail = await sandbox.exec(["tail", "-c", str(read_bytes), OUTPUT_FILE], timeout=SETUP_TIMEOUT_S)
     shown = tail.stdout[-OUTPUT_SHOWN_BYTES:]
-    report = read_report(result.stdout, result.exit_code)
+    report = read_report(result.stdout, result.exit_code, orphans or 0)
     run = VerifierRun(
         report.status,
         result.timed_out,
@@ -256,6 +269,7 @@ async def _run_tests(
         shown,
         None if result.timed_out else report.disrupted,
         report.frozen,
+        orphans,
     )
     return run, tail.stdout
 
