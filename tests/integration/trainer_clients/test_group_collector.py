@@ -3,6 +3,7 @@
 import asyncio
 from typing import Any
 
+import httpx
 import pytest
 from tests.integration.trainer_clients.conftest import Servers
 
@@ -152,6 +153,12 @@ async def test_zero_variance_groups_are_flagged(servers: Servers) -> None:
     assert collector.stats.zero_variance == 1
 
 
+async def sampled(url: str) -> int:
+    """Generation requests the scripted backend has received so far."""
+    async with httpx.AsyncClient(base_url=url) as http:
+        return len((await http.get("/scripted/requests")).json()["requests"])
+
+
 @pytest.mark.parametrize("mode", ["drop", "flag"])
 async def test_stale_samples_are_dropped_and_resampled_or_flagged(
     servers: Servers, scripted_llm: RunningServer, mode: str
@@ -167,7 +174,11 @@ async def test_stale_samples_are_dropped_and_resampled_or_flagged(
         ) as collector:
             assert collector.pool is not None
             # sampled at version 0, then held while the trainer moves to version 3
+            before = await sampled(scripted_llm.url)
             await collector.submit("st", request(generate=True, hold_s=1.0), n=2)
+            async with asyncio.timeout(30):  # both sampled before the pause, not after it
+                while await sampled(scripted_llm.url) < before + 2:
+                    await asyncio.sleep(0.02)
             await collector.pool.pause("wait", timeout_s=10)
             await collector.pool.resume(3)
             group = await collector.next_group(timeout_s=30)
