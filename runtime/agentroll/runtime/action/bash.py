@@ -257,8 +257,7 @@ class BashSession:
                     f"[bash {describe_exit(status)} after the previous command; {RAN_IN_NEW_BASH}]"
                 )
                 restarted = True
-                # Now, not by `running`: the pty's end of file may not have been seen yet, and
-                # a call that never reaches bash (unstaged) would leave the dead one in place.
+                # Now: its pty's end of file may be unseen yet, and an unstaged call keeps it.
                 await self._respawn()
             if not self.running:
                 await self._respawn()
