@@ -5,12 +5,12 @@
 Standalone (standard library only; it runs under the sandbox's Python, which may not have
 agentroll installed), and one module over 500 lines for that reason: its source is the
 program sent to the sandbox, so it cannot import a second file of ours. It is started from
-its source on the command line, in isolated mode (`-I`: no script folder, working
-directory, user site or PYTHON* variable on its import path), so no file in the sandbox is the runner and nothing in the solution's folder can be
-imported by it. The spec arrives on stdin, so no file the solution could read holds the
-tests or their expected output: {"token": "...", "source": SOURCE, "solution_file":
-"solution.py", "timeout_s": 10, "tests": [...]}. FOLDER holds the solution; each test runs
-in processes of its own under its own time limit.
+its source on the command line, in isolated mode (`-I`: no script folder, working directory,
+user site or PYTHON* variable on its import path), so no file in the sandbox is the runner
+and nothing in the solution's folder can be imported by it. The spec arrives on stdin, so no
+file the solution could read holds the tests or their expected output: {"token": "...",
+"source": SOURCE, "solution_file": "solution.py", "timeout_s": 10, "tests": [...]}. FOLDER
+holds the solution; each test runs in processes of its own under its own time limit.
 
 Why plain data, compared by the grader (and not asserts rewritten to compare safely): a
 check that runs in the solution's interpreter can be undone by it (it can patch `type`,
