@@ -7,8 +7,6 @@ final trajectory; only after that commit is the result announced to trainers.
 """
 
 import asyncio
-import hashlib
-import json
 import logging
 import time
 import uuid
@@ -30,6 +28,7 @@ from agentroll.server.errors import (
     TooManyJobs,
     UnknownJob,
 )
+from agentroll.server.fingerprint import request_fingerprint
 from agentroll.server.jobs import LiveJob
 from agentroll.server.llm import BackendPool, TokenSession
 from agentroll.server.llm.gate import GenerationGate
@@ -58,27 +57,6 @@ log = logging.getLogger("agentroll.server")
 TEMPLATE_CHECK_TIMEOUT_S = 10.0
 PERSIST_RETRY_MIN_S = 0.2
 PERSIST_RETRY_MAX_S = 5.0
-
-
-def request_fingerprint(request: JobRequest) -> str:
-    """Identity of a submission for idempotency: everything but the job id and the policy
-    versions, as canonical JSON (sorted keys), so the same request with its keys in another
-    order is the same job. A version is when the trainer sent the job, not what it asks for:
-    a trainer that crashed resubmits the same jobs stamped with its newer version, and must
-    find them, not a conflict (the job keeps the version it was first admitted under)."""
-    unversioned = request.model_copy(update={"policy_version": None})
-    if request.agents is not None:
-        agents = {
-            n: a.model_copy(update={"policy_version": None}) for n, a in request.agents.items()
-        }
-        unversioned = unversioned.model_copy(update={"agents": agents})
-    body = json.dumps(
-        unversioned.model_dump(mode="json", exclude={"job_id"}),
-        sort_keys=True,
-        separators=(",", ":"),
-        ensure_ascii=False,
-    )
-    return hashlib.sha256(body.encode()).hexdigest()
 
 
 def _check_agents(request: JobRequest, drives: tuple[str, ...]) -> None:

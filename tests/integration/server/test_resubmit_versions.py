@@ -5,8 +5,8 @@ import pytest
 from tests.conftest import ServerFactory
 from tests.integration.server.scripted_handlers import Gates, job, make_registry
 
+from agentroll.server.fingerprint import request_fingerprint
 from agentroll.server.schema import JobRequest
-from agentroll.server.service import request_fingerprint
 from agentroll.trainer_clients import Conflict
 
 pytestmark = pytest.mark.integration

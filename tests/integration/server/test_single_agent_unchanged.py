@@ -16,8 +16,8 @@ from tests.conftest import ServerFactory
 from tests.integration.server.test_trajectory import WORDS, Parrot
 
 from agentroll.handlers import HandlerRegistry
+from agentroll.server.fingerprint import request_fingerprint
 from agentroll.server.schema import JobRequest
-from agentroll.server.service import request_fingerprint
 from agentroll.server.serving import start_in_loop
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
