@@ -10,10 +10,7 @@ times are printed for the record.
 import asyncio
 import os
 import shutil
-import tempfile
 import time
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
 
@@ -21,7 +18,6 @@ from agentroll.handlers.builtin import swe_pytest
 from agentroll.handlers.builtin.swe_repo import GRADER_SCRATCH
 from agentroll.runtime import Sandbox, SandboxSpec
 from agentroll.runtime.bwrap import BwrapRuntime
-from agentroll.runtime.config import BwrapConfig
 from agentroll.runtime.cpulimit import GradingUsage, grading_usage
 from agentroll.runtime.sandbox import ProcessSandbox
 
@@ -41,18 +37,6 @@ def test_primes():
 IDS = ["test_honest.py::test_sums", "test_honest.py::test_primes"]
 SPIN = ["python3", "-c", "while True: pass"]
 OVERSUBSCRIPTION = 2
-
-
-@pytest.fixture
-async def bwrap() -> AsyncIterator[BwrapRuntime]:
-    state = Path(tempfile.mkdtemp(prefix="ar-", dir="/tmp"))  # short: socket paths
-    runtime = BwrapConfig(state_dir=state).build()
-    assert isinstance(runtime, BwrapRuntime)
-    try:
-        yield runtime
-    finally:
-        await runtime.close()
-        shutil.rmtree(state, ignore_errors=True)
 
 
 async def grade(

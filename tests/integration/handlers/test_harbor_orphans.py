@@ -15,8 +15,6 @@ root filesystem: no task image to build."""
 from __future__ import annotations
 
 import shutil
-import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -27,7 +25,6 @@ from agentroll.handlers.builtin.harbor.verify import SCRATCH, VerifierFailed, ve
 from agentroll.handlers.context import Reward
 from agentroll.runtime import Sandbox, SandboxSpec
 from agentroll.runtime.bwrap import BwrapRuntime
-from agentroll.runtime.config import BwrapConfig
 
 pytestmark = [
     pytest.mark.integration,
@@ -117,18 +114,6 @@ def task_folder(root: Path, test_sh: str) -> HarborTask:
     (root / "tests" / "test.sh").write_text(test_sh)
     (root / "solution" / "solve.sh").write_text(SOLUTION)
     return load_task(root)
-
-
-@pytest.fixture
-async def bwrap() -> AsyncIterator[BwrapRuntime]:
-    state = Path(tempfile.mkdtemp(prefix="ar-", dir="/tmp"))  # short: socket paths
-    runtime = BwrapConfig(state_dir=state).build()
-    assert isinstance(runtime, BwrapRuntime)
-    try:
-        yield runtime
-    finally:
-        await runtime.close()
-        shutil.rmtree(state, ignore_errors=True)
 
 
 async def grade(runtime: BwrapRuntime, sandbox: Sandbox, task: HarborTask, program: str) -> Reward:
