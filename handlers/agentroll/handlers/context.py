@@ -33,6 +33,9 @@ class Reward:
     agents: dict[str, float] = field(default_factory=dict)
     """Multi-agent jobs: a reward of its own per agent name (optional; agents left out are
     trained on the episode's `value`)."""
+    components: dict[str, float] = field(default_factory=dict)
+    """Named parts of the reward (e.g. `{"correct": 1.0, "format": 0.5}`), passed on to the
+    trainer beside `value` as `reward_components`; `value` stays the reward trained on."""
 
 
 @dataclass(frozen=True, slots=True)

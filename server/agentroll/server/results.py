@@ -75,6 +75,7 @@ def build_trajectory(
         handler=request.handler,
         reward=None if reward is None else reward.value,
         reward_info={} if reward is None else reward.info,
+        reward_components=None if reward is None else dict(reward.components) or None,
         outcome=verdict.outcome,
         status=STATUS_BY_OUTCOME[verdict.outcome].value,
         timing=timing,

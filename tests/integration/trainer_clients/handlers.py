@@ -8,6 +8,7 @@ Instance fields (sample k is parsed from `<group>-s<k>-r<attempt>`):
   generate:     true                           sample one turn from the registered LLM
   hold_s:       seconds                        after generating, wait (a weight update lands)
   mask:         ["<job id>", ...]              its verifier said: do not train on it
+  components:   {"<name>": [value of sample k]} named reward components beside the reward
 """
 
 import asyncio
@@ -41,7 +42,8 @@ class Steered(AgentHandler):
     async def eval(self, ctx: RolloutContext) -> Reward:
         rewards = list(ctx.instance.get("rewards", []))
         k = sample_of(ctx.job_id)
-        return Reward(float(rewards[k]) if k < len(rewards) else 1.0)
+        components = {name: float(v[k]) for name, v in ctx.instance.get("components", {}).items()}
+        return Reward(float(rewards[k]) if k < len(rewards) else 1.0, components=components)
 
     def final_result(self, ctx: RolloutContext) -> dict[str, Any]:
         if ctx.job_id in ctx.instance.get("mask", []):

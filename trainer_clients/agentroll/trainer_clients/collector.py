@@ -23,7 +23,8 @@ members (stale="flag"). Dropping single stale members would drop exactly the slo
 No error stops the collector silently: a resubmission the server refuses for a reason that
 waiting cannot cure makes its group invalid with the server's answer; a busy or unreachable
 server is retried with backoff; a failure of the pool (every server dead, a results feed that
-cannot be read) is raised from `next_group`.
+cannot be read) is raised from `next_group`, and so is `InfraCircuitOpen` after
+`max_consecutive_infra_errors` tries in a row ended `infra_error` (see `breaker`).
 """
 
 import asyncio
@@ -34,6 +35,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from typing import Any, Literal
 
 from agentroll.server.schema import JobRequest, Outcome, Trajectory
+from agentroll.trainer_clients.breaker import InfraBreaker
 from agentroll.trainer_clients.client import AsyncRolloutClient
 from agentroll.trainer_clients.errors import ApiError, ClientError, ServerUnavailable
 from agentroll.trainer_clients.groups import CollectorStats, Group, GroupSpec
@@ -72,12 +74,14 @@ class AsyncGroupCollector:
         stale: Literal["drop", "flag"] = "drop",
         retry_outcomes: Iterable[Outcome] = RETRY,
         zero_variance_eps: float = 1e-6,
+        max_consecutive_infra_errors: int | None = 32,
         poll_s: float = 0.5,
         max_backoff_s: float = 10.0,
         pool_options: Mapping[str, Any] | None = None,
     ) -> None:
         """`servers`: a started pool, or a client, URL or list of them (a pool is started
-        here, with `pool_options` passed to `AsyncServerPool`)."""
+        here, with `pool_options` passed to `AsyncServerPool`). `max_consecutive_infra_errors`:
+        the circuit breaker's limit (None: resample forever)."""
         if selection == "first_finished":
             log.warning(FIRST_FINISHED_BIAS)
         self.max_retries = max_retries
@@ -91,6 +95,7 @@ class AsyncGroupCollector:
         self.poll_s = poll_s
         self.max_backoff_s = max_backoff_s
         self.stats = CollectorStats()
+        self.breaker = InfraBreaker(max_consecutive_infra_errors)
         self._servers = servers
         self._pool_options = dict(pool_options or {})
         self._own_pool = not isinstance(servers, AsyncServerPool)
@@ -176,6 +181,8 @@ class AsyncGroupCollector:
         `start`. If a server refuses, none of these groups is kept and the refusal is raised."""
         if self.pool is None:
             raise RuntimeError("start the collector first (async with / await start())")
+        if self._failure is not None:
+            raise self._failure  # stopped: nothing submitted now would ever be collected
         specs = list(specs)
         ids = [s.group_id for s in specs]
         for spec in specs:
@@ -293,6 +300,7 @@ class AsyncGroupCollector:
             dropped=dict(live.dropped),
             jobs_submitted=live.submitted,
             elapsed_s=time.monotonic() - live.started,
+            task_id=spec.task_id,
         )
         if group.valid:
             rewards = group.rewards
@@ -319,7 +327,7 @@ class AsyncGroupCollector:
                 self._expire()
         except asyncio.CancelledError:
             raise
-        except Exception as exc:  # the pool failed (no server, unreadable feed): say so
+        except Exception as exc:  # the pool failed, or the breaker opened: say so
             self._failure = exc
             for live in list(self._groups.values()):
                 self._finish(live, f"collector stopped: {exc}")
@@ -330,6 +338,7 @@ class AsyncGroupCollector:
             return  # a job we already cancelled or gave up on
         index = live.jobs.pop(trajectory.job_id)
         self.stats.note_finished(trajectory)
+        self.breaker.note(trajectory)  # raises InfraCircuitOpen: the pump stops, with it
         outcome = trajectory.outcome
         usable = outcome in USABLE and trajectory.reward is not None
         if usable and trajectory.metadata.get("mask_sample") is True:

@@ -11,7 +11,9 @@ One root, each leaf also the builtin it specialises, so callers can catch either
     ├── FeedError(ClientError)                         a server's results feed keeps failing
     ├── ServerUnavailable(ClientError, ConnectionError) no answer, or 503
     │   └── NoServerAvailable(ServerUnavailable)       every server of a pool is dead
-    └── FanOutError(ClientError)                       a call sent to every server failed on some
+    ├── FanOutError(ClientError)                       a call sent to every server failed on some
+    ├── InfraCircuitOpen(ClientError)                  a run of infra_errors stopped a collector
+    └── BatchShortfall(ClientError)                    dynamic sampling could not fill a batch
 
 Outside the tree stay the builtins for the caller's own mistakes and waits: `ValueError` for
 arguments a call cannot use, `RuntimeError` for a collector used before it is started,

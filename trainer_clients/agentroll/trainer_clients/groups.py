@@ -41,6 +41,9 @@ class GroupSpec:
     group_id: str
     request: JobRequest
     n: int
+    task_id: str | None = None
+    """The task's stable id (the same across runs), for per-task records such as the
+    curriculum's pass rates; carried to the finished `Group`."""
 
     def sample(self, index: int, attempt: int) -> JobRequest:
         """Sample `index`'s request for its `attempt`-th try (its seed offset by `index`)."""
@@ -75,11 +78,37 @@ class Group:
     """Tries not used, by cause (`infra_error`, `timed_out`, `masked`, `stale`, ...)."""
     jobs_submitted: int = 0
     elapsed_s: float = 0.0
+    task_id: str | None = None
+    """The spec's `task_id`."""
 
     @property
     def rewards(self) -> list[float]:
         """The usable samples' rewards, in sample order (a missing reward counts as 0)."""
         return [t.reward if t.reward is not None else 0.0 for t in self.trajectories]
+
+
+@dataclass
+class DynamicSamplingStats:
+    """The cost of dynamic sampling: groups generated (decided) against groups kept."""
+
+    batches: int = 0
+    groups_generated: int = 0
+    groups_kept: int = 0
+    dropped_zero_variance: int = 0
+    dropped_invalid: int = 0
+    rollouts_spent: int = 0
+    """Tries submitted for every group generated, kept or not (retries included)."""
+    rollouts_kept: int = 0
+    """Samples in the groups kept."""
+    shortfalls: int = 0
+    """Batches that could not be filled (the stream ran out, or the refill cap was hit)."""
+
+    def as_dict(self) -> dict[str, Any]:
+        """Flat counters, prefixed `dynamic_`, and the fraction of generated groups kept."""
+        out = {f"dynamic_{name}": value for name, value in vars(self).items()}
+        generated = self.groups_generated
+        out["dynamic_kept_fraction"] = round(self.groups_kept / generated, 4) if generated else 0.0
+        return out
 
 
 @dataclass
@@ -105,6 +134,8 @@ class CollectorStats:
     """Finished tries not trained on (retried, in an invalid or stale group), by outcome."""
     unused_seconds: list[float | None] = field(default_factory=list)
     """Their durations (None: cancelled before it finished)."""
+    dynamic: DynamicSamplingStats = field(default_factory=DynamicSamplingStats)
+    """What filling batches with dynamic sampling cost (`AsyncDynamicSampler`)."""
 
     def note_finished(self, trajectory: Trajectory) -> None:
         """A finished try: its duration joins the reference for `unused_by_quartile`."""
@@ -154,6 +185,7 @@ class CollectorStats:
             **{f"dropped_{cause}": count for cause, count in sorted(self.dropped.items())},
             **{f"unused_{o}": count for o, count in sorted(self.unused_by_outcome.items())},
             **{f"unused_{q}": count for q, count in self.unused_by_quartile().items()},
+            **self.dynamic.as_dict(),
             "invalid_fraction": round(self.groups_invalid / done, 4) if done else 0.0,
             "mean_group_s": round(statistics.fmean(self.group_seconds), 3)
             if self.group_seconds

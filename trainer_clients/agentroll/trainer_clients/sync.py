@@ -19,6 +19,7 @@ from agentroll.server.schema import (
 )
 from agentroll.trainer_clients.client import JobLike
 from agentroll.trainer_clients.collector import AsyncGroupCollector
+from agentroll.trainer_clients.dynamic import AsyncDynamicSampler, Batch
 from agentroll.trainer_clients.groups import CollectorStats, Group, GroupSpec
 from agentroll.trainer_clients.loop_thread import LoopThread
 from agentroll.trainer_clients.pool import AsyncServerPool, Failover
@@ -192,3 +193,21 @@ class GroupCollector:
         """Submit groups and wait for all of them (valid or not), in completion order."""
         self.submit_groups(specs)
         return list(self.groups(timeout_s=timeout_s))
+
+
+class DynamicSampler:
+    """Blocking `AsyncDynamicSampler` over a `GroupCollector` (same options and errors).
+
+    The stream is read on the pool's loop thread: a curriculum's records written from the
+    trainer's thread between batches are seen by the next one.
+    """
+
+    def __init__(
+        self, collector: GroupCollector, specs: Iterable[GroupSpec], **options: Any
+    ) -> None:
+        self.collector = collector
+        self.aio = AsyncDynamicSampler(collector.aio, specs, **options)
+
+    def next_batch(self, size: int, *, timeout_s: float = 3600.0) -> Batch:
+        """The next `size` groups with unequal rewards (see `AsyncDynamicSampler`)."""
+        return self.collector.pool.run(self.aio.next_batch(size, timeout_s=timeout_s), None)

@@ -11,11 +11,13 @@ agent, each held to the same invariants; a single-agent one never carries the ke
 import math
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, StringConstraints, model_validator
 
 TRAJECTORY_SCHEMA = "agentroll.trajectory.v1"
+MAX_REWARD_COMPONENTS = 32
+RewardComponentName = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 
 
 class Outcome(StrEnum):
@@ -140,6 +142,13 @@ class Trajectory(BaseModel):
 
     reward: float | None = None
     reward_info: dict[str, Any] = Field(default_factory=dict)
+    reward_components: dict[RewardComponentName, float] | None = Field(
+        None,
+        max_length=MAX_REWARD_COMPONENTS,
+        exclude_if=lambda components: components is None,  # without them, JSON as before
+        description="Named parts of the reward the handler reported beside it (e.g. "
+        "`correct`, `format`); absent when it reported none. Never summed into `reward`.",
+    )
     outcome: Outcome
     status: str = Field(description="Terminal job state: completed, failed, cancelled, timed_out.")
     finish_reason: str | None = None
@@ -164,9 +173,14 @@ class Trajectory(BaseModel):
         )
         agents = self.agents or []
         if self.outcome is Outcome.infra_error and (
-            self.reward is not None or any(a.reward is not None for a in agents)
+            self.reward is not None
+            or self.reward_components is not None
+            or any(a.reward is not None for a in agents)
         ):
             raise ValueError("an infra_error trajectory carries no reward")
+        for name, value in (self.reward_components or {}).items():
+            if not math.isfinite(value):
+                raise ValueError(f"reward component {name!r} is not finite (got {value})")
         if self.outcome in (Outcome.ok, Outcome.agent_error) and (
             self.reward is None or not math.isfinite(self.reward)
         ):

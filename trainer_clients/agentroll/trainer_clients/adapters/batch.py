@@ -18,7 +18,7 @@ the group's baseline): an invalid group, and a group with a sample that carries 
 
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -70,6 +70,9 @@ class PaddedBatch:
     """The rollout ended at a length limit (`finish_reason: length`, e.g. context overflow)."""
     skipped: dict[str, str]
     """Groups left out, by group id: why (invalid, a sample without a reward)."""
+    reward_components: dict[str, Floats] = field(default_factory=dict)
+    """The handlers' named reward components, one (B,) column per name found in the batch
+    (NaN for a sample whose handler did not report that name); empty when none did."""
 
     @property
     def token_advantages(self) -> Floats:
@@ -166,7 +169,21 @@ def pad_batch(
         policy_versions=[list(t.policy_versions) for t in trajectories],
         truncated=np.asarray([truncated(t) for t in trajectories], dtype=np.bool_),
         skipped=skipped,
+        reward_components=reward_component_columns(trajectories),
     )
+
+
+def reward_component_columns(trajectories: Sequence[Trajectory]) -> dict[str, Floats]:
+    """One column per reward component name, NaN where a sample has no such component (a
+    missing part is not a part worth 0)."""
+    names = sorted({name for t in trajectories for name in t.reward_components or {}})
+    return {
+        name: np.asarray(
+            [(t.reward_components or {}).get(name, np.nan) for t in trajectories],
+            dtype=np.float32,
+        )
+        for name in names
+    }
 
 
 def truncated(t: Trajectory) -> bool:

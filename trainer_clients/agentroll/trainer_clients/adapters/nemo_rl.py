@@ -19,7 +19,8 @@ the token stream exactly:
 | loss_multiplier | 1.0                                                                   |
 | truncated       | the rollout ended at a length limit (its `overlong_filtering` reads it) |
 | idx             | row number                                                            |
-| extra_env_info  | job_id, group_id, policy_versions (NeMo RL does not read them)        |
+| extra_env_info  | job_id, group_id, policy_versions (NeMo RL does not read them), and   |
+|                 | reward_components when the handler reported some                      |
 
 NeMo RL groups samples by their *prompt tokens*, not by an id: the samples of a group must
 share their prompt, and two groups in one batch must not (it would pool their baselines,
@@ -101,6 +102,7 @@ def to_nemo_rl(items: Sequence[Trajectory | Group]) -> list[dict[str, Any]]:
                 "job_id": t.job_id,
                 "group_id": t.group_id or t.job_id,
                 "policy_versions": list(t.policy_versions),
+                **({"reward_components": dict(t.reward_components)} if t.reward_components else {}),
             },
         }
         for idx, t in enumerate(trajectories)

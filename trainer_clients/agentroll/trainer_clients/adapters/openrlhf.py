@@ -17,6 +17,8 @@ layout with A = R (the longest response).
 | total_length       | (B,)     | prompt + response tokens                                 |
 | truncated          | (B,)     | the rollout ended at a length limit                      |
 | index              | list     | 0..B-1: samples of one group are consecutive             |
+| info               | dict     | only with reward components: `reward_components/<name>`  |
+|                    |          | -> (B,) (NaN where absent), logged by OpenRLHF as stats  |
 
 OpenRLHF groups rewards by `index` into rows of `n_samples_per_prompt`, so every group here
 must have exactly that many samples, consecutive (a `ValueError` otherwise).
@@ -42,7 +44,7 @@ def to_openrlhf(batch: PaddedBatch) -> dict[str, Any]:
         raise ValueError("OpenRLHF needs the samples of each group consecutive in the batch")
     if len(set(sizes.values())) > 1:
         raise ValueError(f"OpenRLHF needs equal group sizes (n_samples_per_prompt): {sizes}")
-    return {
+    fields: dict[str, Any] = {
         "sequences": batch.input_ids,
         "attention_mask": batch.attention_mask,
         "action_mask": batch.response("loss_mask").astype(bool),
@@ -54,3 +56,6 @@ def to_openrlhf(batch: PaddedBatch) -> dict[str, Any]:
         "truncated": batch.truncated,
         "index": list(range(len(batch.job_ids))),
     }
+    if batch.reward_components:
+        fields["info"] = {f"reward_components/{k}": v for k, v in batch.reward_components.items()}
+    return fields

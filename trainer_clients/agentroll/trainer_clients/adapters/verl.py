@@ -17,6 +17,8 @@ GRPO / GAE / REINFORCE++, `compute_data_metrics`) and its policy loss (`core_alg
 | batch.rm_scores                     | (B, R)   | the reward on the last *sampled* token, else 0  |
 | non_tensor_batch.uid                | (B,)     | group_id (GRPO, RLOO, ... group samples by uid) |
 | non_tensor_batch.multi_modal_inputs | (B,)     | {} each (the trainer reads it for every batch)  |
+| non_tensor_batch.reward_components/<name> | (B,) | a named reward component (NaN where absent), |
+|                                     |          | present only when a handler reported components |
 
 Where the reward sits matters: verl's GAE and REINFORCE++ carry a reward back only from a
 token with response_mask 1 (past observation spans, but never from one), so a rollout that
@@ -56,6 +58,7 @@ def to_verl(batch: PaddedBatch) -> dict[str, Any]:
     mask = batch.response("loss_mask")
     scores = np.zeros(mask.shape, dtype=np.float32)
     scores[np.arange(len(scores)), last_sampled_column(mask)] = batch.rewards
+    components = {f"reward_components/{k}": v for k, v in batch.reward_components.items()}
     return {
         "batch": {
             "prompts": batch.input_ids[:, : batch.prompt_len],
@@ -70,6 +73,7 @@ def to_verl(batch: PaddedBatch) -> dict[str, Any]:
         "non_tensor_batch": {
             "uid": np.asarray(batch.group_ids, dtype=object),
             "multi_modal_inputs": np.asarray([{} for _ in batch.group_ids], dtype=object),
+            **components,
         },
         "meta_info": {"job_ids": list(batch.job_ids), "policy_versions": batch.policy_versions},
     }

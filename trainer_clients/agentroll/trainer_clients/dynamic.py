@@ -1,0 +1,158 @@
+"""Dynamic sampling: batches of groups worth training on, refilled from a task stream.
+
+A group whose rewards are all equal gives every sample a GRPO advantage of zero: it costs a
+training step's compute and teaches nothing. `AsyncDynamicSampler` (blocking twin:
+`DynamicSampler`) drops such groups, and groups that came back invalid, and submits more from
+the stream until the batch holds `size` groups that teach something, or a cap says the stream
+cannot fill it.
+
+What is kept is decided group by group *in stream order*, never by finishing order: a batch
+is the first `size` groups of the stream, from where the last batch stopped, whose own
+rewards differ. A fast group finished ahead of a slow one waits for it; with `lookahead`
+groups submitted ahead, those past the batch's end are not thrown away but open the next
+batch. So a task whose rollouts take long is exactly as likely to be trained on as a quick
+one, and inside each group the collector's by-index membership holds as before.
+
+The cost goes to `collector.stats.dynamic` (groups generated against kept, rollouts spent):
+
+    sampler = AsyncDynamicSampler(collector, specs)    # specs: an iterator of GroupSpec
+    batch = await sampler.next_batch(8)             # 8 groups with unequal rewards
+    train(pad_batch(batch.groups))
+    rates.record_groups(batch.groups + batch.dropped)   # a curriculum learns from all
+"""
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from agentroll.trainer_clients.collector import AsyncGroupCollector
+from agentroll.trainer_clients.errors import ClientError
+from agentroll.trainer_clients.groups import Group, GroupSpec
+
+
+@dataclass
+class Batch:
+    """One filled batch: `groups` to train on, in stream order, and what it cost."""
+
+    groups: list[Group]
+    dropped: list[Group] = field(default_factory=list)
+    """Groups generated for it and not kept (equal rewards, or invalid), in stream order."""
+    rollouts_spent: int = 0
+    """Tries submitted for every group decided for this batch, kept or dropped."""
+
+    @property
+    def groups_generated(self) -> int:
+        """Groups decided for this batch: kept and dropped."""
+        return len(self.groups) + len(self.dropped)
+
+
+class BatchShortfall(ClientError):
+    """A batch could not be filled: the stream ran out, or `max_refills` groups were dropped.
+    `batch` holds what was kept (usable, though smaller than asked for)."""
+
+    def __init__(self, batch: Batch, size: int, why: str) -> None:
+        zero = sum(1 for g in batch.dropped if g.valid)
+        invalid = len(batch.dropped) - zero
+        super().__init__(
+            f"dynamic sampling kept {len(batch.groups)}/{size} groups after generating "
+            f"{batch.groups_generated} ({zero} with equal rewards, {invalid} invalid): {why}"
+        )
+        self.batch = batch
+
+
+class AsyncDynamicSampler:
+    """Fills batches from `specs` through `collector` (module docstring).
+
+    `max_refills`: groups one batch may submit beyond its `size` (default `3 * size`);
+    `lookahead`: groups kept in flight beyond what the batch still needs (throughput; they
+    open the next batch). The collector's groups must all come through this sampler.
+    """
+
+    def __init__(
+        self,
+        collector: AsyncGroupCollector,
+        specs: Iterable[GroupSpec],
+        *,
+        max_refills: int | None = None,
+        lookahead: int = 0,
+    ) -> None:
+        if lookahead < 0 or (max_refills is not None and max_refills < 0):
+            raise ValueError("lookahead and max_refills must be >= 0")
+        self.collector = collector
+        self.max_refills = max_refills
+        self.lookahead = lookahead
+        self._specs = iter(specs)
+        self._exhausted = False
+        self._order: deque[str] = deque()
+        """Group ids submitted and not decided yet, in stream order."""
+        self._finished: dict[str, Group] = {}
+
+    async def next_batch(self, size: int, *, timeout_s: float = 3600.0) -> Batch:
+        """The next `size` groups with unequal rewards, in stream order; `BatchShortfall`
+        when the stream or the refill cap cannot fill it, `TimeoutError` when no group
+        finishes for `timeout_s`, and whatever `collector.next_group` raises."""
+        if size < 1:
+            raise ValueError(f"size must be >= 1 (got {size})")
+        stats = self.collector.stats.dynamic
+        stats.batches += 1
+        cap = size + (3 * size if self.max_refills is None else self.max_refills)
+        batch = Batch(groups=[])
+        submitted = 0
+        while len(batch.groups) < size:
+            want = size - len(batch.groups) + self.lookahead - len(self._order)
+            submitted += await self._submit(max(0, min(want, cap - submitted)))
+            if not self._order:
+                stats.shortfalls += 1
+                why = "the task stream ran out" if self._exhausted else (
+                    f"{cap} groups submitted for it (max_refills {cap - size}): most tasks "
+                    "score the same on every sample (all solved or none: see the curriculum)"
+                )  # fmt: skip
+                raise BatchShortfall(batch, size, why)
+            group = await self._head(timeout_s)
+            self._decide(group, batch)
+        return batch
+
+    async def _submit(self, count: int) -> int:
+        specs: list[GroupSpec] = []
+        while len(specs) < count and not self._exhausted:
+            spec = next(self._specs, None)
+            if spec is None:
+                self._exhausted = True
+            else:
+                specs.append(spec)
+        if specs:
+            await self.collector.submit_groups(specs)
+            self._order.extend(s.group_id for s in specs)
+        return len(specs)
+
+    async def _head(self, timeout_s: float) -> Group:
+        """The oldest undecided group, once finished (later ones finishing first wait)."""
+        head = self._order[0]
+        while head not in self._finished:
+            group = await self.collector.next_group(timeout_s)
+            if group is None:
+                raise TimeoutError(f"no group finished in {timeout_s:g} s (waiting on {head})")
+            if group.group_id not in self._order:
+                raise RuntimeError(
+                    f"group {group.group_id} was not submitted by this sampler: "
+                    "give it a collector of its own"
+                )
+            self._finished[group.group_id] = group
+        self._order.popleft()
+        return self._finished.pop(head)
+
+    def _decide(self, group: Group, batch: Batch) -> None:
+        stats = self.collector.stats.dynamic
+        stats.groups_generated += 1
+        stats.rollouts_spent += group.jobs_submitted
+        batch.rollouts_spent += group.jobs_submitted
+        if group.valid and not group.zero_variance:
+            batch.groups.append(group)
+            stats.groups_kept += 1
+            stats.rollouts_kept += len(group.trajectories)
+            return
+        batch.dropped.append(group)
+        if group.valid:
+            stats.dropped_zero_variance += 1
+        else:
+            stats.dropped_invalid += 1
