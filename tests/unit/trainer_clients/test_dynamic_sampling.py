@@ -126,3 +126,26 @@ async def test_a_group_the_sampler_did_not_submit_is_refused() -> None:
         sampler = AsyncDynamicSampler(collector, [spec("own", MIXED)])
         with pytest.raises(RuntimeError, match="foreign was not submitted by this sampler"):
             await sampler.next_batch(1, timeout_s=30)
+
+
+@pytest.mark.parametrize("mode", ["drop", "flag"])
+async def test_a_group_that_waited_for_its_turn_is_judged_stale_again(mode: str) -> None:
+    """g1 finishes while g0 is still running and waits; the policy moves on meanwhile. When its
+    turn comes it is sampled again in its place (drop), or handed out flagged (flag); never
+    silently trained on, and never skipped for being quick."""
+    stream = [spec("g0", MIXED, seconds=50.0), spec("g1", MIXED), spec("g2", MIXED)]
+    server = FakeRolloutServer(steered)
+    async with collector_over([server], max_policy_lag=1, stale=mode) as collector:
+        sampler = AsyncDynamicSampler(collector, stream, lookahead=1)
+        first = await sampler.next_batch(1, timeout_s=30)
+        server.policy_version = collector.policy_version = 2  # a weight update landed
+        second = await sampler.next_batch(1, timeout_s=30)
+    assert [g.group_id for g in first.groups] == ["g0"] and first.groups[0].stale == []
+    if mode == "drop":
+        assert [g.group_id for g in second.groups] == ["g1.again1"]
+        assert second.groups[0].stale == [] and second.groups[0].task_id == "g1"
+        assert [t.policy_versions for t in second.groups[0].trajectories] == [[2]] * 3
+        assert collector.stats.dynamic.resampled_stale == 1
+    else:
+        assert [g.group_id for g in second.groups] == ["g1"]
+        assert second.groups[0].stale == ["g1-s0-r0", "g1-s1-r0", "g1-s2-r0"]

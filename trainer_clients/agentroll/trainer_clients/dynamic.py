@@ -13,6 +13,12 @@ groups submitted ahead, those past the batch's end are not thrown away but open 
 batch. So a task whose rollouts take long is exactly as likely to be trained on as a quick
 one, and inside each group the collector's by-index membership holds as before.
 
+A group that waited (finished ahead of its turn) is judged for staleness again when its turn
+comes, against the live version then: with the collector's stale="drop" it is sampled again in
+its place in the order, as `<group>.again<k>` (at most `max_retries` times, then dropped as
+invalid); with stale="flag" its stale members are flagged. Dropping it instead would drop
+exactly the groups that were quick.
+
 The cost goes to `collector.stats.dynamic` (groups generated against kept, rollouts spent):
 
     sampler = AsyncDynamicSampler(collector, specs)    # specs: an iterator of GroupSpec
@@ -21,6 +27,7 @@ The cost goes to `collector.stats.dynamic` (groups generated against kept, rollo
     rates.record_groups(batch.groups + batch.dropped)   # a curriculum learns from all
 """
 
+import dataclasses
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -86,6 +93,8 @@ class AsyncDynamicSampler:
         self._order: deque[str] = deque()
         """Group ids submitted and not decided yet, in stream order."""
         self._finished: dict[str, Group] = {}
+        self._specs_by_id: dict[str, GroupSpec] = {}
+        """Specs of the undecided groups (what a stale one is sampled again from)."""
 
     async def next_batch(self, size: int, *, timeout_s: float = 3600.0) -> Batch:
         """The next `size` groups with unequal rewards, in stream order; `BatchShortfall`
@@ -123,6 +132,7 @@ class AsyncDynamicSampler:
         if specs:
             await self.collector.submit_groups(specs)
             self._order.extend(s.group_id for s in specs)
+            self._specs_by_id.update((s.group_id, s) for s in specs)
         return len(specs)
 
     async def _head(self, timeout_s: float) -> Group:
@@ -138,8 +148,36 @@ class AsyncDynamicSampler:
                     "give it a collector of its own"
                 )
             self._finished[group.group_id] = group
+        group = self._finished.pop(head)
+        if await self._stale_again(group):
+            return await self._head(timeout_s)
         self._order.popleft()
-        return self._finished.pop(head)
+        self._specs_by_id.pop(head)
+        return group
+
+    async def _stale_again(self, group: Group) -> bool:
+        """Judge staleness now; True when the group was replaced by a fresh sampling of it
+        (at the head of the order)."""
+        collector = self.collector
+        stale = collector.clock.stale(group.trajectories, collector.max_policy_lag)
+        if not stale or not group.valid:
+            return False
+        if collector.stale_mode == "flag":
+            group.stale = sorted({*group.stale, *(job_id for job_id, _ in stale)})
+            return False
+        spec = self._specs_by_id.pop(group.group_id)
+        root, _, rounds = spec.group_id.partition(".again")
+        again = int(rounds or 0) + 1
+        if again > collector.max_retries:
+            group.valid, group.reason = False, f"stale when its turn came: {stale[0][1]}"
+            self._specs_by_id[group.group_id] = spec
+            return False
+        fresh = dataclasses.replace(spec, group_id=f"{root}.again{again}")
+        await collector.submit_groups([fresh])
+        self._order[0] = fresh.group_id
+        self._specs_by_id[fresh.group_id] = fresh
+        collector.stats.dynamic.resampled_stale += 1
+        return True
 
     def _decide(self, group: Group, batch: Batch) -> None:
         stats = self.collector.stats.dynamic

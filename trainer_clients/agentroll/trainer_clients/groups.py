@@ -100,6 +100,8 @@ class DynamicSamplingStats:
     """Tries submitted for every group generated, kept or not (retries included)."""
     rollouts_kept: int = 0
     """Samples in the groups kept."""
+    resampled_stale: int = 0
+    """Groups that waited for their turn, were stale by then, and were sampled again."""
     shortfalls: int = 0
     """Batches that could not be filled (the stream ran out, or the refill cap was hit)."""
 
