@@ -8,6 +8,7 @@ fraction of generated groups kept, the rollouts spent per kept rollout, and whic
 groups were dropped for equal rewards. A short run by default (2 batches of 6 groups of 4).
 
     .venv/bin/python benchmarks/dynamic_sampling.py [--batches 2] [--groups 6] [--n 4]
+                                                    [--no-sandboxes]
 """
 
 import argparse
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from agentroll.runtime import BwrapConfig
 from agentroll.server.api import create_app
-from agentroll.server.demo import AGENTS, POLICY, _instances, plan_families
+from agentroll.server.demo import AGENTS, NEEDS_SANDBOX, POLICY, _instances, plan_families
 from agentroll.server.schema import JobRequest, SamplingParams
 from agentroll.server.schema.auth import default_token_file
 from agentroll.server.serving import start_in_loop
@@ -54,13 +55,15 @@ def demo_mix(n: int, families: tuple[str, ...]) -> Iterator[GroupSpec]:
         g += 1
 
 
-async def run(batches: int, groups: int, n: int, workdir: Path) -> None:
+async def run(batches: int, groups: int, n: int, sandboxes: bool, workdir: Path) -> None:
     backend = await start_in_loop(
         create_scripted_app(
             ScriptedLLMConfig(policy=POLICY, latency_s=0.05, seed=7, max_model_len=32768)
         )
     )
     families = plan_families(shutil.which("bwrap") is not None)
+    if not sandboxes:
+        families = tuple(f for f in families if f not in NEEDS_SANDBOX)
     token_file = default_token_file(workdir / "agentroll.db")
     settings = Settings(
         db_path=workdir / "agentroll.db",
@@ -110,9 +113,13 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=2)
     parser.add_argument("--groups", type=int, default=6, help="groups per batch")
     parser.add_argument("--n", type=int, default=4, help="samples per group")
+    parser.add_argument(
+        "--no-sandboxes", action="store_true", help="only the families that need no sandbox"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="agentroll-dynamic-") as workdir:
-        asyncio.run(run(args.batches, args.groups, args.n, Path(workdir)))
+        run_it = run(args.batches, args.groups, args.n, not args.no_sandboxes, Path(workdir))
+        asyncio.run(run_it)
 
 
 if __name__ == "__main__":
