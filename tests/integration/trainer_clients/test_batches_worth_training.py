@@ -124,3 +124,25 @@ async def test_the_blocking_sampler_fills_a_batch(servers: Servers) -> None:
 
     async with servers(1) as [server]:
         await asyncio.to_thread(blocking, server.url)
+
+
+async def test_a_handler_reporting_a_component_that_is_not_finite_is_an_infra_error(
+    servers: Servers,
+) -> None:
+    """The handler's bug, not the policy's: no reward, and the cause says what was wrong."""
+    bad = JobRequest(handler="steered", instance={"components": {"x": ["inf", "inf"]}})
+    async with (
+        servers(1) as [server],
+        AsyncGroupCollector(server.url, pool_options=FAST, max_retries=0) as collector,
+    ):
+        await collector.submit("bad", bad, n=2)
+        group = await collector.next_group(timeout_s=30)
+        async with AsyncRolloutClient(server.url) as client:
+            results = (await client.results()).results
+    assert group is not None and not group.valid
+    assert group.dropped == {"infra_error": 2}
+    assert [t.outcome.value for t in results] == ["infra_error", "infra_error"]
+    assert all(t.reward is None and t.reward_components is None for t in results)
+    error = results[0].error
+    assert error is not None and error.type == "trajectory_failed"
+    assert "reward component 'x' is not finite" in error.message
