@@ -146,6 +146,24 @@ async def test_a_group_that_waited_for_its_turn_is_judged_stale_again(mode: str)
         assert second.groups[0].stale == [] and second.groups[0].task_id == "g1"
         assert [t.policy_versions for t in second.groups[0].trajectories] == [[2]] * 3
         assert collector.stats.dynamic.resampled_stale == 1
+        # the stale sampling's tries are part of its cost
+        assert second.groups[0].jobs_submitted == 6 and second.rollouts_spent == 6
     else:
         assert [g.group_id for g in second.groups] == ["g1"]
         assert second.groups[0].stale == ["g1-s0-r0", "g1-s1-r0", "g1-s2-r0"]
+
+
+async def test_a_group_stale_again_past_its_resamplings_is_dropped_invalid() -> None:
+    stream = [spec("g0", MIXED, seconds=50.0), spec("g1", MIXED), spec("g2", MIXED)]
+    server = FakeRolloutServer(steered)
+    async with collector_over([server], max_policy_lag=1, max_retries=0) as collector:
+        sampler = AsyncDynamicSampler(collector, stream, lookahead=1)
+        await sampler.next_batch(1, timeout_s=30)
+        server.policy_version = collector.policy_version = 2
+        second = await sampler.next_batch(1, timeout_s=30)
+    assert [g.group_id for g in second.groups] == ["g2"]  # sampled after the update
+    assert [(g.group_id, g.valid) for g in second.dropped] == [("g1", False)]
+    assert "stale when its turn came: g1-s0-r0: default version 0 lags" in (
+        second.dropped[0].reason or ""
+    )
+    assert collector.stats.dynamic.dropped_invalid == 1

@@ -16,7 +16,8 @@ one, and inside each group the collector's by-index membership holds as before.
 A group that waited (finished ahead of its turn) is judged for staleness again when its turn
 comes, against the live version then: with the collector's stale="drop" it is sampled again in
 its place in the order, as `<group>.again<k>` (at most `max_retries` times, then dropped as
-invalid); with stale="flag" its stale members are flagged. Dropping it instead would drop
+invalid; the tries of its stale samplings count in its `jobs_submitted`); with stale="flag"
+its stale members are flagged. Dropping it instead would drop
 exactly the groups that were quick.
 
 The cost goes to `collector.stats.dynamic` (groups generated against kept, rollouts spent):
@@ -51,6 +52,20 @@ class Batch:
     def groups_generated(self) -> int:
         """Groups decided for this batch: kept and dropped."""
         return len(self.groups) + len(self.dropped)
+
+
+@dataclass
+class _Undecided:
+    spec: GroupSpec
+    root: str = ""
+    """The stream's group id (a stale group's new samplings are `<root>.again<k>`)."""
+    rounds: int = 0
+    """Times it was sampled again for staleness."""
+    spent_before: int = 0
+    """Tries spent on its stale samplings: they count in the one decided."""
+
+    def __post_init__(self) -> None:
+        self.root = self.root or self.spec.group_id
 
 
 class BatchShortfall(ClientError):
@@ -93,8 +108,8 @@ class AsyncDynamicSampler:
         self._order: deque[str] = deque()
         """Group ids submitted and not decided yet, in stream order."""
         self._finished: dict[str, Group] = {}
-        self._specs_by_id: dict[str, GroupSpec] = {}
-        """Specs of the undecided groups (what a stale one is sampled again from)."""
+        self._undecided: dict[str, _Undecided] = {}
+        """Per undecided group id: its spec (what a stale one is sampled again from)."""
 
     async def next_batch(self, size: int, *, timeout_s: float = 3600.0) -> Batch:
         """The next `size` groups with unequal rewards, in stream order; `BatchShortfall`
@@ -132,7 +147,7 @@ class AsyncDynamicSampler:
         if specs:
             await self.collector.submit_groups(specs)
             self._order.extend(s.group_id for s in specs)
-            self._specs_by_id.update((s.group_id, s) for s in specs)
+            self._undecided.update((s.group_id, _Undecided(s)) for s in specs)
         return len(specs)
 
     async def _head(self, timeout_s: float) -> Group:
@@ -152,7 +167,7 @@ class AsyncDynamicSampler:
         if await self._stale_again(group):
             return await self._head(timeout_s)
         self._order.popleft()
-        self._specs_by_id.pop(head)
+        group.jobs_submitted += self._undecided.pop(head).spent_before
         return group
 
     async def _stale_again(self, group: Group) -> bool:
@@ -165,17 +180,17 @@ class AsyncDynamicSampler:
         if collector.stale_mode == "flag":
             group.stale = sorted({*group.stale, *(job_id for job_id, _ in stale)})
             return False
-        spec = self._specs_by_id.pop(group.group_id)
-        root, _, rounds = spec.group_id.partition(".again")
-        again = int(rounds or 0) + 1
-        if again > collector.max_retries:
+        undecided = self._undecided[group.group_id]
+        if undecided.rounds >= collector.max_retries:
             group.valid, group.reason = False, f"stale when its turn came: {stale[0][1]}"
-            self._specs_by_id[group.group_id] = spec
             return False
-        fresh = dataclasses.replace(spec, group_id=f"{root}.again{again}")
+        rounds = undecided.rounds + 1
+        fresh = dataclasses.replace(undecided.spec, group_id=f"{undecided.root}.again{rounds}")
         await collector.submit_groups([fresh])
+        del self._undecided[group.group_id]
+        spent = undecided.spent_before + group.jobs_submitted
+        self._undecided[fresh.group_id] = _Undecided(fresh, undecided.root, rounds, spent)
         self._order[0] = fresh.group_id
-        self._specs_by_id[fresh.group_id] = fresh
         collector.stats.dynamic.resampled_stale += 1
         return True
 
