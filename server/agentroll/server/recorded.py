@@ -8,13 +8,14 @@ from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from agentroll.handlers import Message
-from agentroll.server.schema import Segment
+from agentroll.server.schema import RoutedExperts, Segment
 
 
 class RecordedTokens(Protocol):
     """Token fields (`Trajectory` invariants hold over them), the conversation, and timing:
     `llm_s` seconds over `llm_calls` generation calls, one `retries` entry
-    (`{"backend", "error"}`) per attempt that failed over to another backend."""
+    (`{"backend", "error"}`) per attempt that failed over to another backend; MoE
+    `routed_experts` where every generation call returned them."""
 
     @property
     def prompt_ids(self) -> Sequence[int]: ...
@@ -38,3 +39,5 @@ class RecordedTokens(Protocol):
     def llm_calls(self) -> int: ...
     @property
     def retries(self) -> Sequence[Mapping[str, str]]: ...
+    @property
+    def routed_experts(self) -> RoutedExperts | None: ...

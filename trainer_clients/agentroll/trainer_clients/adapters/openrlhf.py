@@ -17,6 +17,8 @@ layout with A = R (the longest response).
 | total_length       | (B,)     | prompt + response tokens                                 |
 | truncated          | (B,)     | the rollout ended at a length limit                      |
 | index              | list     | 0..B-1: samples of one group are consecutive             |
+| info               | dict     | `rollout_logprobs`: per sample, what rollout_log_probs   |
+|                    |          | are (mode, temperature, top_p, top_k)                    |
 
 OpenRLHF groups rewards by `index` into rows of `n_samples_per_prompt`, so every group here
 must have exactly that many samples, consecutive (a `ValueError` otherwise).
@@ -53,4 +55,7 @@ def to_openrlhf(batch: PaddedBatch) -> dict[str, Any]:
         "total_length": batch.attention_mask.sum(axis=1),
         "truncated": batch.truncated,
         "index": list(range(len(batch.job_ids))),
+        "info": {
+            "rollout_logprobs": [None if i is None else i.model_dump() for i in batch.logprobs]
+        },
     }
