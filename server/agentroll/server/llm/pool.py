@@ -54,17 +54,21 @@ class Backend:
         asked again next time). `ValueError` where it contradicts the registration."""
         if self._asked_mode:
             return
+        ask = getattr(self.client, "logprobs_mode", None)  # plugin kinds may predate it
+        if ask is None:
+            self._asked_mode = True
+            return
         try:
-            told = await self.client.logprobs_mode(timeout_s=MODE_QUERY_TIMEOUT_S)
+            told = await ask(timeout_s=MODE_QUERY_TIMEOUT_S)
         except BackendError:
             return
         self._asked_mode = True
+        self.logprobs_mode = told or self.spec.logprobs_mode  # the server's word wins
         if told is not None and self.spec.logprobs_mode not in (None, told):
             raise ValueError(
                 f"backend {self.id} was registered with logprobs_mode "
                 f"{self.spec.logprobs_mode!r}, but the server runs --logprobs-mode {told}"
             )
-        self.logprobs_mode = told or self.spec.logprobs_mode
 
     def mark_down(self, error: str) -> None:
         """A transport failure: route around it at once; the next good probe restores it."""
@@ -264,15 +268,18 @@ class BackendPool:
         return min(candidates, key=lambda b: b.in_flight / b.spec.max_concurrency)
 
     async def learn_logprobs_modes(self, policy: str) -> None:
-        """Ask `policy`'s backends that have not said yet what their logprobs are; one whose
-        answer contradicts its registration is marked down with that error."""
+        """Ask `policy`'s backends that have not said yet what their logprobs are. One whose
+        answer contradicts its registration is routed by the answer, and says so in
+        `last_error`."""
         backends = [b for b in self.all() if b.policy == policy and not b._asked_mode]
         results = await asyncio.gather(
             *(b.learn_logprobs_mode() for b in backends), return_exceptions=True
         )
         for backend, result in zip(backends, results, strict=True):
             if isinstance(result, ValueError):
-                backend.mark_down(str(result))
+                backend.last_error = str(result)[:300]
+            elif isinstance(result, BaseException):
+                raise result
 
     async def wait_for_change(self, timeout_s: float) -> None:
         """Until a backend is registered (or `timeout_s` passes)."""

@@ -35,9 +35,9 @@ class BackendSpec(BaseModel):
     )
     logprobs_mode: LogprobsMode | None = Field(
         None,
-        description="What its logprobs are (the server's `--logprobs-mode`). Unset: agentroll "
-        "asks a vLLM server (`/server_info`, dev mode); where it cannot learn it, trajectories "
-        "declare the mode unknown (null). A declaration the server contradicts is an error.",
+        description="What its logprobs are (the server's `--logprobs-mode`). agentroll also "
+        "asks a vLLM server (`/server_info`, dev mode): a declaration it contradicts is refused, "
+        "and where neither says, trajectories declare the mode unknown (null).",
     )
 
 

@@ -1,6 +1,7 @@
 """The double's `--logprobs-mode`: processed logprobs are the modelled distribution after
 temperature, top-k and top-p, as vLLM v1's sampler computes them."""
 
+import argparse
 import math
 from typing import Any
 
@@ -9,6 +10,8 @@ from pydantic import ValidationError
 from tests.unit.testing.scripted_llm.conftest import ClientFactory
 
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
+from agentroll.testing.scripted_llm.cli import add_arguments, config_from_args
+from agentroll.testing.scripted_llm.config import MoERouting
 from agentroll.testing.scripted_llm.logprob_modes import distribution, processed_logprob
 
 
@@ -77,3 +80,15 @@ async def test_server_info_reports_the_mode_only_where_vllm_serves_it(
 def test_the_logits_modes_are_refused_rather_than_faked() -> None:
     with pytest.raises(ValidationError, match="logprobs_mode"):
         ScriptedLLMConfig(logprobs_mode="raw_logits")  # type: ignore[arg-type]
+
+
+def test_the_command_line_serves_either_mode_and_an_moe_model() -> None:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    config = config_from_args(
+        parser.parse_args(["--logprobs-mode", "processed_logprobs", "--moe", "4,64,8"])
+    )
+    assert config.logprobs_mode == "processed_logprobs"
+    assert config.moe == MoERouting(num_layers=4, num_experts=64, top_k=8)
+    default = config_from_args(parser.parse_args([]))
+    assert (default.logprobs_mode, default.moe) == ("raw_logprobs", None)
