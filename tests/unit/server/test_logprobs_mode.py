@@ -62,8 +62,8 @@ async def test_the_mode_is_what_someone_said_never_a_default(
 async def test_routing_for_a_required_mode_names_what_the_fleet_gives() -> None:
     pool = BackendPool(HTTPClient())
     for b in (backend(None, Server("raw_logprobs"), "r"), backend(None, Server(None), "u")):
+        await b.learn_logprobs_mode()
         pool._backends[b.id] = b
-    await pool.learn_logprobs_modes("default")
     assert pool.choose(frozenset(), None, logprobs_mode="raw_logprobs").id == "r"
     with pytest.raises(LLMUnavailable, match="gives processed_logprobs") as caught:
         pool.choose(frozenset(), None, logprobs_mode="processed_logprobs")

@@ -49,9 +49,9 @@ class Backend:
         self.idle.set()
         self.logprobs_mode = self.spec.logprobs_mode
 
-    async def learn_logprobs_mode(self) -> None:
-        """Ask the server once what its logprobs are (a server that cannot be reached now is
-        asked again next time). `ValueError` where it contradicts the registration."""
+    async def learn_logprobs_mode(self, timeout_s: float = MODE_QUERY_TIMEOUT_S) -> None:
+        """Ask the server once what its logprobs are (at registration, then by the health
+        probes until it answers). `ValueError` where it contradicts the registration."""
         if self._asked_mode:
             return
         ask = getattr(self.client, "logprobs_mode", None)  # plugin kinds may predate it
@@ -59,7 +59,7 @@ class Backend:
             self._asked_mode = True
             return
         try:
-            told = await ask(timeout_s=MODE_QUERY_TIMEOUT_S)
+            told = await ask(timeout_s=timeout_s)
         except BackendError:
             return
         self._asked_mode = True
@@ -184,6 +184,10 @@ class BackendPool:
         if ok:
             backend._failed_probes = 0
             self.mark_up(backend)
+            try:  # a server that was unreachable at registration is asked here, off the hot path
+                await backend.learn_logprobs_mode(min(timeout_s, MODE_QUERY_TIMEOUT_S))
+            except ValueError as exc:  # it contradicts its registration: its answer is used
+                backend.last_error = str(exc)[:300]
             return
         backend._failed_probes += 1
         backend.last_error = error
@@ -266,20 +270,6 @@ class BackendPool:
             if preferred is not None and preferred in candidates and preferred.has_room:
                 return preferred
         return min(candidates, key=lambda b: b.in_flight / b.spec.max_concurrency)
-
-    async def learn_logprobs_modes(self, policy: str) -> None:
-        """Ask `policy`'s backends that have not said yet what their logprobs are. One whose
-        answer contradicts its registration is routed by the answer, and says so in
-        `last_error`."""
-        backends = [b for b in self.all() if b.policy == policy and not b._asked_mode]
-        results = await asyncio.gather(
-            *(b.learn_logprobs_mode() for b in backends), return_exceptions=True
-        )
-        for backend, result in zip(backends, results, strict=True):
-            if isinstance(result, ValueError):
-                backend.last_error = str(result)[:300]
-            elif isinstance(result, BaseException):
-                raise result
 
     async def wait_for_change(self, timeout_s: float) -> None:
         """Until a backend is registered (or `timeout_s` passes)."""

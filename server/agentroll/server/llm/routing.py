@@ -62,8 +62,6 @@ class RoutedCalls:
         """A backend for the next call; if none is registered yet, wait a bounded time."""
         give_up = time.monotonic() + self._backend_wait_s
         while True:
-            # each backend is asked once; segments declare what it said
-            await self._pool.learn_logprobs_modes(self.policy)
             try:
                 return self._pool.choose(
                     self._tags,
