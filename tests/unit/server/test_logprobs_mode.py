@@ -69,3 +69,16 @@ async def test_routing_for_a_required_mode_names_what_the_fleet_gives() -> None:
         pool.choose(frozenset(), None, logprobs_mode="processed_logprobs")
     assert caught.value.cause == "logprobs_mode_unavailable"
     assert "None, raw_logprobs" in str(caught.value)  # the unknown one is named as unknown
+
+
+async def test_an_answer_that_cannot_be_read_is_not_asked_for_again() -> None:
+    class Garbled(Server):
+        async def logprobs_mode(self, *, timeout_s: float = 10.0) -> str | None:
+            self.asked += 1
+            raise BackendError("/server_info has no model_config.logprobs_mode", retryable=False)
+
+    server = Garbled(None)
+    b = backend("raw_logprobs", server)
+    await b.learn_logprobs_mode()
+    await b.learn_logprobs_mode()
+    assert (server.asked, b.logprobs_mode) == (1, "raw_logprobs")  # the declaration stands

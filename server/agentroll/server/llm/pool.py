@@ -60,7 +60,8 @@ class Backend:
             return
         try:
             told = await ask(timeout_s=timeout_s)
-        except BackendError:
+        except BackendError as exc:
+            self._asked_mode = not exc.retryable  # an answer it cannot read will not change
             return
         self._asked_mode = True
         self.logprobs_mode = told or self.spec.logprobs_mode  # the server's word wins
