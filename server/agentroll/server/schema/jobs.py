@@ -79,6 +79,7 @@ class SamplingParams(BaseModel):
     stop_token_ids: list[int] = Field(default_factory=list, max_length=64)
     logprobs_mode: LogprobsMode | None = Field(
         None,
+        exclude_if=lambda mode: mode is None,  # unset: the same request, fingerprint included
         description="The logprobs the trajectory must carry: only backends started in this "
         "mode serve the job, and one that is not fails the call (`infra_error`). Unset: "
         "whatever the backend gives, declared in the trajectory's `logprobs`.",
