@@ -32,6 +32,8 @@ def test_every_dtype_vllm_may_send_is_read_exactly(dtype: str) -> None:
     [
         ("not base64!", "not base64"),
         (base64.b64encode(b"PK\x03\x04 a zip file").decode(), "not a .npy"),
+        (base64.b64encode(b"\x93NUMPY\x01").decode(), "not a .npy"),  # cut short
+        (base64.b64encode(b"\x93NUMPY\x01\x00\x04\x00[1]\n").decode(), "header"),
         (_npy(np.zeros((4, 2), dtype="uint8")), "shape"),  # 2-d: no top-k axis
         (_npy(np.zeros((2, 2, 2), dtype="float32")), "'<f4'"),  # not expert ids
         (_npy(np.full((1, 1, 2), -1, dtype="int32")), "routed_experts"),  # negative id

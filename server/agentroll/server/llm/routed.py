@@ -38,7 +38,7 @@ def decode_npy(encoded: str) -> Routing:
         raw = base64.b64decode(encoded, validate=True)
     except (binascii.Error, ValueError) as exc:
         raise ValueError(f"routed_experts is not base64: {exc}") from exc
-    if raw[:6] != NPY_MAGIC:
+    if raw[:6] != NPY_MAGIC or len(raw) < 12:
         raise ValueError("routed_experts is not a .npy array")
     major = raw[6]
     if major == 1:
@@ -49,6 +49,8 @@ def decode_npy(encoded: str) -> Routing:
         header = ast.literal_eval(raw[start : start + header_len].decode("latin-1"))
     except (ValueError, SyntaxError) as exc:
         raise ValueError(f"unreadable .npy header: {exc}") from exc
+    if not isinstance(header, dict):
+        raise ValueError(f"unreadable .npy header: {header!r}"[:200])
     shape, descr = header.get("shape"), header.get("descr")
     if header.get("fortran_order") or descr not in _TYPECODES or len(shape or ()) != 3:
         raise ValueError(f"routed_experts: unexpected array {descr!r} of shape {shape!r}")
