@@ -52,7 +52,12 @@ def decode_npy(encoded: str) -> Routing:
     if not isinstance(header, dict):
         raise ValueError(f"unreadable .npy header: {header!r}"[:200])
     shape, descr = header.get("shape"), header.get("descr")
-    if header.get("fortran_order") or descr not in _TYPECODES or len(shape or ()) != 3:
+    if (
+        header.get("fortran_order")
+        or descr not in _TYPECODES
+        or not isinstance(shape, tuple)
+        or len(shape) != 3
+    ):
         raise ValueError(f"routed_experts: unexpected array {descr!r} of shape {shape!r}")
     values = array(_TYPECODES[descr])
     values.frombytes(raw[start + header_len :])
