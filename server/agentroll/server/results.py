@@ -1,21 +1,13 @@
 """Turning a finished rollout into its `agentroll.trajectory.v1` record."""
 
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from agentroll.server.context import JobContext
 from agentroll.server.jobs import LiveJob
 from agentroll.server.pipeline import Verdict
-from agentroll.server.schema import (
-    ErrorInfo,
-    JobState,
-    LogprobsInfo,
-    Outcome,
-    SamplingParams,
-    Segment,
-    Trajectory,
-)
+from agentroll.server.recorded import logprobs_info
+from agentroll.server.schema import ErrorInfo, JobState, Outcome, Trajectory
 
 STATUS_BY_OUTCOME = {
     Outcome.ok: JobState.completed,
@@ -26,20 +18,6 @@ STATUS_BY_OUTCOME = {
 }
 SCORED_OUTCOMES = frozenset({Outcome.ok, Outcome.agent_error})
 """Outcomes whose reward means something (it may be 0); the others carry none."""
-
-
-def logprobs_info(segments: Sequence[Segment], sampling: SamplingParams) -> LogprobsInfo | None:
-    """What the logprobs are: the backends' common mode (null if unknown or mixed: each
-    segment then says its own) and the job's sampling, which every call was sent."""
-    if not segments:
-        return None
-    modes = {s.logprobs_mode for s in segments}
-    return LogprobsInfo(
-        mode=modes.pop() if len(modes) == 1 else None,
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        top_k=sampling.top_k,
-    )
 
 
 def build_trajectory(
@@ -75,7 +53,7 @@ def build_trajectory(
             "tools": llm.tools,
             "finish_reason": ctx.finish_reason
             or (segments[-1].finish_reason if segments else None),
-            "logprobs": logprobs_info(segments, request.sampling),
+            "logprobs": logprobs_info(segments, request.sampling.model_dump()),
             "routed_experts": llm.routed_experts,
         }
         if llm.retries:

@@ -7,11 +7,12 @@ from typing import Any
 import pytest
 from tests.unit.trainer_clients.test_adapters import A, B, C, D, traj
 
-from agentroll.server.schema import LogprobsInfo, RoutedExperts, Trajectory
+from agentroll.server.schema import AgentTrace, LogprobsInfo, RoutedExperts, Trajectory
 from agentroll.trainer_clients import Group
 
 np = pytest.importorskip("numpy", reason="the adapters need numpy (dev extra)")
 from agentroll.trainer_clients.adapters import (  # noqa: E402
+    agent_view,
     pad_batch,
     to_nemo_rl,
     to_openrlhf,
@@ -42,7 +43,9 @@ def routed(t: Trajectory, positions: int | None = None) -> Trajectory:
         dtype="uint16",
         data=base64.b64encode(data).decode(),
     )
-    return t.model_copy(update={"routed_experts": routing, "logprobs": PROCESSED})
+    segments = [s.model_copy(update={"logprobs_mode": PROCESSED.mode}) for s in t.segments]
+    fields = {"routed_experts": routing, "logprobs": PROCESSED, "segments": segments}
+    return Trajectory.model_validate({**t.model_dump(), **fields})
 
 
 def moe_groups() -> list[Group]:
@@ -117,3 +120,26 @@ def test_verl_reads_the_routing_as_its_own_agent_loop_lays_it_out() -> None:
                 for k in range(TOP_K):
                     expected[lay, expert(t.response_ids[i], lay, k)] += 1
     assert counts is not None and counts.tolist() == expected.tolist()
+
+
+def test_an_agents_view_carries_its_own_declaration_and_routing_not_the_episodes() -> None:
+    mine = routed(traj("g-s0-r0", [7, 8], [([9, 10], [11])], 1.0))
+    trace = AgentTrace(
+        name="solver",
+        policy="solver",
+        trainable=True,
+        **mine.model_dump(
+            include={
+                "prompt_ids", "response_ids", "response_mask", "response_logprobs",
+                "segments", "policy_versions", "logprobs", "routed_experts",
+            }
+        ),
+    )  # fmt: skip
+    raw = LogprobsInfo(mode="raw_logprobs")
+    episode = Trajectory(
+        job_id="e", handler="h", outcome="ok", status="completed", reward=1.0,
+        logprobs=raw, agents=[trace],
+    )  # fmt: skip
+    view = agent_view(episode, trace)
+    assert view.logprobs == PROCESSED and view.routed_experts == mine.routed_experts
+    assert Trajectory.model_validate_json(view.model_dump_json()) == view  # still valid

@@ -11,7 +11,7 @@ agent, each held to the same invariants; a single-agent one never carries the ke
 import math
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field, model_validator
 
@@ -139,6 +139,25 @@ def check_token_fields(
             raise ValueError(f"segment [{seg.start}, {seg.end}) outside response of {n}")
 
 
+class _Declared(Protocol):
+    prompt_ids: list[int]
+    response_ids: list[int]
+    segments: list[Segment]
+    logprobs: LogprobsInfo | None
+    routed_experts: RoutedExperts | None
+
+
+def check_declarations(tokens: _Declared) -> None:
+    """The declared logprobs mode is every segment's; routing covers no token never read."""
+    declared = tokens.logprobs.mode if tokens.logprobs is not None else None
+    if declared is not None and any(s.logprobs_mode != declared for s in tokens.segments):
+        raise ValueError(f"a segment's logprobs are not the declared {declared}")
+    total = len(tokens.prompt_ids) + len(tokens.response_ids)
+    routed = tokens.routed_experts
+    if routed is not None and routed.positions > total - 1:
+        raise ValueError(f"routed_experts covers {routed.positions} positions of {total}")
+
+
 class AgentTrace(BaseModel):
     """One agent's own token stream in a multi-agent episode: the single-agent token fields,
     with the same meaning and invariants, for what this agent's policy sampled."""
@@ -154,6 +173,14 @@ class AgentTrace(BaseModel):
         default_factory=list, description="policy_version: that policy's version when sampled."
     )
     policy_versions: list[int] = Field(default_factory=list)
+    logprobs: LogprobsInfo | None = Field(
+        None, description="What `response_logprobs` are; null where nothing was sampled."
+    )
+    routed_experts: RoutedExperts | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="MoE routing of every token this agent's engine read (as the trajectory's).",
+    )
     num_turns: int = 0
     reward: float | None = Field(
         None, description="This agent's own reward, if the handler gives one (else the episode's)."
@@ -167,6 +194,7 @@ class AgentTrace(BaseModel):
         check_token_fields(
             self.response_ids, self.response_mask, self.response_logprobs, self.segments
         )
+        check_declarations(self)
         return self
 
 
@@ -218,14 +246,7 @@ class Trajectory(BaseModel):
         check_token_fields(
             self.response_ids, self.response_mask, self.response_logprobs, self.segments
         )
-        declared = self.logprobs.mode if self.logprobs is not None else None
-        if declared is not None and any(s.logprobs_mode != declared for s in self.segments):
-            raise ValueError(f"a segment's logprobs are not the declared {declared}")
-        total = len(self.prompt_ids) + len(self.response_ids)
-        if self.routed_experts is not None and self.routed_experts.positions > total - 1:
-            raise ValueError(
-                f"routed_experts covers {self.routed_experts.positions} positions of {total}"
-            )
+        check_declarations(self)
         agents = self.agents or []
         if self.outcome is Outcome.infra_error and (
             self.reward is not None or any(a.reward is not None for a in agents)
