@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from agentroll.handlers import UndeclaredAgent
 from agentroll.server.llm import TokenSession
+from agentroll.server.recorded import logprobs_info
 from agentroll.server.schema import AgentTrace
 
 
@@ -75,6 +76,8 @@ def _trace(agent: JobAgent, reward: float | None) -> AgentTrace:
         response_logprobs=llm.response_logprobs,
         segments=llm.segments,
         policy_versions=sorted({s.policy_version for s in llm.segments}),
+        logprobs=logprobs_info(llm.segments, llm.sampling),
+        routed_experts=llm.routed_experts,
         num_turns=llm.num_turns,
         reward=reward,
         messages=list(llm.messages),

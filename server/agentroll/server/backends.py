@@ -48,6 +48,12 @@ class PersistedBackends:
             raise InvalidBackend(f"cannot use this backend: {exc}") from exc
         if created:
             try:
+                # a declaration the server contradicts is refused now, not found out per rollout
+                await backend.learn_logprobs_mode()
+            except ValueError as exc:
+                self.pool.remove(backend.id)
+                raise InvalidBackend(str(exc)) from exc
+            try:
                 await self._store.save_backend(backend.id, backend.spec.model_dump_json())
             except StoreError:
                 self.pool.remove(backend.id)

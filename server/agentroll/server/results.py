@@ -6,6 +6,7 @@ from typing import Any
 from agentroll.server.context import JobContext
 from agentroll.server.jobs import LiveJob
 from agentroll.server.pipeline import Verdict
+from agentroll.server.recorded import logprobs_info
 from agentroll.server.schema import ErrorInfo, JobState, Outcome, Trajectory
 
 STATUS_BY_OUTCOME = {
@@ -52,6 +53,8 @@ def build_trajectory(
             "tools": llm.tools,
             "finish_reason": ctx.finish_reason
             or (segments[-1].finish_reason if segments else None),
+            "logprobs": logprobs_info(segments, request.sampling.model_dump()),
+            "routed_experts": llm.routed_experts,
         }
         if llm.retries:
             metadata["llm_retries"] = llm.retries

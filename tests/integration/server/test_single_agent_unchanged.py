@@ -3,7 +3,8 @@ request's idempotency fingerprint and the stored trajectory JSON (key order incl
 the wall-clock `timing` differs between runs).
 
 The goldens in tests/fixtures/golden/ were written by the server as it was before
-multi-agent jobs existed (`AGENTROLL_WRITE_GOLDEN=1` writes them again)."""
+multi-agent jobs existed (`AGENTROLL_WRITE_GOLDEN=1` writes them again); the trajectory's
+since only gained fields the contract added (`logprobs`, each segment's `logprobs_mode`)."""
 
 import json
 import os

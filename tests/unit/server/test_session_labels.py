@@ -38,7 +38,12 @@ class FakeClient:
     async def vocab_size(self) -> int | None:
         return self.vocabulary
 
-    async def complete(self, prompt_ids: list[int], sampling: Any, *, timeout_s: float) -> Any:
+    async def logprobs_mode(self, *, timeout_s: float = 10.0) -> None:
+        return None
+
+    async def complete(
+        self, prompt_ids: list[int], sampling: Any, *, timeout_s: float, routing_from: Any = None
+    ) -> Any:
         self.calls += 1
         if self.hold is not None:
             await self.hold.wait()

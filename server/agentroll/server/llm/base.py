@@ -21,7 +21,8 @@ from typing import Any, Protocol, runtime_checkable
 
 from agentroll.handlers import Message
 from agentroll.server.errors import ServerError
-from agentroll.server.schema import PauseMode
+from agentroll.server.llm.routed import Routing
+from agentroll.server.schema import LogprobsMode, PauseMode
 
 
 class BackendError(ServerError, RuntimeError):
@@ -73,6 +74,8 @@ class Completion:
     weight_versions: list[tuple[str, int, int]] | None = None
     """(version, start, end) half-open ranges over `token_ids` when the backend reports which
     weights produced which tokens (vLLM 0.33 `return_weight_versions`); otherwise None."""
+    routing: Routing | None = None
+    """MoE routed experts of the tokens the engine read (llm/routed.py), where it returned them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +106,20 @@ class BackendClient(Protocol):
     ) -> TokenizeResult: ...
 
     async def complete(
-        self, prompt_ids: list[int], sampling: dict[str, Any], *, timeout_s: float
-    ) -> Completion: ...
+        self,
+        prompt_ids: list[int],
+        sampling: dict[str, Any],
+        *,
+        timeout_s: float,
+        routing_from: int | None = None,
+    ) -> Completion:
+        """`routing_from`: ask for MoE routed experts from that prompt position on (a backend
+        that cannot give them answers without)."""
+        ...
+
+    async def logprobs_mode(self, *, timeout_s: float = 10.0) -> LogprobsMode | None:
+        """What the server says its logprobs are; None where it cannot tell."""
+        ...
 
     async def pause(self, mode: PauseMode = "wait", *, timeout_s: float = 300.0) -> None: ...
 

@@ -16,12 +16,14 @@ from pathlib import Path
 
 from agentroll.handlers import LLMUnavailable
 from agentroll.server.errors import BackendConflict
-from agentroll.server.llm.base import BackendClient
+from agentroll.server.llm.base import BackendClient, BackendError
 from agentroll.server.llm.http import HTTPClient, HTTPTransportError
 from agentroll.server.llm.local_tokenizer import LocalChatTokenizer
 from agentroll.server.llm.poison import RequestQuarantine
 from agentroll.server.llm.registry import make_client
-from agentroll.server.schema import DEFAULT_POLICY, BackendSpec, BackendView
+from agentroll.server.schema import DEFAULT_POLICY, BackendSpec, BackendView, LogprobsMode
+
+MODE_QUERY_TIMEOUT_S = 10.0
 
 
 @dataclass(eq=False)
@@ -37,11 +39,37 @@ class Backend:
     draining: bool = False
     last_error: str | None = None
     _failed_probes: int = 0
+    logprobs_mode: LogprobsMode | None = None
+    """What its logprobs are: declared at registration, or learnt from the server."""
+    _asked_mode: bool = False
     idle: asyncio.Event = field(default_factory=asyncio.Event)
     """Set while nothing is in flight on this backend."""
 
     def __post_init__(self) -> None:
         self.idle.set()
+        self.logprobs_mode = self.spec.logprobs_mode
+
+    async def learn_logprobs_mode(self, timeout_s: float = MODE_QUERY_TIMEOUT_S) -> None:
+        """Ask the server once what its logprobs are (at registration, then by the health
+        probes until it answers). `ValueError` where it contradicts the registration."""
+        if self._asked_mode:
+            return
+        ask = getattr(self.client, "logprobs_mode", None)  # plugin kinds may predate it
+        if ask is None:
+            self._asked_mode = True
+            return
+        try:
+            told = await ask(timeout_s=timeout_s)
+        except BackendError as exc:
+            self._asked_mode = not exc.retryable  # an answer it cannot read will not change
+            return
+        self._asked_mode = True
+        self.logprobs_mode = told or self.spec.logprobs_mode  # the server's word wins
+        if told is not None and self.spec.logprobs_mode not in (None, told):
+            raise ValueError(
+                f"backend {self.id} was registered with logprobs_mode "
+                f"{self.spec.logprobs_mode!r}, but the server runs --logprobs-mode {told}"
+            )
 
     def mark_down(self, error: str) -> None:
         """A transport failure: route around it at once; the next good probe restores it."""
@@ -78,6 +106,7 @@ class Backend:
             healthy=self.healthy,
             draining=self.draining,
             last_error=self.last_error,
+            logprobs_mode=self.logprobs_mode,
         )
 
     @property
@@ -156,6 +185,10 @@ class BackendPool:
         if ok:
             backend._failed_probes = 0
             self.mark_up(backend)
+            try:  # a server that was unreachable at registration is asked here, off the hot path
+                await backend.learn_logprobs_mode(min(timeout_s, MODE_QUERY_TIMEOUT_S))
+            except ValueError as exc:  # it contradicts its registration: its answer is used
+                backend.last_error = str(exc)[:300]
             return
         backend._failed_probes += 1
         backend.last_error = error
@@ -201,9 +234,11 @@ class BackendPool:
         exclude: frozenset[str] = frozenset(),
         tokenizer_key: str | None = None,
         policy: str = DEFAULT_POLICY,
+        logprobs_mode: LogprobsMode | None = None,
     ) -> Backend:
         """The backend for the next call among those serving `policy`; `tokenizer_key` keeps a
-        session on backends whose token ids mean what its recorded ids mean."""
+        session on backends whose token ids mean what its recorded ids mean; `logprobs_mode`
+        keeps it on backends known to give those logprobs."""
         matching = [
             b
             for b in self._backends.values()
@@ -211,11 +246,20 @@ class BackendPool:
             and tags <= b.tags
             and b.id not in exclude
             and (tokenizer_key is None or b.tokenizer_key == tokenizer_key)
+            and (logprobs_mode is None or b.logprobs_mode == logprobs_mode)
         ]
         candidates = [b for b in matching if b.routable]
         if not candidates:
             wanted = f" for policy {policy!r}" if policy != DEFAULT_POLICY else ""
             wanted += f" with tags {sorted(tags)}" if tags else ""
+            if logprobs_mode is not None and not matching:
+                modes = sorted({str(b.logprobs_mode) for b in self.all() if b.policy == policy})
+                raise LLMUnavailable(
+                    f"no LLM backend{wanted} gives {logprobs_mode} (the job's "
+                    f"sampling.logprobs_mode); registered ones give: {', '.join(modes) or 'none'}"
+                    " (None: not declared and not discoverable)",
+                    cause="logprobs_mode_unavailable",
+                )
             if matching:
                 raise LLMUnavailable(
                     f"no healthy LLM backend{wanted} ({len(matching)} down or draining)",

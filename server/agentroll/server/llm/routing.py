@@ -21,7 +21,7 @@ from agentroll.server.llm.gate import Flight, GenerationAborted, GenerationGate
 from agentroll.server.llm.poison import Shaped, failed_on_request, refused_request
 from agentroll.server.llm.pool import Backend, BackendPool
 from agentroll.server.logs import backend_var
-from agentroll.server.schema import DEFAULT_POLICY
+from agentroll.server.schema import DEFAULT_POLICY, LogprobsMode
 
 if TYPE_CHECKING:
     from agentroll.server.metrics import ServerMetrics
@@ -41,8 +41,11 @@ class RoutedCalls:
         metrics: "ServerMetrics | None",
         backend_wait_s: float,
         policy: str = DEFAULT_POLICY,
+        logprobs_mode: LogprobsMode | None = None,
     ) -> None:
+        """`logprobs_mode`: the job's; only backends known to give those logprobs serve it."""
         self._pool = pool
+        self.logprobs_mode = logprobs_mode
         self.policy = policy
         self._tags = tags
         self._gate = gate
@@ -61,7 +64,12 @@ class RoutedCalls:
         while True:
             try:
                 return self._pool.choose(
-                    self._tags, self._affinity, exclude, self._tokenizer_key, self.policy
+                    self._tags,
+                    self._affinity,
+                    exclude,
+                    self._tokenizer_key,
+                    self.policy,
+                    self.logprobs_mode,
                 )
             except LLMUnavailable:
                 left = give_up - time.monotonic()
@@ -78,7 +86,12 @@ class RoutedCalls:
         if backend.routable and self._pool.get(backend.id) is backend:
             return backend
         return self._pool.choose(
-            self._tags, self._affinity, frozenset(tried), self._tokenizer_key, self.policy
+            self._tags,
+            self._affinity,
+            frozenset(tried),
+            self._tokenizer_key,
+            self.policy,
+            self.logprobs_mode,
         )
 
     async def _try(

@@ -51,8 +51,9 @@ from agentroll.server.llm.poison import (
     token_digest,
 )
 from agentroll.server.llm.pool import Backend, BackendPool
+from agentroll.server.llm.routed import RoutingLog
 from agentroll.server.llm.routing import RoutedCalls
-from agentroll.server.schema import DEFAULT_POLICY, Segment
+from agentroll.server.schema import DEFAULT_POLICY, RoutedExperts, Segment
 
 if TYPE_CHECKING:
     from agentroll.server.metrics import ServerMetrics
@@ -89,7 +90,10 @@ class TokenSession(RoutedCalls):
         backend_wait_s: float = 0.0,
         policy: str = DEFAULT_POLICY,
     ) -> None:
-        """`gate` must be `policy`'s: it pauses and stamps the versions of that policy only."""
+        """`gate` must be `policy`'s: it pauses and stamps the versions of that policy only.
+        `sampling["logprobs_mode"]`, if set, is a routing requirement, never sent to a backend."""
+        sampling = dict(sampling)
+        logprobs_mode = sampling.pop("logprobs_mode", None)
         super().__init__(
             pool,
             tags=tags,
@@ -98,6 +102,7 @@ class TokenSession(RoutedCalls):
             metrics=metrics,
             backend_wait_s=backend_wait_s,
             policy=policy,
+            logprobs_mode=logprobs_mode,
         )
         self._sampling = sampling
         self._max_response_tokens = max_response_tokens
@@ -108,6 +113,8 @@ class TokenSession(RoutedCalls):
         self.response_mask: list[int] = []
         self.response_logprobs: list[float] = []
         self.segments: list[Segment] = []
+        self.routing = RoutingLog()
+        """MoE routed experts of the tokens read so far, where the backend returns them."""
         self._messages: list[Message] = []
         self.tools: list[Message] = []
         self.aborted_calls = 0
@@ -126,6 +133,10 @@ class TokenSession(RoutedCalls):
     @property
     def messages(self) -> Sequence[Message]:
         return self._messages
+
+    @property
+    def routed_experts(self) -> RoutedExperts | None:
+        return self.routing.encoded()
 
     @property
     def num_turns(self) -> int:
@@ -175,12 +186,16 @@ class TokenSession(RoutedCalls):
             try:
                 # The first turn's prompt is the task's; later ones hold the policy's doing.
                 completion, backend, flight = await self.sample(
-                    prompt, sampling, shaped=bool(self.response_ids)
+                    prompt,
+                    sampling,
+                    shaped=bool(self.response_ids),
+                    routing_from=self.routing.covered,
                 )
             except GenerationAborted:
                 self.aborted_calls += 1
                 continue  # nothing was returned: sample this part again after resume
             self._record(completion, backend, flight)
+            self.routing.add(completion.routing)
             if self._metrics is not None:
                 self._metrics.llm_tokens.labels(backend.id, "prompt").inc(len(prompt))
                 self._metrics.llm_tokens.labels(backend.id, "completion").inc(
@@ -204,9 +219,11 @@ class TokenSession(RoutedCalls):
         )
 
     def _completion(
-        self, prompt: list[int], sampling: dict[str, Any]
+        self, prompt: list[int], sampling: dict[str, Any], routing_from: int | None = None
     ) -> Callable[[BackendClient], Awaitable[Completion]]:
-        return lambda client: client.complete(prompt, sampling, timeout_s=self._timeout)
+        return lambda client: client.complete(
+            prompt, sampling, timeout_s=self._timeout, routing_from=routing_from
+        )
 
     def _record(self, completion: Completion, backend: Backend, flight: Flight) -> None:
         """Append the sampled ids (mask 1) with one segment per policy version that made them."""
@@ -236,6 +253,7 @@ class TokenSession(RoutedCalls):
                     backend_id=backend.id,
                     policy_version=version,
                     finish_reason=completion.finish_reason if last else "weight_update",
+                    logprobs_mode=backend.logprobs_mode,
                 )
             )
 
@@ -334,14 +352,20 @@ class TokenSession(RoutedCalls):
         )
 
     async def sample(
-        self, prompt_ids: list[int], sampling: dict[str, Any], *, shaped: bool = True
+        self,
+        prompt_ids: list[int],
+        sampling: dict[str, Any],
+        *,
+        shaped: bool = True,
+        routing_from: int | None = None,
     ) -> tuple[Completion, Backend, Flight]:
         """One generation call through the gate. `GenerationAborted` propagates (nothing was
         returned: sample again after resume); nothing is recorded in this session. `shaped`:
-        the policy made this prompt, so it is contained (module docstring)."""
+        the policy made this prompt, so it is contained (module docstring). `routing_from`:
+        ask for MoE routed experts from that prompt position on."""
         check_token_ids(prompt_ids, None)  # each backend's own vocabulary: `_call_with_backend`
         completion, backend, flight = await self._call_with_backend(
-            self._completion(prompt_ids, sampling),
+            self._completion(prompt_ids, sampling, routing_from),
             gated=True,
             shaped=Shaped(
                 lambda: token_digest(prompt_ids, sampling.get("stop")),

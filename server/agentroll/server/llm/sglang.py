@@ -30,7 +30,7 @@ from agentroll.server.llm.base import (
 from agentroll.server.llm.http import HTTPClient
 from agentroll.server.llm.local_tokenizer import LocalChatTokenizer, TemplateRenderError
 from agentroll.server.llm.wire import check_logprobs, exchange, raise_for_status, sampled_logprob
-from agentroll.server.schema import PauseMode
+from agentroll.server.schema import LogprobsMode, PauseMode
 
 SGLangFamily = Literal["0.5.2", "0.5.23"]
 """0.5.2: `/get_model_info` only, no `/tokenize`, pause always aborts. 0.5.23: `/model_info`,
@@ -185,9 +185,19 @@ class SGLangClient:
         data = await self._call("POST", "/tokenize", body, timeout_s=timeout_s)
         return TokenizeResult(list(data["tokens"]), data.get("max_model_len"))
 
+    async def logprobs_mode(self, *, timeout_s: float = 10.0) -> LogprobsMode | None:
+        """SGLang does not report what its logprobs are: only a registration can say."""
+        return None
+
     async def complete(
-        self, prompt_ids: list[int], sampling: dict[str, Any], *, timeout_s: float
+        self,
+        prompt_ids: list[int],
+        sampling: dict[str, Any],
+        *,
+        timeout_s: float,
+        routing_from: int | None = None,
     ) -> Completion:
+        """`routing_from` is not asked for: the routed-experts wire path is vLLM's only."""
         params = sglang_sampling({**sampling, "n": 1})
         await self._ensure_detected()
         limit = self.max_model_len

@@ -12,7 +12,7 @@ What differs per release, and is handled here (docs/protocol.md §1, §7, §8):
 """
 
 import re
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from agentroll.handlers import Message
 from agentroll.server.llm.base import (
@@ -24,6 +24,7 @@ from agentroll.server.llm.base import (
     TokenizeResult,
 )
 from agentroll.server.llm.http import HTTPClient
+from agentroll.server.llm.routed import Routing, decode_npy
 from agentroll.server.llm.wire import (
     check_logprobs,
     error_message,
@@ -31,7 +32,7 @@ from agentroll.server.llm.wire import (
     raise_for_status,
     sampled_logprob,
 )
-from agentroll.server.schema import PauseMode
+from agentroll.server.schema import LogprobsMode, PauseMode
 
 __all__ = [
     "BackendError",
@@ -82,6 +83,17 @@ def _logprobs_of(raw: Any, n: int) -> list[float]:
     return [sampled_logprob(lp) for lp in values] if n else []
 
 
+def _routing(raw: Any, rows: int) -> Routing | None:
+    """The choice's routed experts (None without); a malformed or misaligned array is an
+    error, never silently replayed: `rows` is how many the request asked for."""
+    if raw is None:
+        return None
+    routing = decode_npy(str(raw))
+    if routing.rows != rows:
+        raise ValueError(f"routed_experts has {routing.rows} rows, the request read {rows}")
+    return routing
+
+
 def _weight_versions(raw: Any) -> list[tuple[str, int, int]] | None:
     if not raw:
         return None
@@ -106,6 +118,8 @@ class VLLMClient:
         self._http = http
         self.release: tuple[int, int, int] | None = None
         """Set by `detect()` (called on demand by `pause`/`resume`)."""
+        self._logprobs_mode: LogprobsMode | None = None
+        self._asked_logprobs_mode = False
 
     async def _post(self, path: str, body: dict[str, Any], timeout_s: float | None) -> Any:
         if self.model is not None:
@@ -131,6 +145,34 @@ class VLLMClient:
             raise BackendError(f"/version answered {str(body)[:200]!r}", retryable=False)
         self.release = parse_release(str(body["version"]))
         return family_of(self.release)
+
+    async def logprobs_mode(self, *, timeout_s: float = 10.0) -> LogprobsMode | None:
+        """`--logprobs-mode` as the server reports it (`/server_info`, dev mode only); None
+        when the server does not serve that route. Asked once: it cannot change while the
+        server runs."""
+        if self._asked_logprobs_mode:
+            return self._logprobs_mode
+        response = await exchange(
+            self._http,
+            "GET",
+            self.base_url + "/server_info",
+            params={"config_format": "json"},
+            timeout_s=timeout_s,
+        )
+        if response.status == 404:  # not in dev mode: the server will not tell
+            self._asked_logprobs_mode = True
+            return None
+        raise_for_status("/server_info", response)
+        try:
+            mode = response.body["vllm_config"]["model_config"]["logprobs_mode"]
+        except (KeyError, TypeError) as exc:
+            raise BackendError(
+                f"/server_info has no model_config.logprobs_mode: {exc!r}", retryable=False
+            ) from exc
+        if mode not in get_args(LogprobsMode):
+            raise BackendError(f"unknown logprobs mode {mode!r}", retryable=False)
+        self._logprobs_mode, self._asked_logprobs_mode = mode, True
+        return self._logprobs_mode
 
     @property
     def family(self) -> VllmFamily | None:
@@ -158,7 +200,12 @@ class VLLMClient:
         return TokenizeResult(list(data["tokens"]), data.get("max_model_len"))
 
     async def complete(
-        self, prompt_ids: list[int], sampling: dict[str, Any], *, timeout_s: float
+        self,
+        prompt_ids: list[int],
+        sampling: dict[str, Any],
+        *,
+        timeout_s: float,
+        routing_from: int | None = None,
     ) -> Completion:
         body = {
             **sampling,
@@ -170,6 +217,9 @@ class VLLMClient:
             "return_weight_versions": True,
             "n": 1,
         }
+        if routing_from is not None:
+            # served with `--enable-return-routed-experts` (0.2x+); otherwise ignored
+            body["routed_experts_prompt_start"] = routing_from
         data = await self._post("/v1/completions", body, timeout_s)
         try:
             choice = data["choices"][0]
@@ -182,6 +232,10 @@ class VLLMClient:
                 choice.get("finish_reason") or "stop",
                 int(usage.get("prompt_tokens", len(prompt_ids))),
                 _weight_versions(choice.get("weight_versions")),
+                _routing(
+                    choice.get("routed_experts"),
+                    len(prompt_ids) + len(ids) - 1 - (routing_from or 0),
+                ),
             )
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as exc:
             raise BackendError(f"malformed completion response: {exc!r}", retryable=False) from exc

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentroll.handlers import Message
-from agentroll.server.schema import Segment
+from agentroll.server.schema import LogprobsMode, Segment
 
 BreakReason = Literal[
     "history_rewritten", "reply_rewritten", "no_new_messages", "concurrent_call",
@@ -56,6 +56,7 @@ class Piece:
     backend_id: str
     policy_version: int
     finish_reason: str
+    logprobs_mode: LogprobsMode | None = None
 
 
 @dataclass(slots=True)
@@ -259,6 +260,7 @@ class ChainBook:
                     backend_id=piece.backend_id,
                     policy_version=piece.policy_version,
                     finish_reason=piece.finish_reason,
+                    logprobs_mode=piece.logprobs_mode,
                 )
             )
         chain.last_sampled = sampled

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from agentroll.handlers import Message, ProxyStop
 from agentroll.server.proxy.chains import ChainBook
 from agentroll.server.recorded import RecordedTokens
-from agentroll.server.schema import Segment
+from agentroll.server.schema import RoutedExperts, Segment
 
 
 class ProxyRecord(Protocol):
@@ -54,6 +54,8 @@ class ProxyTrajectory:
     llm_s: float
     llm_calls: int
     retries: list[Mapping[str, str]] = field(default_factory=list)
+    routed_experts: RoutedExperts | None = None
+    """Not recorded through the proxy: a harness's calls are not one token chain per call."""
 
 
 def trajectory_view(proxy: ProxyRecord, session: RecordedTokens) -> ProxyTrajectory | None:

@@ -428,13 +428,24 @@ class RolloutProxy:
             splits = [int(start) for _, start, _ in ranges[1:]]
             if len(splits) == 1 and 0 < splits[0] < n:
                 at = splits[0]
+                mode = backend.logprobs_mode
                 return [
-                    Piece(ids[:at], lps[:at], backend.id, flight.policy_version, "weight_update"),
+                    Piece(ids[:at], lps[:at], backend.id, flight.policy_version, "weight_update",
+                          mode),
                     Piece(ids[at:], lps[at:], backend.id, gate.policy_version,
-                          completion.finish_reason),
+                          completion.finish_reason, mode),
                 ]  # fmt: skip
             self.mixed_version_segments += 1
-        return [Piece(ids, lps, backend.id, flight.policy_version, completion.finish_reason)]
+        return [
+            Piece(
+                ids,
+                lps,
+                backend.id,
+                flight.policy_version,
+                completion.finish_reason,
+                backend.logprobs_mode,
+            )
+        ]
 
     async def _expect(
         self, conversation: list[Message], tools: list[Message], prompt_len: int

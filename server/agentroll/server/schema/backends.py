@@ -5,6 +5,7 @@ from enum import StrEnum
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
 from agentroll.server.schema.jobs import DEFAULT_POLICY, IDENTIFIER
+from agentroll.server.schema.trajectory import LogprobsMode
 
 
 class BackendKind(StrEnum):
@@ -32,6 +33,12 @@ class BackendSpec(BaseModel):
         description="A Hugging Face tokenizer directory on this host, used to render chat "
         "templates locally (needed for SGLang, whose /tokenize cannot continue a message).",
     )
+    logprobs_mode: LogprobsMode | None = Field(
+        None,
+        description="What its logprobs are (the server's `--logprobs-mode`). agentroll also "
+        "asks a vLLM server (`/server_info`, dev mode): a declaration it contradicts is refused, "
+        "and where neither says, trajectories declare the mode unknown (null).",
+    )
 
 
 class BackendView(BaseModel):
@@ -48,3 +55,6 @@ class BackendView(BaseModel):
     healthy: bool = Field(description="Passing health checks; unhealthy backends get no requests.")
     draining: bool = Field(description="Getting no new requests; removed once idle.")
     last_error: str | None = None
+    logprobs_mode: LogprobsMode | None = Field(
+        None, description="Declared or learnt from the server; null while unknown."
+    )

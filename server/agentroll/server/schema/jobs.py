@@ -12,7 +12,7 @@ from pydantic import (
     model_validator,
 )
 
-from agentroll.server.schema.trajectory import Timing, Trajectory
+from agentroll.server.schema.trajectory import LogprobsMode, Timing, Trajectory
 
 IDENTIFIER = r"^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$"
 """Client-chosen ids (job, group, backend, policy): printable, no spaces, at most 128 characters."""
@@ -77,6 +77,13 @@ class SamplingParams(BaseModel):
     seed: int | None = None
     stop: list[StopString] = Field(default_factory=list, max_length=16)
     stop_token_ids: list[int] = Field(default_factory=list, max_length=64)
+    logprobs_mode: LogprobsMode | None = Field(
+        None,
+        exclude_if=lambda mode: mode is None,  # unset: the same request, fingerprint included
+        description="The logprobs the trajectory must carry: only backends started in this "
+        "mode serve the job, and one that is not fails the call (`infra_error`). Unset: "
+        "whatever the backend gives, declared in the trajectory's `logprobs`.",
+    )
 
 
 class AgentLimits(BaseModel):

@@ -11,13 +11,18 @@ agent, each held to the same invariants; a single-agent one never carries the ke
 import math
 from collections.abc import Sequence
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Protocol
 
 from pydantic import BaseModel, Field, StringConstraints, model_validator
 
 TRAJECTORY_SCHEMA = "agentroll.trajectory.v1"
 MAX_REWARD_COMPONENTS = 32
 RewardComponentName = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+
+LogprobsMode = Literal["raw_logprobs", "processed_logprobs", "raw_logits", "processed_logits"]
+"""What a backend's logprobs are (vLLM's `--logprobs-mode`, a server setting): `raw_*` come
+from the model's logits before any processing, `processed_*` after temperature, top-k and
+top-p (the distribution the token was actually sampled from); `*_logits` are unnormalised."""
 
 
 class Outcome(StrEnum):
@@ -42,6 +47,49 @@ class Segment(BaseModel):
     backend_id: str
     policy_version: int
     finish_reason: str
+    logprobs_mode: LogprobsMode | None = Field(
+        None, description="What this turn's logprobs are, as its backend declared or told."
+    )
+
+
+class LogprobsInfo(BaseModel):
+    """What `response_logprobs` are: the backend's mode and the sampling that produced them.
+
+    `mode` null: the backend did not say (not declared at registration and not discoverable)
+    or the turns came from backends in different modes (each segment then says its own)."""
+
+    mode: LogprobsMode | None = None
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+
+
+ROUTED_EXPERT_DTYPES = {"uint8": 1, "uint16": 2}
+
+
+class RoutedExperts(BaseModel):
+    """The MoE experts the engine routed each input position to (for router replay).
+
+    `data` is base64 of a little-endian `dtype` array of shape `(positions, num_layers,
+    top_k)`, row-major: row `i` is the routing of token `i` of `prompt_ids + response_ids`
+    when the engine read it. `positions` counts the tokens the engine read, at most that
+    length minus one: the last sampled token was never read back, nor were tokens appended
+    after the last generation call (a final tool observation). Routing for a token never
+    read cannot change the logprob of any sampled token before it."""
+
+    num_layers: int = Field(ge=1)
+    top_k: int = Field(ge=1)
+    positions: int = Field(ge=0)
+    dtype: Literal["uint8", "uint16"]
+    data: str
+
+    @model_validator(mode="after")
+    def _size(self) -> "RoutedExperts":
+        size = self.positions * self.num_layers * self.top_k * ROUTED_EXPERT_DTYPES[self.dtype]
+        # base64 length of `size` bytes, padded
+        if len(self.data) != 4 * ((size + 2) // 3):
+            raise ValueError(f"routed_experts data is not {size} bytes of {self.dtype}")
+        return self
 
 
 class StageTiming(BaseModel):
@@ -93,6 +141,25 @@ def check_token_fields(
             raise ValueError(f"segment [{seg.start}, {seg.end}) outside response of {n}")
 
 
+class _Declared(Protocol):
+    prompt_ids: list[int]
+    response_ids: list[int]
+    segments: list[Segment]
+    logprobs: LogprobsInfo | None
+    routed_experts: RoutedExperts | None
+
+
+def check_declarations(tokens: _Declared) -> None:
+    """The declared logprobs mode is every segment's; routing covers no token never read."""
+    declared = tokens.logprobs.mode if tokens.logprobs is not None else None
+    if declared is not None and any(s.logprobs_mode != declared for s in tokens.segments):
+        raise ValueError(f"a segment's logprobs are not the declared {declared}")
+    total = len(tokens.prompt_ids) + len(tokens.response_ids)
+    routed = tokens.routed_experts
+    if routed is not None and routed.positions > total - 1:
+        raise ValueError(f"routed_experts covers {routed.positions} positions of {total}")
+
+
 class AgentTrace(BaseModel):
     """One agent's own token stream in a multi-agent episode: the single-agent token fields,
     with the same meaning and invariants, for what this agent's policy sampled."""
@@ -108,6 +175,14 @@ class AgentTrace(BaseModel):
         default_factory=list, description="policy_version: that policy's version when sampled."
     )
     policy_versions: list[int] = Field(default_factory=list)
+    logprobs: LogprobsInfo | None = Field(
+        None, description="What `response_logprobs` are; null where nothing was sampled."
+    )
+    routed_experts: RoutedExperts | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="MoE routing of every token this agent's engine read (as the trajectory's).",
+    )
     num_turns: int = 0
     reward: float | None = Field(
         None, description="This agent's own reward, if the handler gives one (else the episode's)."
@@ -121,6 +196,7 @@ class AgentTrace(BaseModel):
         check_token_fields(
             self.response_ids, self.response_mask, self.response_logprobs, self.segments
         )
+        check_declarations(self)
         return self
 
 
@@ -138,6 +214,14 @@ class Trajectory(BaseModel):
     segments: list[Segment] = Field(default_factory=list)
     policy_versions: list[int] = Field(
         default_factory=list, description="Distinct versions that sampled this; >1 spans an update."
+    )
+    logprobs: LogprobsInfo | None = Field(
+        None, description="What `response_logprobs` are; null where nothing was sampled."
+    )
+    routed_experts: RoutedExperts | None = Field(
+        None,
+        exclude_if=lambda value: value is None,
+        description="MoE routing of every token, where the backend returned it for every turn.",
     )
 
     reward: float | None = None
@@ -171,6 +255,7 @@ class Trajectory(BaseModel):
         check_token_fields(
             self.response_ids, self.response_mask, self.response_logprobs, self.segments
         )
+        check_declarations(self)
         agents = self.agents or []
         if self.outcome is Outcome.infra_error and (
             self.reward is not None

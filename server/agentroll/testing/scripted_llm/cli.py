@@ -3,7 +3,7 @@
 import argparse
 from typing import Any
 
-from agentroll.testing.scripted_llm.config import ScriptedLLMConfig
+from agentroll.testing.scripted_llm.config import MoERouting, ScriptedLLMConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,6 +45,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--latency-s", type=float, default=0.0, help="simulated generation time per request"
     )
+    parser.add_argument(
+        "--logprobs-mode",
+        choices=["raw_logprobs", "processed_logprobs"],
+        default="raw_logprobs",
+        help="what the logprobs are, as vLLM's flag of that name says",
+    )
+    parser.add_argument(
+        "--moe",
+        metavar="LAYERS,EXPERTS,TOP_K",
+        help="serve an MoE model that returns routed experts (as --enable-return-routed-experts)",
+    )
     parser.add_argument("--log-level", default="warning")
 
 
@@ -52,6 +63,9 @@ def config_from_args(args: argparse.Namespace) -> ScriptedLLMConfig:
     # Only flags actually given are passed, so the config can refuse ones foreign to the flavor.
     optional = ("version", "release", "sglang_version", "tokenizer_path")
     given: dict[str, Any] = {k: getattr(args, k) for k in optional if getattr(args, k, None)}
+    if args.moe:
+        layers, experts, top_k = (int(n) for n in args.moe.split(","))
+        given["moe"] = MoERouting(num_layers=layers, num_experts=experts, top_k=top_k)
     return ScriptedLLMConfig(
         flavor=args.flavor,
         model=args.model,
@@ -60,5 +74,6 @@ def config_from_args(args: argparse.Namespace) -> ScriptedLLMConfig:
         wrong_rate=args.wrong_rate,
         seed=args.seed,
         latency_s=args.latency_s,
+        logprobs_mode=args.logprobs_mode,
         **given,
     )

@@ -5,12 +5,30 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agentroll.testing.scripted_llm.logprob_modes import ScriptedLogprobsMode
+
 VllmVersion = Literal["0.11", "0.2x", "0.33"]
 SGLangVersion = Literal["0.5.2", "0.5.23"]
 Flavor = Literal["vllm", "sglang"]
 
 # What `/version` reports for each protocol family the double imitates.
 RELEASE_OF: dict[str, str] = {"0.11": "0.11.0", "0.2x": "0.26.0", "0.33": "0.33.0"}
+
+
+class MoERouting(BaseModel):
+    """The shape of a mixture-of-experts model's routing."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    num_layers: int = Field(default=2, ge=1)
+    num_experts: int = Field(default=8, ge=1, le=65_536)
+    top_k: int = Field(default=2, ge=1)
+
+    @model_validator(mode="after")
+    def _fits(self) -> "MoERouting":
+        if self.top_k > self.num_experts:
+            raise ValueError("top_k cannot exceed num_experts")
+        return self
 
 
 class ScriptedLLMConfig(BaseModel):
@@ -77,6 +95,13 @@ class ScriptedLLMConfig(BaseModel):
     """How many finished choices `GET /scripted/requests` remembers (oldest dropped)."""
     weight_version: str = "0"
     """Initial weight version label (0.33 `return_weight_versions`, `/weight_info`)."""
+    logprobs_mode: ScriptedLogprobsMode = "raw_logprobs"
+    """`--logprobs-mode` (a server setting, as in vLLM): raw logprobs, or processed after
+    temperature, top-k and top-p (`logprob_modes.py`). vLLM's `/server_info` reports it (the
+    0.2x and 0.33 families, which model a dev-mode server)."""
+    moe: MoERouting | None = None
+    """Serve a mixture-of-experts model with `--enable-return-routed-experts`: completions
+    carry `routed_experts` (`routing.py`). None: a dense model (`routed_experts` null)."""
 
     @model_validator(mode="after")
     def _flavor_fields(self) -> "ScriptedLLMConfig":
@@ -85,6 +110,8 @@ class ScriptedLLMConfig(BaseModel):
             raise ValueError(f"{sorted(vllm_only)} apply to flavor 'vllm' only")
         if self.flavor == "vllm" and {"sglang_version", "tokenizer_path"} & self.model_fields_set:
             raise ValueError("sglang_version and tokenizer_path apply to flavor 'sglang' only")
+        if self.flavor == "vllm" and self.version == "0.11" and self.moe is not None:
+            raise ValueError("routed experts are returned from vLLM 0.2x on")
         if self.release is not None and family_of_release(self.release) != self.version:
             raise ValueError(f"release {self.release} is not in the {self.version} family")
         return self

@@ -15,6 +15,7 @@ import math
 import random
 from dataclasses import dataclass
 
+from agentroll.testing.scripted_llm.logprob_modes import ScriptedLogprobsMode, as_mode
 from agentroll.testing.scripted_llm.policy import Reply
 from agentroll.testing.scripted_llm.tokenizer import ScriptedTokenizer
 
@@ -27,6 +28,10 @@ FILLER_TEXT = " I will keep writing until I am allowed to stop."
 class SamplingParams:
     max_tokens: int
     temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    logprobs_mode: ScriptedLogprobsMode = "raw_logprobs"
+    """The server's `--logprobs-mode`, not a request field (vLLM has none)."""
     stop: tuple[str, ...] = ()
     stop_token_ids: frozenset[int] = frozenset()
     include_stop_str_in_output: bool = False
@@ -127,7 +132,15 @@ def _walk(
     check_from = 0  # stop strings only count in text produced after `min_tokens`
     for token_id in ids:
         out.append(token_id)
-        logprobs.append(logprob_for(rng.random(), greedy))
+        logprobs.append(
+            as_mode(
+                logprob_for(rng.random(), greedy),
+                params.logprobs_mode,
+                temperature=params.temperature,
+                top_k=params.top_k,
+                top_p=params.top_p,
+            )
+        )
         if token_id in special:
             piece = ""
         elif ascii_[token_id] and not pending:

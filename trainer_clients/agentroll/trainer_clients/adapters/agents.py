@@ -41,6 +41,8 @@ def agent_view(episode: Trajectory, trace: AgentTrace) -> Trajectory:
             "response_logprobs": trace.response_logprobs,
             "segments": trace.segments,
             "policy_versions": trace.policy_versions,
+            "logprobs": trace.logprobs,
+            "routed_experts": trace.routed_experts,
             "num_turns": trace.num_turns,
             "messages": trace.messages,
             "tools": trace.tools,

@@ -7,15 +7,24 @@ Layout (B samples, P = longest prompt, R = longest response):
     attention_mask   0..0 1....1    | 1 ........ 1 0..0
     loss_mask        0 ........ 0   | response_mask  0..0     (1 = sampled by the policy)
     old_logprobs     0 ........ 0   | response_logprobs 0..0  (the sampler's, per token)
+    routed_experts   0..0 rows of prompt ++ response ..... 0..0  (MoE only, below)
 
 `old_logprobs[b, t]` is the log-probability of `input_ids[b, t]` given the tokens before
-it: compare it with the model's logits at column t - 1. Masked columns carry 0.0.
+it: compare it with the model's logits at column t - 1. Masked columns carry 0.0. What those
+logprobs are (raw or processed, and the sampling that produced them) is in `logprobs`, one
+declaration per sample: a trainer that recomputes raw logprobs must not compare them with
+processed ones.
+
+`routed_experts[b, t]` (B, P+R, layers, top_k; int16) holds the MoE experts the engine routed
+`input_ids[b, t]` to, for router replay; zeros where the engine never read the token (padding,
+the last token). It is None unless every sample carries routing of one shape.
 
 What cannot be trained on is left out whole, never one sample of a group (that would skew
 the group's baseline): an invalid group, and a group with a sample that carries no reward
 (an `agent_error` the server sent without one). `PaddedBatch.skipped` says which and why.
 """
 
+import base64
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -24,7 +33,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from agentroll.server.schema import Outcome, Trajectory
+from agentroll.server.schema import LogprobsInfo, Outcome, RoutedExperts, Trajectory
 from agentroll.trainer_clients.groups import Group
 
 log = logging.getLogger("agentroll.trainer_clients")
@@ -70,6 +79,10 @@ class PaddedBatch:
     """The rollout ended at a length limit (`finish_reason: length`, e.g. context overflow)."""
     skipped: dict[str, str]
     """Groups left out, by group id: why (invalid, a sample without a reward)."""
+    logprobs: list[LogprobsInfo | None]
+    """Per sample: what its logprobs are (backend mode, temperature, top-p, top-k)."""
+    routed_experts: Any | None = None
+    """(B, P+R, layers, top_k) int16 MoE routing, aligned with `input_ids` (docstring)."""
     reward_components: dict[str, Floats] = field(default_factory=dict)
     """The handlers' named reward components, one (B,) column per name found in the batch
     (NaN for a sample whose handler did not report that name); empty when none did."""
@@ -169,6 +182,8 @@ def pad_batch(
         policy_versions=[list(t.policy_versions) for t in trajectories],
         truncated=np.asarray([truncated(t) for t in trajectories], dtype=np.bool_),
         skipped=skipped,
+        logprobs=[t.logprobs for t in trajectories],
+        routed_experts=_routed_experts(trajectories, P, R),
         reward_components=reward_component_columns(trajectories),
     )
 
@@ -184,6 +199,33 @@ def reward_component_columns(trajectories: Sequence[Trajectory]) -> dict[str, Fl
         )
         for name in names
     }
+
+
+def routing_array(routed: RoutedExperts) -> Any:
+    """A trajectory's routed experts as a (positions, layers, top_k) int16 array."""
+    dtype = np.dtype("<u1") if routed.dtype == "uint8" else np.dtype("<u2")
+    flat = np.frombuffer(base64.b64decode(routed.data), dtype=dtype)
+    return flat.reshape(routed.positions, routed.num_layers, routed.top_k).astype(np.int16)
+
+
+def _routed_experts(trajectories: list[Trajectory], P: int, R: int) -> Any | None:
+    """Routing aligned with the padded `input_ids`, when every sample has one shape of it."""
+    routed = [t.routed_experts for t in trajectories]
+    shapes = {None if r is None else (r.num_layers, r.top_k) for r in routed}
+    if len(shapes) != 1 or None in shapes:
+        if shapes != {None}:
+            log.warning("routed_experts left out: samples carry none or differ in shape")
+        return None
+    first = routed[0]
+    assert first is not None
+    layers, top_k = first.num_layers, first.top_k
+    out = np.zeros((len(trajectories), P + R, layers, top_k), dtype=np.int16)
+    for b, t in enumerate(trajectories):
+        assert t.routed_experts is not None
+        rows = routing_array(t.routed_experts)
+        start = P - len(t.prompt_ids)
+        out[b, start : start + len(rows)] = rows
+    return out
 
 
 def truncated(t: Trajectory) -> bool:

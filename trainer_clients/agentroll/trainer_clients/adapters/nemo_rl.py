@@ -19,8 +19,11 @@ the token stream exactly:
 | loss_multiplier | 1.0                                                                   |
 | truncated       | the rollout ended at a length limit (its `overlong_filtering` reads it) |
 | idx             | row number                                                            |
-| extra_env_info  | job_id, group_id, policy_versions (NeMo RL does not read them), and   |
-|                 | reward_components when the handler reported some                      |
+| extra_env_info  | job_id, group_id, policy_versions, `logprobs` (what generation_logprobs |
+|                 | are: mode, temperature, top_p, top_k), reward_components when the     |
+|                 | handler reported some and, for an MoE engine, `routed_experts`        |
+|                 | ((tokens - 1, layers, top_k) int16, aligned with the concatenated     |
+|                 | token_ids); NeMo RL does not read them                                |
 
 NeMo RL groups samples by their *prompt tokens*, not by an id: the samples of a group must
 share their prompt, and two groups in one batch must not (it would pool their baselines,
@@ -38,7 +41,12 @@ from typing import Any
 import numpy as np
 
 from agentroll.server.schema import Trajectory
-from agentroll.trainer_clients.adapters.batch import single_agent, truncated, usable
+from agentroll.trainer_clients.adapters.batch import (
+    routing_array,
+    single_agent,
+    truncated,
+    usable,
+)
 from agentroll.trainer_clients.groups import Group
 
 
@@ -86,6 +94,20 @@ def _check_prompts(trajectories: list[Trajectory]) -> None:
             )
 
 
+def _env_info(t: Trajectory) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "job_id": t.job_id,
+        "group_id": t.group_id or t.job_id,
+        "policy_versions": list(t.policy_versions),
+        "logprobs": None if t.logprobs is None else t.logprobs.model_dump(),
+    }
+    if t.reward_components:
+        info["reward_components"] = dict(t.reward_components)
+    if t.routed_experts is not None:
+        info["routed_experts"] = routing_array(t.routed_experts)
+    return info
+
+
 def to_nemo_rl(items: Sequence[Trajectory | Group]) -> list[dict[str, Any]]:
     """One NeMo RL row per trainable sample (tables above)."""
     trajectories = single_agent(usable(items)[0])
@@ -98,12 +120,7 @@ def to_nemo_rl(items: Sequence[Trajectory | Group]) -> list[dict[str, Any]]:
             "loss_multiplier": 1.0,
             "truncated": truncated(t),
             "idx": idx,
-            "extra_env_info": {
-                "job_id": t.job_id,
-                "group_id": t.group_id or t.job_id,
-                "policy_versions": list(t.policy_versions),
-                **({"reward_components": dict(t.reward_components)} if t.reward_components else {}),
-            },
+            "extra_env_info": _env_info(t),
         }
         for idx, t in enumerate(trajectories)
     ]

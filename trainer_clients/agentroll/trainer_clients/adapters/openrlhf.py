@@ -17,8 +17,10 @@ layout with A = R (the longest response).
 | total_length       | (B,)     | prompt + response tokens                                 |
 | truncated          | (B,)     | the rollout ended at a length limit                      |
 | index              | list     | 0..B-1: samples of one group are consecutive             |
-| info               | dict     | only with reward components: `reward_components/<name>`  |
-|                    |          | -> (B,) (NaN where absent), logged by OpenRLHF as stats  |
+| info               | dict     | `rollout_logprobs`: per sample, what rollout_log_probs   |
+|                    |          | are (mode, temperature, top_p, top_k); with reward       |
+|                    |          | components, `reward_components/<name>` -> (B,) (NaN      |
+|                    |          | where absent), logged by OpenRLHF as stats               |
 
 OpenRLHF groups rewards by `index` into rows of `n_samples_per_prompt`, so every group here
 must have exactly that many samples, consecutive (a `ValueError` otherwise).
@@ -55,7 +57,12 @@ def to_openrlhf(batch: PaddedBatch) -> dict[str, Any]:
         "total_length": batch.attention_mask.sum(axis=1),
         "truncated": batch.truncated,
         "index": list(range(len(batch.job_ids))),
+        "info": {
+            "rollout_logprobs": [None if i is None else i.model_dump() for i in batch.logprobs]
+        },
     }
     if batch.reward_components:
-        fields["info"] = {f"reward_components/{k}": v for k, v in batch.reward_components.items()}
+        fields["info"].update(
+            {f"reward_components/{k}": v for k, v in batch.reward_components.items()}
+        )
     return fields

@@ -15,10 +15,21 @@ GRPO / GAE / REINFORCE++, `compute_data_metrics`) and its policy loss (`core_alg
 | batch.response_mask                 | (B, R)   | response_mask (0 on tool output, glue, padding) |
 | batch.rollout_log_probs             | (B, R)   | the sampler's logprobs (0.0 where mask is 0)    |
 | batch.rm_scores                     | (B, R)   | the reward on the last *sampled* token, else 0  |
+| batch.routed_experts (MoE only)     | (B, P+R, | int16 experts each input token was routed to,   |
+|                                     | L, K)    | for router replay (below)                       |
 | non_tensor_batch.uid                | (B,)     | group_id (GRPO, RLOO, ... group samples by uid) |
 | non_tensor_batch.multi_modal_inputs | (B,)     | {} each (the trainer reads it for every batch)  |
 | non_tensor_batch.reward_components/<name> | (B,) | a named reward component (NaN where absent), |
 |                                     |          | present only when a handler reported components |
+| meta_info.rollout_logprobs          | list     | per sample: what rollout_log_probs are (below)  |
+
+`rollout_log_probs` are what the engine returned: raw (before temperature, top-k and top-p)
+or processed, as each sample's declaration says (`mode`, `temperature`, `top_p`, `top_k`).
+verl recomputes `old_log_probs` from the raw model (temperature applied, no top-k/top-p),
+so rollout correction compares like with like only under that sampling. `routed_experts`
+is laid out as verl's own agent loop lays it out (rows from the first prompt column, zeros
+where nothing was read), the key its router replay (R3) reads; present only when every
+sample carries routing (an MoE engine started with `--enable-return-routed-experts`).
 
 Where the reward sits matters: verl's GAE and REINFORCE++ carry a reward back only from a
 token with response_mask 1 (past observation spans, but never from one), so a rollout that
@@ -59,21 +70,28 @@ def to_verl(batch: PaddedBatch) -> dict[str, Any]:
     scores = np.zeros(mask.shape, dtype=np.float32)
     scores[np.arange(len(scores)), last_sampled_column(mask)] = batch.rewards
     components = {f"reward_components/{k}": v for k, v in batch.reward_components.items()}
+    tensors = {
+        "prompts": batch.input_ids[:, : batch.prompt_len],
+        "responses": batch.response("input_ids"),
+        "input_ids": batch.input_ids,
+        "attention_mask": batch.attention_mask,
+        "position_ids": batch.position_ids,
+        "response_mask": mask,
+        "rollout_log_probs": batch.response("old_logprobs"),
+        "rm_scores": scores,
+    }
+    if batch.routed_experts is not None:
+        tensors["routed_experts"] = batch.routed_experts
     return {
-        "batch": {
-            "prompts": batch.input_ids[:, : batch.prompt_len],
-            "responses": batch.response("input_ids"),
-            "input_ids": batch.input_ids,
-            "attention_mask": batch.attention_mask,
-            "position_ids": batch.position_ids,
-            "response_mask": mask,
-            "rollout_log_probs": batch.response("old_logprobs"),
-            "rm_scores": scores,
-        },
+        "batch": tensors,
         "non_tensor_batch": {
             "uid": np.asarray(batch.group_ids, dtype=object),
             "multi_modal_inputs": np.asarray([{} for _ in batch.group_ids], dtype=object),
             **components,
         },
-        "meta_info": {"job_ids": list(batch.job_ids), "policy_versions": batch.policy_versions},
+        "meta_info": {
+            "job_ids": list(batch.job_ids),
+            "policy_versions": batch.policy_versions,
+            "rollout_logprobs": [None if i is None else i.model_dump() for i in batch.logprobs],
+        },
     }

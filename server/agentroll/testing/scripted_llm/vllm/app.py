@@ -177,6 +177,25 @@ def _info_routes(app: FastAPI) -> None:
 
 
 def _control_routes(app: FastAPI) -> None:
+    @app.get("/server_info")
+    async def server_info(request: Request) -> Response:
+        """Dev mode's config dump, with the fields agentroll reads (vLLM prints the whole
+        config as text unless `config_format=json`)."""
+        cfg = engine_of(request).config
+        model_config = {
+            "model": cfg.model,
+            "served_model_name": cfg.model,
+            "max_model_len": cfg.max_model_len,
+            "logprobs_mode": cfg.logprobs_mode,
+        }
+        aux = {"enable_return_routed_experts": cfg.moe is not None, "max_bytes": None}
+        if request.query_params.get("config_format", "text") == "json":
+            config: object = {"model_config": model_config, "aux_output_config": aux}
+        else:
+            config = ", ".join(f"{k}={v}" for k, v in model_config.items())
+        env = {"VLLM_SERVER_DEV_MODE": True}
+        return json_response({"vllm_config": config, "vllm_env": env, "system_env": {}})
+
     @app.post("/pause")
     async def pause(request: Request) -> Response:
         engine = engine_of(request)

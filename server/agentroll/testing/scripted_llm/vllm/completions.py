@@ -79,6 +79,9 @@ def _sampling(engine: Engine, req: CompletionRequest, prompt_len: int) -> Sampli
     return SamplingParams(
         max_tokens=max_tokens,
         temperature=temperature,
+        top_p=1.0 if req.top_p is None else req.top_p,
+        top_k=-1 if req.top_k is None else req.top_k,
+        logprobs_mode=cfg.logprobs_mode,
         stop=tuple(s for s in stop if s),
         stop_token_ids=frozenset(req.stop_token_ids or ()),
         include_stop_str_in_output=req.include_stop_str_in_output,

@@ -50,6 +50,7 @@ class CompletionRequest(LenientModel):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     return_weight_versions: bool | None = False
+    routed_experts_prompt_start: int = Field(default=0, ge=0)
 
 
 class TokenizeCompletionRequest(LenientModel):

@@ -12,6 +12,7 @@ from typing import Any
 from agentroll.testing.scripted_llm.common import version_ranges
 from agentroll.testing.scripted_llm.engine import Engine, Run
 from agentroll.testing.scripted_llm.generation import prompt_digest
+from agentroll.testing.scripted_llm.routing import routed_experts_field
 from agentroll.testing.scripted_llm.sampling import (
     LOGPROB_FLOOR,
     Sample,
@@ -160,7 +161,11 @@ def full_response(job: Job) -> dict[str, Any]:
             "prompt_token_ids": job.prompts[p] if with_ids else None,
         }
         if version != "0.11":
-            choice["routed_experts"] = None
+            choice["routed_experts"] = routed_experts_field(
+                job.prompts[p] + s.token_ids,
+                req.routed_experts_prompt_start,
+                job.engine.config.moe,
+            )
         if version == "0.33":
             choice["weight_versions"] = (
                 weight_versions(job, s) if req.return_weight_versions else None
