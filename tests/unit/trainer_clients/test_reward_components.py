@@ -102,5 +102,10 @@ def test_without_components_the_adapters_output_what_they_did_before() -> None:
     batch = pad_batch(items)
     assert batch.reward_components == {}
     assert set(to_verl(batch)["non_tensor_batch"]) == {"uid", "multi_modal_inputs"}
-    assert "info" not in to_openrlhf(batch)
-    assert set(to_nemo_rl(items)[0]["extra_env_info"]) == {"job_id", "group_id", "policy_versions"}
+    assert set(to_openrlhf(batch)["info"]) == {"rollout_logprobs"}
+    assert set(to_nemo_rl(items)[0]["extra_env_info"]) == {
+        "job_id",
+        "group_id",
+        "policy_versions",
+        "logprobs",
+    }
