@@ -6,8 +6,8 @@ through an in-process agentroll server against one vLLM server; then the very sa
 straight to that vLLM by a minimal client, at the same concurrency. At 1 and 64 concurrent
 rollouts:
 
-- per generation: agentroll's wait per generation call (`timing.llm_s / timing.llm_calls`:
-  gate, routing, HTTP, JSON) minus the direct call's latency, medians;
+- per generation: how long the handler's `generate()` took (gate, routing, HTTP, JSON,
+  recording) minus the direct `/v1/completions` call's latency, medians;
 - per rollout: the whole rollout through agentroll (`timing.total_s`: queueing, stages,
   template deltas, the store) minus the direct client's time for its calls (one `/tokenize`
   of the conversation so far and one `/v1/completions` per turn), medians.
@@ -52,14 +52,19 @@ class Turns(AgentHandler):
     name: ClassVar[str] = "turns"
 
     async def run(self, ctx: RolloutContext) -> None:
+        took: list[float] = []
         await ctx.llm.start([SYSTEM, {"role": "user", "content": "Say something: 0"}])
-        await ctx.llm.generate()
-        for k in range(1, int(ctx.instance["turns"])):
-            await ctx.llm.add_messages([{"role": "user", "content": f"Say something: {k}"}])
+        for k in range(int(ctx.instance["turns"])):
+            if k:
+                await ctx.llm.add_messages([{"role": "user", "content": f"Say something: {k}"}])
+            started = time.perf_counter()
             await ctx.llm.generate()
+            took.append(time.perf_counter() - started)
+        ctx.state["generate_s"] = took
 
     async def eval(self, ctx: RolloutContext) -> Reward:
-        return Reward(1.0)
+        # How long each `generate()` took, as the handler saw it: reported with the reward.
+        return Reward(1.0, {"generate_s": ctx.state["generate_s"]})
 
 
 @dataclass
@@ -157,7 +162,7 @@ async def generation_overhead(rig: Rig) -> None:
             direct += took
             rec.calls += calls.calls
             rec.diverged += calls.diverged
-        per_call = statistics.median(t.timing.llm_s / t.timing.llm_calls for t in results)
+        per_call = statistics.median(s for t in results for s in t.reward_info["generate_s"])
         per_rollout = statistics.median(t.timing.total_s for t in results)
         direct_call = statistics.median(rec.calls)
         gen_ms = 1000 * (per_call - direct_call)
