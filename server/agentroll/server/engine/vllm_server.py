@@ -14,6 +14,7 @@ found or stopped by name.
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -37,6 +38,7 @@ TOKENIZER_DIR = "tokenizer"
 no `config.json`, so transformers loads `tokenizer.json` as written rather than the model
 type's tokenizer class (which, for qwen2, replaces the file's pre-tokenizer)."""
 PORT_RETRIES = 3
+BATCHED_TOKENS = 8192
 # One OpenMP thread, 1 GiB of KV cache: a tiny model beside other work on a small node.
 ENGINE_ENV = {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
 
@@ -86,12 +88,15 @@ class VLLMServer:
 
     def command(self) -> list[str]:
         niced = ["nice", "-n", str(self.nice)] if self.nice else []
+        # If this process dies without stopping it (SIGKILL, a crash), the engine gets SIGTERM.
+        orphan_guard = ["setpriv", "--pdeathsig", "TERM"] if shutil.which("setpriv") else []
         caching = (
             "--enable-prefix-caching"
             if self.enable_prefix_caching
             else "--no-enable-prefix-caching"
         )
         return [
+            *orphan_guard,
             *niced,
             str(self.python),
             "-m",
@@ -108,6 +113,11 @@ class VLLMServer:
             "--max-model-len",
             str(self.max_model_len),
             caching,
+            # vLLM 0.32's CPU worker dies ("CPU Generator does not use offset") when a seeded
+            # request's prompt is split across steps by chunked prefill: whole prompts only.
+            "--no-enable-chunked-prefill",
+            "--max-num-batched-tokens",
+            str(max(self.max_model_len, BATCHED_TOKENS)),
             "--host",
             "127.0.0.1",
             "--port",
@@ -145,33 +155,42 @@ class VLLMServer:
     def _port_taken(self) -> bool:
         return "address already in use" in self._log_tail(20000).lower()
 
+    def _healthy(self) -> bool:
+        """Polls `/health`: True once it answers, False if the process exited first."""
+        started = time.monotonic()
+        with httpx.Client(timeout=5.0) as client:
+            while time.monotonic() < started + self.start_timeout_s:
+                if self._exited() is not None:
+                    return False
+                if self._abandon.is_set():
+                    raise self._failed("start abandoned")
+                try:
+                    if client.get(f"{self.url}/health").status_code == 200:
+                        self.start_seconds = time.monotonic() - started
+                        return True
+                except httpx.HTTPError:
+                    pass
+                time.sleep(0.5)
+        raise self._failed(f"not healthy after {self.start_timeout_s:g} s")
+
+    def _unless_port_taken(self) -> None:
+        """After an exit while starting: a lost race for the port is retried, the rest not."""
+        if not self._port_taken():
+            raise self._failed(f"exited with {self._exited()} while starting")
+
     # Synchronous use (pytest session fixtures, scripts).
 
     def start(self) -> None:
-        for _ in range(PORT_RETRIES):
-            self._spawn()
-            started = time.monotonic()
-            deadline = started + self.start_timeout_s
-            with httpx.Client(timeout=5.0) as client:
-                while time.monotonic() < deadline:
-                    if self._exited() is not None:
-                        break
-                    if self._abandon.is_set():
-                        self.stop()
-                        raise self._failed("start abandoned")
-                    try:
-                        if client.get(f"{self.url}/health").status_code == 200:
-                            self.start_seconds = time.monotonic() - started
-                            return
-                    except httpx.HTTPError:
-                        pass
-                    time.sleep(0.5)
-            if self._exited() is None:
-                self.stop()
-                raise self._failed(f"not healthy after {self.start_timeout_s:g} s")
-            if not self._port_taken():
-                raise self._failed(f"exited with {self._exited()} while starting")
-        raise self._failed(f"found no free port in {PORT_RETRIES} tries")
+        try:
+            for _ in range(PORT_RETRIES):
+                self._spawn()
+                if self._healthy():
+                    return
+                self._unless_port_taken()
+            raise self._failed(f"found no free port in {PORT_RETRIES} tries")
+        except BaseException:
+            self.stop()
+            raise
 
     def stop(self) -> None:
         """SIGTERM to the process group, SIGKILL after the grace period; reaps it."""
@@ -190,11 +209,7 @@ class VLLMServer:
             os.killpg(popen.pid, signal.SIGKILL)
 
     def __enter__(self) -> Self:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
+        self.start()
         return self
 
     def __exit__(
@@ -205,20 +220,27 @@ class VLLMServer:
     # Asynchronous use: the same steps off the event loop.
 
     async def __aenter__(self) -> Self:
-        starting = asyncio.ensure_future(asyncio.to_thread(self.start))
         try:
-            await asyncio.shield(starting)
+            for _ in range(PORT_RETRIES):
+                self._spawn()  # on the loop's thread, which outlives it (parent-death signal)
+                if await self._await_healthy():
+                    return self
+                self._unless_port_taken()
+            raise self._failed(f"found no free port in {PORT_RETRIES} tries")
+        except BaseException:
+            await asyncio.shield(asyncio.to_thread(self.stop))
+            raise
+
+    async def _await_healthy(self) -> bool:
+        polling = asyncio.ensure_future(asyncio.to_thread(self._healthy))
+        try:
+            return await asyncio.shield(polling)
         except asyncio.CancelledError:
             # The thread cannot be cancelled: tell it to give up, and wait until it has.
             self._abandon.set()
             with contextlib.suppress(EngineStartError):
-                await starting
-            await asyncio.to_thread(self.stop)
+                await polling
             raise
-        except BaseException:
-            await asyncio.to_thread(self.stop)
-            raise
-        return self
 
     async def __aexit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
