@@ -1,0 +1,169 @@
+"""Supervised training of the tiny Qwen2 policy on agentroll transcripts, plain PyTorch on CPU.
+
+Seeded and single-process, so the same recipe gives the same weights on the same machine.
+The loss is on the tokens the scripted policy sampled (the trajectory's loss mask); the
+output head runs only at those positions, which keeps a step cheap on two cores.
+"""
+
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from agentroll.testing.scripted_llm import export_tokenizer
+from agentroll.testing.scripted_llm.tokenizer import get_tokenizer
+from agentroll.testing.tinypolicy.data import Sequence
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import Qwen2ForCausalLM
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The Qwen2 architecture (head_dim 64: what vLLM's CPU attention accepts)."""
+
+    hidden_size: int = 128
+    intermediate_size: int = 512
+    num_hidden_layers: int = 4
+    num_attention_heads: int = 2
+    num_key_value_heads: int = 1
+    max_position_embeddings: int = 4096
+
+
+@dataclass(frozen=True)
+class TrainRecipe:
+    steps: int = 400
+    batch_size: int = 16
+    learning_rate: float = 3e-3
+    warmup_steps: int = 20
+    seed: int = 0
+    threads: int = 2
+
+
+def new_model(shape: ModelShape, seed: int) -> "Qwen2ForCausalLM":
+    """A randomly initialised Qwen2 on the scripted tokenizer."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    backend = get_tokenizer().backend
+    config = Qwen2Config(
+        vocab_size=get_tokenizer().vocab_size,
+        head_dim=64,
+        tie_word_embeddings=True,
+        eos_token_id=backend.token_to_id("<|im_end|>"),
+        bos_token_id=None,
+        pad_token_id=backend.token_to_id("<|endoftext|>"),
+        torch_dtype="float32",
+        **asdict(shape),
+    )
+    torch.manual_seed(seed)
+    return Qwen2ForCausalLM(config)
+
+
+def save_model(model: "Qwen2ForCausalLM", out: Path) -> None:
+    """A Hugging Face model directory vLLM serves: safetensors, tokenizer, generation config."""
+    model.save_pretrained(out, safe_serialization=True)
+    export_tokenizer(out)
+    eos = model.config.eos_token_id
+    (out / "generation_config.json").write_text(json.dumps({"eos_token_id": eos}) + "\n")
+
+
+def _batch(seqs: list[Sequence]) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]:
+    """Right-padded ids, attention mask, and loss weights on the *predicted* positions."""
+    import torch
+
+    width = max(len(s.input_ids) for s in seqs)
+    ids = torch.zeros(len(seqs), width, dtype=torch.long)
+    attention = torch.zeros(len(seqs), width, dtype=torch.long)
+    loss = torch.zeros(len(seqs), width, dtype=torch.bool)
+    for row, s in enumerate(seqs):
+        ids[row, : len(s.input_ids)] = torch.tensor(s.input_ids)
+        attention[row, : len(s.input_ids)] = 1
+        loss[row, : len(s.loss_mask)] = torch.tensor(s.loss_mask, dtype=torch.bool)
+    return ids, attention, loss
+
+
+def shared_prefix(ids: "torch.Tensor", at: "torch.Tensor") -> int:
+    """Leading positions every row has in common (the handler's system prompt and tool
+    list), stopping before the first position that predicts a loss token."""
+    import torch
+
+    same = (ids == ids[:1]).all(dim=0)
+    common = int(same.long().cumprod(0).sum())
+    first_loss = int(torch.nonzero(at.any(dim=0))[0, 0]) if at.any() else ids.shape[1]
+    return max(0, min(common, first_loss - 1))
+
+
+def token_logprobs(
+    model: "Qwen2ForCausalLM", ids: "torch.Tensor", attention: "torch.Tensor", at: "torch.Tensor"
+) -> "torch.Tensor":
+    """Log-probability of `ids[at]` given what precedes it, for each True of `at` (never 0).
+
+    The rows' shared prefix runs once and its cache is repeated over the batch: a tool
+    task's prompt is mostly the same few hundred tokens of instructions.
+    """
+    import torch
+
+    prefix = shared_prefix(ids, at)
+    cache = None
+    if prefix:
+        cache = model.model(input_ids=ids[:1, :prefix], use_cache=True).past_key_values
+        cache.batch_repeat_interleave(ids.shape[0])
+    out = model.model(input_ids=ids[:, prefix:], attention_mask=attention, past_key_values=cache)
+    hidden = out.last_hidden_state
+    # Position p predicts token p + 1.
+    rows, cols = torch.nonzero(at[:, prefix + 1 :], as_tuple=True)
+    logits = model.lm_head(hidden[rows, cols])
+    targets = ids[rows, cols + prefix + 1]
+    return torch.log_softmax(logits.float(), dim=-1).gather(1, targets[:, None])[:, 0]
+
+
+def _batches(seqs: list[Sequence], size: int, rng: random.Random) -> list[list[Sequence]]:
+    """Batches of similar length (less padding), in random order."""
+    order = sorted(seqs, key=lambda s: (len(s.input_ids), rng.random()))
+    batches = [order[i : i + size] for i in range(0, len(order), size)]
+    rng.shuffle(batches)
+    return batches
+
+
+def train(seqs: list[Sequence], shape: ModelShape, recipe: TrainRecipe) -> tuple[Any, dict]:
+    """The trained model and a log of the run (loss per step, seconds)."""
+    import torch
+
+    torch.set_num_threads(recipe.threads)
+    rng = random.Random(recipe.seed)
+    model = new_model(shape, recipe.seed)
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, weight_decay=0.01)
+
+    def lr_at(step: int) -> float:
+        warm = min(1.0, (step + 1) / recipe.warmup_steps)
+        return warm * 0.5 * (1 + math.cos(math.pi * step / recipe.steps))
+
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+    losses: list[float] = []
+    started = time.monotonic()
+    pending: list[list[Sequence]] = []
+    for _ in range(recipe.steps):
+        if not pending:
+            pending = _batches(seqs, recipe.batch_size, rng)
+        ids, attention, at = _batch(pending.pop())
+        loss = -token_logprobs(model, ids, attention, at).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        losses.append(round(loss.item(), 4))
+    model.eval()
+    log = {
+        "seconds": round(time.monotonic() - started, 1),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "sequences": len(seqs),
+        "loss": losses,
+    }
+    return model, log
