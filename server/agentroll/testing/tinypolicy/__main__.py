@@ -12,6 +12,7 @@ import tempfile
 from dataclasses import asdict
 from pathlib import Path
 
+from agentroll.server.engine import ensure_environment
 from agentroll.testing.tinypolicy.build import build_tiny_policy
 from agentroll.testing.tinypolicy.evaluate import evaluation_jobs, score
 from agentroll.testing.tinypolicy.rollouts import rollout_client, run_jobs
@@ -36,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     evaluate.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
     if args.command == "build":
-        print(build_tiny_policy(recipe=TrainRecipe(steps=args.steps)))
+        environment = asyncio.run(ensure_environment())
+        path = asyncio.run(build_tiny_policy(environment.python, recipe=TrainRecipe(args.steps)))
+        print(path)
     else:
         print(json.dumps(asyncio.run(_evaluate(args.backend, args.arithmetic, args.seed)), indent=1))
     return 0

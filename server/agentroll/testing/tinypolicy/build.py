@@ -1,29 +1,34 @@
-"""Build the tiny policy once per recipe: a model directory cached by content.
+"""Build the tiny policy once per recipe: a model folder cached by content.
 
-The key hashes the data recipe, the model shape, the training recipe, the source of every
-module that shapes the transcripts or the training (task generator, handlers' prompts, chat
-template, tokenizer, scripted rules, this package) and the torch/transformers versions.
-Concurrent builders of one key wait on a lock; a build that dies half-way leaves no stamp
-and is redone.
+It starts from the engine's random-init tiny model (`agentroll.testing.tiny_model`, same
+folder layout: the scripted tokenizer in `tokenizer/`), collects the recipe's transcripts
+through agentroll and trains on them. The key hashes the random-init model's own key, the
+data and training recipes, the source of every module that shapes the transcripts or the
+training (task generator, handlers' prompts, chat template, tokenizer, scripted rules, this
+package) and the torch/transformers versions. Built in a private folder and renamed into
+place under a lock, so a folder that exists is whole; concurrent builders wait.
 """
 
-import fcntl
-import hashlib
+import asyncio
 import importlib
 import inspect
 import json
-import os
 import shutil
 import time
+import uuid
 from dataclasses import asdict
 from pathlib import Path
 
+from agentroll.runtime.images.cache import cache_key, held
+from agentroll.server.engine import cache_root
+from agentroll.testing.tiny_model import TinyModelParams, build_tiny_model
 from agentroll.testing.tinypolicy.data import DataRecipe, collect_transcripts, training_sequences
-from agentroll.testing.tinypolicy.train import ModelShape, TrainRecipe, save_model, train
+from agentroll.testing.tinypolicy.train import TrainRecipe, train
 
-CACHE_ENV = "AGENTROLL_TINYPOLICY_CACHE"
-DEFAULT_CACHE = Path("/var/tmp/agentroll-tinypolicy")
-STAMP = "agentroll-build.json"
+POLICY_PARAMS = TinyModelParams(num_hidden_layers=4, intermediate_size=512)
+"""4 layers (copying a question into code takes attention over attention), ~1.5 M params."""
+BUILD_TIMEOUT_S = 3600.0
+"""How long to wait for another process building the same policy (minutes on a busy node)."""
 SOURCES = (
     "agentroll.handlers.builtin.arithmetic",
     "agentroll.handlers.builtin.math",
@@ -40,52 +45,49 @@ SOURCES = (
 """Modules whose code decides what the model is trained on and how."""
 
 
-def cache_root() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE)
-
-
-def build_key(data: DataRecipe, shape: ModelShape, recipe: TrainRecipe) -> str:
+def policy_key(init: Path, data: DataRecipe, recipe: TrainRecipe) -> str:
     import torch
     import transformers
 
-    digest = hashlib.sha256()
-    settings = {"data": asdict(data), "shape": asdict(shape), "train": asdict(recipe)}
-    settings["versions"] = {"torch": torch.__version__, "transformers": transformers.__version__}
-    digest.update(json.dumps(settings, sort_keys=True).encode())
+    inputs = {
+        "init": init.name,
+        "recipes": json.dumps({"data": asdict(data), "train": asdict(recipe)}, sort_keys=True),
+        "versions": f"torch {torch.__version__}, transformers {transformers.__version__}",
+    }
     for name in SOURCES:
-        digest.update(name.encode())
-        digest.update(inspect.getsource(importlib.import_module(name)).encode())
-    return digest.hexdigest()[:16]
+        inputs[name] = inspect.getsource(importlib.import_module(name))
+    return cache_key("tiny-policy", inputs)
 
 
-def build_tiny_policy(
+async def build_tiny_policy(
+    python: Path,
     data: DataRecipe | None = None,
-    shape: ModelShape | None = None,
     recipe: TrainRecipe | None = None,
+    *,
+    params: TinyModelParams = POLICY_PARAMS,
     root: Path | None = None,
 ) -> Path:
-    """The model directory for these recipes, built (transcripts + training) if not cached."""
-    data, shape, recipe = data or DataRecipe(), shape or ModelShape(), recipe or TrainRecipe()
-    root = root or cache_root()
-    root.mkdir(parents=True, exist_ok=True)
-    key = build_key(data, shape, recipe)
-    final = root / f"tinypolicy-{key}"
-    with open(root / f"tinypolicy-{key}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if (final / STAMP).is_file():
+    """The trained policy's folder; built (random init with the engine's `python`,
+    transcripts, training) if not cached. `training.json` in it logs the build."""
+    data, recipe = data or DataRecipe(), recipe or TrainRecipe()
+    init = await build_tiny_model(python, params, root=root)
+    models = (root or cache_root()) / "models"
+    name = f"tiny-policy-{policy_key(init, data, recipe)[:12]}"
+    final = models / name
+    async with held(models / ".locks" / f"{name}.lock", timeout_s=BUILD_TIMEOUT_S, what=name):
+        if final.is_dir():
             return final
-        staging = root / f"tinypolicy-{key}.partial"
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(final, ignore_errors=True)
-        started = time.monotonic()
-        sequences = training_sequences(collect_transcripts(data))
-        data_s = time.monotonic() - started
-        model, log = train(sequences, shape, recipe)
-        save_model(model, staging)
-        (staging / "training_log.json").write_text(json.dumps(log) + "\n")
-        stamp = {"key": key, "data_s": round(data_s, 1), "train_s": log["seconds"]}
-        stamp |= {"data": asdict(data), "shape": asdict(shape), "train": asdict(recipe)}
-        # The stamp last: a directory without it is a build that did not finish.
-        (staging / STAMP).write_text(json.dumps(stamp, indent=1) + "\n")
-        staging.rename(final)
-        return final
+        work = models / ".tmp" / f"{name}.{uuid.uuid4().hex[:8]}"
+        try:
+            started = time.monotonic()
+            sequences = training_sequences(await collect_transcripts(data))
+            data_s = time.monotonic() - started
+            model, log = await asyncio.to_thread(train, sequences, init, recipe)
+            shutil.copytree(init, work)
+            model.save_pretrained(work, safe_serialization=True)
+            log |= {"data_s": round(data_s, 1), "data": asdict(data), "train": asdict(recipe)}
+            (work / "training.json").write_text(json.dumps(log) + "\n")
+            work.rename(final)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return final

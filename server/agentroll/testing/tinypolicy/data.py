@@ -7,7 +7,6 @@ Only rollouts that earned reward 1 are kept (rejection sampling: the scripted po
 right by construction here, this guards the recipe against a grader change).
 """
 
-import asyncio
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,11 +26,11 @@ from agentroll.testing.tinypolicy.rollouts import job, rollout_client, run_jobs
 class DataRecipe:
     """How many rollouts of each kind; part of the model's cache key."""
 
-    arithmetic: int = 384
+    arithmetic: int = 256
     """Fresh generated arithmetic questions (math handler, python tool)."""
     bundled_math_repeats: int = 2
     """Rollouts per bundled math task (math handler, python tool)."""
-    code_repeats: int = 2
+    code_repeats: int = 1
     """Rollouts per bundled code task (code handler)."""
     seed: int = 0
 
@@ -83,10 +82,10 @@ async def _collect(recipe: DataRecipe, workdir: Path) -> list[Trajectory]:
         await backend.stop()
 
 
-def collect_transcripts(recipe: DataRecipe) -> list[Trajectory]:
+async def collect_transcripts(recipe: DataRecipe) -> list[Trajectory]:
     """Run the recipe's rollouts (scripted policies, real handlers, bubblewrap sandboxes)."""
     with tempfile.TemporaryDirectory(prefix="agentroll-tinypolicy-data-") as tmp:
-        return asyncio.run(_collect(recipe, Path(tmp)))
+        return await _collect(recipe, Path(tmp))
 
 
 def training_sequences(trajectories: list[Trajectory]) -> list[Sequence]:

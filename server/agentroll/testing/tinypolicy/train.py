@@ -5,7 +5,6 @@ The loss is on the tokens the scripted policy sampled (the trajectory's loss mas
 output head runs only at those positions, which keeps a step cheap on two cores.
 """
 
-import json
 import math
 import random
 import time
@@ -13,25 +12,11 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentroll.testing.scripted_llm import export_tokenizer
-from agentroll.testing.scripted_llm.tokenizer import get_tokenizer
 from agentroll.testing.tinypolicy.data import Sequence
 
 if TYPE_CHECKING:
     import torch
     from transformers import Qwen2ForCausalLM
-
-
-@dataclass(frozen=True)
-class ModelShape:
-    """The Qwen2 architecture (head_dim 64: what vLLM's CPU attention accepts)."""
-
-    hidden_size: int = 128
-    intermediate_size: int = 512
-    num_hidden_layers: int = 4
-    num_attention_heads: int = 2
-    num_key_value_heads: int = 1
-    max_position_embeddings: int = 4096
 
 
 @dataclass(frozen=True)
@@ -42,34 +27,6 @@ class TrainRecipe:
     warmup_steps: int = 20
     seed: int = 0
     threads: int = 2
-
-
-def new_model(shape: ModelShape, seed: int) -> "Qwen2ForCausalLM":
-    """A randomly initialised Qwen2 on the scripted tokenizer."""
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    backend = get_tokenizer().backend
-    config = Qwen2Config(
-        vocab_size=get_tokenizer().vocab_size,
-        head_dim=64,
-        tie_word_embeddings=True,
-        eos_token_id=backend.token_to_id("<|im_end|>"),
-        bos_token_id=None,
-        pad_token_id=backend.token_to_id("<|endoftext|>"),
-        torch_dtype="float32",
-        **asdict(shape),
-    )
-    torch.manual_seed(seed)
-    return Qwen2ForCausalLM(config)
-
-
-def save_model(model: "Qwen2ForCausalLM", out: Path) -> None:
-    """A Hugging Face model directory vLLM serves: safetensors, tokenizer, generation config."""
-    model.save_pretrained(out, safe_serialization=True)
-    export_tokenizer(out)
-    eos = model.config.eos_token_id
-    (out / "generation_config.json").write_text(json.dumps({"eos_token_id": eos}) + "\n")
 
 
 def _batch(seqs: list[Sequence]) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]:
@@ -130,13 +87,15 @@ def _batches(seqs: list[Sequence], size: int, rng: random.Random) -> list[list[S
     return batches
 
 
-def train(seqs: list[Sequence], shape: ModelShape, recipe: TrainRecipe) -> tuple[Any, dict]:
-    """The trained model and a log of the run (loss per step, seconds)."""
+def train(seqs: list[Sequence], init: Path, recipe: TrainRecipe) -> tuple[Any, dict[str, Any]]:
+    """The model of folder `init` trained on `seqs`, and a log (loss per step, seconds)."""
     import torch
+    from transformers import Qwen2ForCausalLM
 
     torch.set_num_threads(recipe.threads)
+    torch.manual_seed(recipe.seed)
     rng = random.Random(recipe.seed)
-    model = new_model(shape, recipe.seed)
+    model = Qwen2ForCausalLM.from_pretrained(init, dtype=torch.float32)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=recipe.learning_rate, weight_decay=0.01)
 
