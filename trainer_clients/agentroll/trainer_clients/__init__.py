@@ -10,6 +10,8 @@ Needs only `pip install agentroll[client]` (pydantic + httpx).
   staleness judged at hand-out, zero-variance flag, stats with the bias it could not avoid).
 - `agentroll.trainer_clients.adapters`: padded numpy batches and verl / NeMo RL / OpenRLHF
   formats (needs numpy; imported only on demand).
+- `agentroll.trainer_clients.weights`: push new weights into running vLLM engines between a
+  pause and a resume (torch + safetensors for a state dict; imported only on demand).
 """
 
 from agentroll.trainer_clients.client import AsyncRolloutClient, RolloutClient

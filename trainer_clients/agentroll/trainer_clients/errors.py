@@ -11,7 +11,8 @@ One root, each leaf also the builtin it specialises, so callers can catch either
     ├── FeedError(ClientError)                         a server's results feed keeps failing
     ├── ServerUnavailable(ClientError, ConnectionError) no answer, or 503
     │   └── NoServerAvailable(ServerUnavailable)       every server of a pool is dead
-    └── FanOutError(ClientError)                       a call sent to every server failed on some
+    ├── FanOutError(ClientError)                       a call sent to every server failed on some
+    └── WeightPushError(ClientError)                   an inference engine refused new weights
 
 Outside the tree stay the builtins for the caller's own mistakes and waits: `ValueError` for
 arguments a call cannot use, `RuntimeError` for a collector used before it is started,
@@ -96,6 +97,16 @@ class FanOutError(ClientError):
         )
         self.succeeded = succeeded
         self.failed = failed
+
+
+class WeightPushError(ClientError):
+    """An inference engine refused a step of a weight push (`weights.push_weights`), did not
+    answer (`status` None), or reports another weight version afterwards."""
+
+    def __init__(self, url: str, status: int | None, message: str) -> None:
+        super().__init__(f"{url}: {status or 'no answer'}: {message}")
+        self.url = url
+        self.status = status
 
 
 def error_from_response(status: int, body: Any) -> ApiError:
