@@ -1,12 +1,13 @@
 """`python -m agentroll.testing.tinypolicy build|evaluate`.
 
-    build [--steps N]                       # prints the cached model directory
-    evaluate --backend URL [--arithmetic N] # rollouts through agentroll against a served model
+build [--steps N]                       # prints the cached model directory
+evaluate --backend URL [--arithmetic N] # rollouts through agentroll against a served model
 """
 
 import argparse
 import asyncio
 import json
+import logging
 import sys
 import tempfile
 from dataclasses import asdict
@@ -36,12 +37,16 @@ def main(argv: list[str] | None = None) -> int:
     evaluate.add_argument("--arithmetic", type=int, default=50)
     evaluate.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)
     if args.command == "build":
         environment = asyncio.run(ensure_environment())
         path = asyncio.run(build_tiny_policy(environment.python, recipe=TrainRecipe(args.steps)))
         print(path)
     else:
-        print(json.dumps(asyncio.run(_evaluate(args.backend, args.arithmetic, args.seed)), indent=1))
+        print(
+            json.dumps(asyncio.run(_evaluate(args.backend, args.arithmetic, args.seed)), indent=1)
+        )
     return 0
 
 

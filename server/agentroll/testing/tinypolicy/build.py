@@ -2,11 +2,13 @@
 
 It starts from the engine's random-init tiny model (`agentroll.testing.tiny_model`, same
 folder layout: the scripted tokenizer in `tokenizer/`), collects the recipe's transcripts
-through agentroll and trains on them. The key hashes the random-init model's own key, the
-data and training recipes, the source of every module that shapes the transcripts or the
-training (task generator, handlers' prompts, chat template, tokenizer, scripted rules, this
-package) and the torch/transformers versions. Built in a private folder and renamed into
-place under a lock, so a folder that exists is whole; concurrent builders wait.
+through agentroll and trains on them. Transcripts are kept beside the models
+(`tiny-policy-data-<key>.json`): policies trained longer or shorter on one recipe collect
+them once. The key hashes the random-init model's own key, the data and training recipes,
+the source of every module that shapes the transcripts or the training (task generator,
+handlers' prompts, chat template, tokenizer, scripted rules, this package) and the
+torch/transformers versions. Built in a private folder and renamed into place under a lock,
+so a folder that exists is whole; concurrent builders wait.
 """
 
 import asyncio
@@ -22,7 +24,12 @@ from pathlib import Path
 from agentroll.runtime.images.cache import cache_key, held
 from agentroll.server.engine import cache_root
 from agentroll.testing.tiny_model import TinyModelParams, build_tiny_model
-from agentroll.testing.tinypolicy.data import DataRecipe, collect_transcripts, training_sequences
+from agentroll.testing.tinypolicy.data import (
+    DataRecipe,
+    Sequence,
+    collect_transcripts,
+    training_sequences,
+)
 from agentroll.testing.tinypolicy.train import TrainRecipe, train
 
 POLICY_PARAMS = TinyModelParams(num_hidden_layers=4, intermediate_size=512)
@@ -45,6 +52,10 @@ SOURCES = (
 """Modules whose code decides what the model is trained on and how."""
 
 
+def _sources() -> dict[str, str]:
+    return {name: inspect.getsource(importlib.import_module(name)) for name in SOURCES}
+
+
 def policy_key(init: Path, data: DataRecipe, recipe: TrainRecipe) -> str:
     import torch
     import transformers
@@ -54,9 +65,22 @@ def policy_key(init: Path, data: DataRecipe, recipe: TrainRecipe) -> str:
         "recipes": json.dumps({"data": asdict(data), "train": asdict(recipe)}, sort_keys=True),
         "versions": f"torch {torch.__version__}, transformers {transformers.__version__}",
     }
-    for name in SOURCES:
-        inputs[name] = inspect.getsource(importlib.import_module(name))
-    return cache_key("tiny-policy", inputs)
+    return cache_key("tiny-policy", inputs | _sources())
+
+
+async def _sequences(data: DataRecipe, models: Path) -> tuple[list[Sequence], float]:
+    """The recipe's training sequences, collected once per recipe and code (several policies,
+    e.g. a short and a long training, share them); the seconds collecting took."""
+    key = cache_key("tiny-policy-data", {"data": json.dumps(asdict(data))} | _sources())
+    path = models / f"tiny-policy-data-{key[:12]}.json"
+    if path.is_file():
+        return [Sequence(**s) for s in json.loads(path.read_text())], 0.0
+    started = time.monotonic()
+    sequences = training_sequences(await collect_transcripts(data))
+    staged = path.with_suffix(f".{uuid.uuid4().hex[:8]}")
+    staged.write_text(json.dumps([asdict(s) for s in sequences]))
+    staged.rename(path)
+    return sequences, time.monotonic() - started
 
 
 async def build_tiny_policy(
@@ -79,9 +103,7 @@ async def build_tiny_policy(
             return final
         work = models / ".tmp" / f"{name}.{uuid.uuid4().hex[:8]}"
         try:
-            started = time.monotonic()
-            sequences = training_sequences(await collect_transcripts(data))
-            data_s = time.monotonic() - started
+            sequences, data_s = await _sequences(data, models)
             model, log = await asyncio.to_thread(train, sequences, init, recipe)
             shutil.copytree(init, work)
             model.save_pretrained(work, safe_serialization=True)

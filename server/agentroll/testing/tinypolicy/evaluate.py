@@ -32,7 +32,9 @@ def used_a_tool(t: Trajectory) -> bool:
         if m.get("role") == "assistant"
         for c in m.get("tool_calls") or []
     ]
-    last_assistant = max((i for i, m in enumerate(t.messages) if m.get("role") == "assistant"), default=-1)
+    last_assistant = max(
+        (i for i, m in enumerate(t.messages) if m.get("role") == "assistant"), default=-1
+    )
     return any(name != "submit" and i < last_assistant for i, name in calls)
 
 

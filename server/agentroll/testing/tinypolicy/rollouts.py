@@ -26,9 +26,8 @@ ROLLOUT_TIMEOUT_S = 900.0
 async def rollout_client(
     workdir: Path, backend_url: str, *, model: str = "policy"
 ) -> AsyncIterator[AsyncRolloutClient]:
-    """An in-process agentroll server (state in `workdir`, bubblewrap sandboxes) with
+    """An in-process agentroll server (state in the folder `workdir`, bubblewrap sandboxes) with
     `backend_url` registered as its one backend; a client of it."""
-    workdir.mkdir(parents=True, exist_ok=True)
     token_file = default_token_file(workdir / "agentroll.db")
     settings = Settings(
         db_path=workdir / "agentroll.db",

@@ -5,14 +5,17 @@ The loss is on the tokens the scripted policy sampled (the trajectory's loss mas
 output head runs only at those positions, which keeps a step cheap on two cores.
 """
 
+import logging
 import math
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from agentroll.testing.tinypolicy.data import Sequence
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     import torch
@@ -29,7 +32,7 @@ class TrainRecipe:
     threads: int = 2
 
 
-def _batch(seqs: list[Sequence]) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]:
+def pad_sequences(seqs: list[Sequence]) -> tuple["torch.Tensor", "torch.Tensor", "torch.Tensor"]:
     """Right-padded ids, attention mask, and loss weights on the *predicted* positions."""
     import torch
 
@@ -110,7 +113,7 @@ def train(seqs: list[Sequence], init: Path, recipe: TrainRecipe) -> tuple[Any, d
     for _ in range(recipe.steps):
         if not pending:
             pending = _batches(seqs, recipe.batch_size, rng)
-        ids, attention, at = _batch(pending.pop())
+        ids, attention, at = pad_sequences(pending.pop())
         loss = -token_logprobs(model, ids, attention, at).mean()
         optimizer.zero_grad()
         loss.backward()
@@ -118,11 +121,13 @@ def train(seqs: list[Sequence], init: Path, recipe: TrainRecipe) -> tuple[Any, d
         optimizer.step()
         schedule.step()
         losses.append(round(loss.item(), 4))
+        if len(losses) % 50 == 0:
+            log.info("step %d/%d: loss %.3f", len(losses), recipe.steps, loss.item())
     model.eval()
-    log = {
+    report = {
         "seconds": round(time.monotonic() - started, 1),
         "parameters": sum(p.numel() for p in model.parameters()),
         "sequences": len(seqs),
         "loss": losses,
     }
-    return model, log
+    return model, report
