@@ -17,8 +17,8 @@ serve` process with bubblewrap sandboxes, and this script as the trainer. Each s
 
 Logged per step: the mean reward of the step's rollouts, and the trainer-vs-sampler logprob
 gap (mean |trainer logprob - engine logprob| over sampled tokens, before the update: it
-shows the trajectories are exact and the weight push landed). Seeds run one after another,
-each from the same checkpoint with a fresh engine; `--json` keeps the figures, `--plot`
+shows the trajectories are exact and the weight push landed). Seeds run one after another on
+one engine, each from the same checkpoint (pushed in first); `--json` keeps the figures, `--plot`
 draws them (needs matplotlib: `pip install -e ".[examples]"`).
 """
 
@@ -106,39 +106,35 @@ def step_jobs(args: argparse.Namespace, seed: int, step: int) -> list[Any]:
     return jobs
 
 
-def run_seed(args: argparse.Namespace, python: Path, start: Path, seed: int, work: Path) -> dict:
+def run_seed(
+    args: argparse.Namespace, client: RolloutClient, engine: str, start: Path, seed: int
+) -> dict[str, Any]:
+    """`args.steps` GRPO steps from the `start` checkpoint (pushed into the engine first)."""
     import torch
     from transformers import Qwen2ForCausalLM
 
     torch.manual_seed(seed)
-    torch.set_num_threads(args.threads)
     model = Qwen2ForCausalLM.from_pretrained(start, dtype=torch.float32)
     optimizer = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
     rewards, gaps = [], []
-    env = {"AGENTROLL_ADMISSION__ENABLED": "false"}  # it reads the node's load: the engine's
-    serve = ["serve", "--port", "0", "--db", str(work / f"seed{seed}.db")]
-    with (
-        VLLMServer(python, start, work / f"vllm-seed{seed}.log", nice=5) as engine,
-        agentroll_process(serve, work, f"server-seed{seed}", env=env) as server,
-        RolloutClient(server.url, token=server.token) as client,
-    ):
-        client.add_backend({"id": "vllm-cpu-0", "base_url": engine.url})
-        for step in range(args.steps):
-            jobs = step_jobs(args, seed, step)
-            client.submit(jobs)
-            found = client.wait_for([j.job_id for j in jobs], ROLLOUT_TIMEOUT_S)
-            trajectories = [found[j.job_id] for j in jobs]
-            reward = statistics.fmean(t.reward or 0.0 for t in trajectories)
-            logged = policy_step(model, optimizer, trajectories)
-            rewards.append(reward)
-            gaps.append(logged["gap"])
-            print(
-                f"seed {seed} step {step}: mean reward {reward:.3f}, logprob gap "
-                f"{logged['gap']:.2e}, trained on {logged['trained_samples']:.0f} samples",
-                flush=True,
-            )
-            if step + 1 < args.steps:
-                update_policy(client, [engine.url], step + 1, state_dict=model.state_dict())
+    for step in range(args.steps):
+        # Policy versions only go up: each seed's are its own block.
+        version = seed * 1000 + step + 1
+        update_policy(client, [engine], version, state_dict=model.state_dict())
+        jobs = step_jobs(args, seed, step)
+        client.submit(jobs)
+        found = client.wait_for([j.job_id for j in jobs], ROLLOUT_TIMEOUT_S)
+        trajectories = [found[j.job_id] for j in jobs]
+        assert all(t.policy_versions == [version] for t in trajectories if t.response_ids)
+        reward = statistics.fmean(t.reward or 0.0 for t in trajectories)
+        logged = policy_step(model, optimizer, trajectories)
+        rewards.append(reward)
+        gaps.append(logged["gap"])
+        print(
+            f"seed {seed} step {step}: mean reward {reward:.3f}, logprob gap "
+            f"{logged['gap']:.2e}, trained on {logged['trained_samples']:.0f} samples",
+            flush=True,
+        )
     return {"seed": seed, "mean_reward": rewards, "logprob_gap": gaps}
 
 
@@ -180,12 +176,24 @@ def main(argv: list[str] | None = None) -> int:
     recipe = TrainRecipe(steps=args.sft_steps)
     start = asyncio.run(build_tiny_policy(environment.python, recipe=recipe))
     print(f"starting checkpoint: {start}", flush=True)
+    import torch
+
+    torch.set_num_threads(args.threads)
     runs = []
+    env = {"AGENTROLL_ADMISSION__ENABLED": "false"}  # it reads the node's load: the engine's
     with tempfile.TemporaryDirectory(prefix="agentroll-grpo-tiny-") as tmp:
-        for seed in args.seeds:
-            runs.append(run_seed(args, environment.python, start, seed, Path(tmp)))
-            if args.json:
-                args.json.write_text(json.dumps(runs, indent=1) + "\n")
+        work = Path(tmp)
+        serve = ["serve", "--port", "0", "--db", str(work / "agentroll.db")]
+        with (
+            VLLMServer(environment.python, start, work / "vllm.log", nice=5) as engine,
+            agentroll_process(serve, work, "server", env=env) as server,
+            RolloutClient(server.url, token=server.token) as client,
+        ):
+            client.add_backend({"id": "vllm-cpu-0", "base_url": engine.url})
+            for seed in args.seeds:
+                runs.append(run_seed(args, client, engine.url, start, seed))
+                if args.json:
+                    args.json.write_text(json.dumps(runs, indent=1) + "\n")
     for run in runs:
         r = run["mean_reward"]
         print(f"seed {run['seed']}: reward {r[0]:.3f} -> {r[-1]:.3f} (best {max(r):.3f})")

@@ -34,6 +34,8 @@ from agentroll.testing.tinypolicy.train import TrainRecipe, train
 
 POLICY_PARAMS = TinyModelParams(num_hidden_layers=4, intermediate_size=512)
 """4 layers (copying a question into code takes attention over attention), ~1.5 M params."""
+POLICY_RECIPE = TrainRecipe(steps=120)
+"""The training of the tiny policy the tests serve (a few minutes on two idle cores)."""
 BUILD_TIMEOUT_S = 3600.0
 """How long to wait for another process building the same policy (minutes on a busy node)."""
 SOURCES = (
@@ -93,7 +95,7 @@ async def build_tiny_policy(
 ) -> Path:
     """The trained policy's folder; built (random init with the engine's `python`,
     transcripts, training) if not cached. `training.json` in it logs the build."""
-    data, recipe = data or DataRecipe(), recipe or TrainRecipe()
+    data, recipe = data or DataRecipe(), recipe or POLICY_RECIPE
     init = await build_tiny_model(python, params, root=root)
     models = (root or cache_root()) / "models"
     name = f"tiny-policy-{policy_key(init, data, recipe)[:12]}"
