@@ -8,8 +8,8 @@ serve` process with bubblewrap sandboxes, and this script as the trainer. Each s
 
 1. submit `--groups` fresh arithmetic questions x `--group-size` samples (math handler,
    python tool, temperature 1) and wait for the trajectories;
-2. group-normalised advantages (reward minus the group mean, over the group's std; groups
-   where every sample earned the same reward carry no signal and are left out);
+2. group-normalised advantages (`grpo_advantages`: reward minus the group mean, over the
+   group's std; groups where every sample earned the same reward carry no signal);
 3. one PyTorch policy-gradient step (PPO-clipped ratio against the sampler's logprobs) on
    the tokens the policy sampled (the loss mask), never on prompts or tool outputs;
 4. `update_policy`: pause agentroll, push the new weights into the running engine, resume
@@ -28,7 +28,6 @@ import json
 import statistics
 import sys
 import tempfile
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -41,34 +40,23 @@ from agentroll.testing.tinypolicy.data import Sequence, tool_math_instance
 from agentroll.testing.tinypolicy.rollouts import job
 from agentroll.testing.tinypolicy.train import TrainRecipe, pad_sequences, token_logprobs
 from agentroll.trainer_clients import RolloutClient
+from agentroll.trainer_clients.adapters.batch import grpo_advantages
 from agentroll.trainer_clients.weights import update_policy
 
 CLIP = 0.2
 ROLLOUT_TIMEOUT_S = 900.0
 
 
-def advantages(trajectories: list[Trajectory]) -> dict[str, float]:
-    """GRPO: each sample's reward against its group's, by job id (zero-variance groups out)."""
-    groups: dict[str, list[Trajectory]] = defaultdict(list)
-    for t in trajectories:
-        groups[t.group_id or t.job_id].append(t)
-    out = {}
-    for members in groups.values():
-        rewards = [t.reward or 0.0 for t in members]
-        spread = statistics.pstdev(rewards)
-        if spread == 0:
-            continue
-        mean = statistics.fmean(rewards)
-        out |= {t.job_id: (r - mean) / spread for t, r in zip(members, rewards, strict=True)}
-    return out
-
-
 def policy_step(model: Any, optimizer: Any, trajectories: list[Trajectory]) -> dict[str, float]:
     """One policy-gradient step on `trajectories`; the trainer-vs-sampler gap before it."""
     import torch
 
-    adv = advantages(trajectories)
-    kept = [t for t in trajectories if t.job_id in adv and sum(t.response_mask)]
+    rewards = [t.reward or 0.0 for t in trajectories]
+    group_ids = [t.group_id or t.job_id for t in trajectories]
+    scores = grpo_advantages(rewards, group_ids)
+    # Equal-reward groups have advantage 0 everywhere: no signal, no work.
+    adv = {t.job_id: float(a) for t, a in zip(trajectories, scores, strict=True) if a != 0}
+    kept = [t for t in trajectories if t.job_id in adv and any(t.response_mask)]
     if not kept:
         return {"gap": float("nan"), "trained_samples": 0.0}
     seqs = [
