@@ -52,34 +52,39 @@ def policy_step(model: Any, optimizer: Any, trajectories: list[Trajectory]) -> d
     import torch
 
     rewards = [t.reward or 0.0 for t in trajectories]
-    group_ids = [t.group_id or t.job_id for t in trajectories]
-    scores = grpo_advantages(rewards, group_ids)
-    # Equal-reward groups have advantage 0 everywhere: no signal, no work.
-    adv = {t.job_id: float(a) for t, a in zip(trajectories, scores, strict=True) if a != 0}
-    kept = [t for t in trajectories if t.job_id in adv and any(t.response_mask)]
-    if not kept:
+    scores = grpo_advantages(rewards, [t.group_id or t.job_id for t in trajectories])
+    pairs = [
+        (t, float(a)) for t, a in zip(trajectories, scores, strict=True) if any(t.response_mask)
+    ]
+    if not pairs:
         return {"gap": float("nan"), "trained_samples": 0.0}
     seqs = [
         Sequence([*t.prompt_ids, *t.response_ids], [0] * len(t.prompt_ids) + t.response_mask, "")
-        for t in kept
+        for t, _ in pairs
     ]
     ids, attention, at = pad_sequences(seqs)
     sampled = torch.tensor(
-        [lp for t in kept for lp, m in zip(t.response_logprobs, t.response_mask, strict=True) if m]
+        [
+            lp
+            for t, _ in pairs
+            for lp, m in zip(t.response_logprobs, t.response_mask, strict=True)
+            if m
+        ]
     )
-    weights = torch.tensor(
-        [adv[t.job_id] for t in kept for m in t.response_mask if m], dtype=torch.float32
-    )
+    weights = torch.tensor([a for t, a in pairs for m in t.response_mask if m])
     logprobs = token_logprobs(model, ids, attention, at)
+    # Every sampled token, whatever its advantage: the weights the engine sampled with.
     gap = (logprobs.detach() - sampled).abs().mean().item()
-    ratio = torch.exp(logprobs - sampled)
-    clipped = torch.clamp(ratio, 1 - CLIP, 1 + CLIP)
-    loss = -torch.minimum(ratio * weights, clipped * weights).mean()
-    optimizer.zero_grad()
-    loss.backward()
-    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-    optimizer.step()
-    return {"gap": gap, "trained_samples": float(len(kept))}
+    trained = sum(1 for _, a in pairs if a != 0)
+    if trained:  # equal-reward groups have advantage 0 everywhere: no signal
+        ratio = torch.exp(logprobs - sampled)
+        clipped = torch.clamp(ratio, 1 - CLIP, 1 + CLIP)
+        loss = -torch.minimum(ratio * weights, clipped * weights).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+    return {"gap": gap, "trained_samples": float(trained)}
 
 
 def step_jobs(args: argparse.Namespace, seed: int, step: int) -> list[Any]:
