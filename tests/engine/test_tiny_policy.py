@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.engine.fidelity import sampled_mismatches
 
 from agentroll.server.engine import EngineEnvironment
 from agentroll.server.engine.vllm_server import VLLMServer
@@ -18,8 +19,6 @@ from agentroll.server.schema import Trajectory
 from agentroll.testing.tinypolicy.build import build_tiny_policy
 from agentroll.testing.tinypolicy.evaluate import evaluation_jobs, score, used_a_tool
 from agentroll.testing.tinypolicy.rollouts import rollout_client, run_jobs
-
-from tests.engine.fidelity import sampled_mismatches
 
 ROLLOUTS = 16
 # Building the policy (transcripts + training, when not cached) and its engine take minutes.
