@@ -47,6 +47,8 @@ class FamilyScore:
     rewarded_tool_rollouts: int
     """Rollouts that used a tool and earned reward 1."""
     outcomes: dict[str, int]
+    errors: dict[str, str]
+    """One example message per error type."""
 
 
 def score(trajectories: list[Trajectory]) -> dict[str, FamilyScore]:
@@ -64,6 +66,7 @@ def score(trajectories: list[Trajectory]) -> dict[str, FamilyScore]:
             tool_rate=statistics.fmean(used_a_tool(t) for t in group),
             rewarded_tool_rollouts=sum(used_a_tool(t) and t.reward == 1.0 for t in group),
             outcomes=dict(outcomes),
+            errors={t.error.type: t.error.message[:200] for t in group if t.error is not None},
         )
     return out
 
