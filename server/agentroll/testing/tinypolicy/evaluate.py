@@ -72,15 +72,15 @@ def score(trajectories: list[Trajectory]) -> dict[str, FamilyScore]:
 
 
 def evaluation_jobs(arithmetic: int, bundled: bool = True, seed: int = 0) -> list[JobRequest]:
-    """`arithmetic` unseen arithmetic questions, plus (if `bundled`) each bundled math and code
-    task once; sampled at temperature 1 from `seed`."""
+    """`arithmetic` unseen arithmetic questions (drawn from `seed`), plus (if `bundled`) each
+    bundled math and code task once; sampled at temperature 1, unseeded (see `job`)."""
     jobs = [
-        job(f"eval-arith-{i}", "math", tool_math_instance(t.instance()), seed=seed + i)
+        job(f"eval-arith-{i}", "math", tool_math_instance(t.instance()), seed=None)
         for i, t in enumerate(arithmetic_tasks(arithmetic, seed=EVAL_SEED + seed))
     ]
     if bundled:
         for t in load_math_tasks():
-            jobs.append(job(f"eval-{t.id}", "math", tool_math_instance(t.instance()), seed=seed))
+            jobs.append(job(f"eval-{t.id}", "math", tool_math_instance(t.instance()), seed=None))
         for c in load_code_tasks():
-            jobs.append(job(f"eval-{c.id}", "code", c.instance(), seed=seed, max_tokens=1024))
+            jobs.append(job(f"eval-{c.id}", "code", c.instance(), seed=None, max_tokens=1024))
     return jobs

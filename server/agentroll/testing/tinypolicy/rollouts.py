@@ -52,12 +52,16 @@ def job(
     handler: str,
     instance: dict[str, Any],
     *,
-    seed: int,
+    seed: int | None,
     group_id: str | None = None,
     temperature: float = 1.0,
     max_tokens: int = 256,
 ) -> JobRequest:
-    """One rollout request with the sampling the tiny policy is trained and tested with."""
+    """One rollout request with the sampling the tiny policy is trained and tested with.
+
+    `seed=None` against vLLM 0.32's CPU engine: a seeded request whose prefill the engine
+    splits (many requests at once) stops the engine ("CPU Generator does not use offset").
+    """
     sampling = SamplingParams(temperature=temperature, max_tokens=max_tokens, seed=seed)
     return JobRequest(
         job_id=job_id, handler=handler, instance=instance, group_id=group_id, sampling=sampling
