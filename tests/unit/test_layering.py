@@ -67,9 +67,10 @@ def test_no_namespace_init_files() -> None:
 
 def test_client_import_stays_light() -> None:
     code = (
-        "import sys, agentroll.trainer_clients\n"
+        "import sys, agentroll.trainer_clients, agentroll.trainer_clients.weights\n"
         "heavy = [m for m in ('fastapi', 'starlette', 'uvicorn', 'tokenizers', 'jinja2', "
-        "'sympy', 'agentroll.handlers', 'agentroll.runtime') if m in sys.modules]\n"
+        "'sympy', 'torch', 'safetensors', 'agentroll.handlers', 'agentroll.runtime') "
+        "if m in sys.modules]\n"
         "print(','.join(heavy))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

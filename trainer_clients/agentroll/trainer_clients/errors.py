@@ -13,7 +13,8 @@ One root, each leaf also the builtin it specialises, so callers can catch either
     │   └── NoServerAvailable(ServerUnavailable)       every server of a pool is dead
     ├── FanOutError(ClientError)                       a call sent to every server failed on some
     ├── InfraCircuitOpen(ClientError)                  a run of infra_errors stopped a collector
-    └── BatchShortfall(ClientError)                    dynamic sampling could not fill a batch
+    ├── BatchShortfall(ClientError)                    dynamic sampling could not fill a batch
+    └── WeightPushError(ClientError)                   an inference engine refused new weights
 
 Outside the tree stay the builtins for the caller's own mistakes and waits: `ValueError` for
 arguments a call cannot use, `RuntimeError` for a collector used before it is started,
@@ -98,6 +99,16 @@ class FanOutError(ClientError):
         )
         self.succeeded = succeeded
         self.failed = failed
+
+
+class WeightPushError(ClientError):
+    """An inference engine refused a step of a weight push (`weights.push_weights`), did not
+    answer (`status` None), or reports another weight version afterwards."""
+
+    def __init__(self, url: str, status: int | None, message: str) -> None:
+        super().__init__(f"{url}: {status or 'no answer'}: {message}")
+        self.url = url
+        self.status = status
 
 
 def error_from_response(status: int, body: Any) -> ApiError:

@@ -1,7 +1,8 @@
 """The `math` rule: answers the bundled math tasks, wrong on purpose some of the time.
 
 Tasks live in `agentroll.handlers.builtin` package data (`data/math_tasks.jsonl`), the same
-file the math handler serves to trainers, so the scripted model "knows" exactly those.
+file the math handler serves to trainers, so the scripted model "knows" exactly those, and
+every generated arithmetic question (`builtin.arithmetic`), which it solves by parsing.
 When the prompt offers tools (the handler's tool path), it first runs the task's reference
 Python in the `python` tool, then calls `submit(answer=...)`.
 """
@@ -9,6 +10,7 @@ Python in the `python` tool, then calls `submit(answer=...)`.
 import re
 from decimal import Decimal
 
+from agentroll.handlers.builtin.arithmetic import parse_arithmetic
 from agentroll.handlers.builtin.math import MathTask, load_math_tasks
 from agentroll.testing.scripted_llm.policy import Conversation, Reply, RuleContext
 from agentroll.testing.scripted_llm.rules.steps import call, offered_tools, step, task_text
@@ -30,7 +32,9 @@ def wrong_answer(answer: str) -> str:
 
 def find_math_task(text: str) -> MathTask | None:
     matches = [t for t in load_math_tasks() if t.question in text]
-    return max(matches, key=lambda t: len(t.question)) if matches else None
+    if matches:
+        return max(matches, key=lambda t: len(t.question))
+    return parse_arithmetic(text)
 
 
 def _with_tools(conv: Conversation, ctx: RuleContext, tools: set[str]) -> Reply | None:

@@ -1,0 +1,117 @@
+"""Build the tiny policy once per recipe: a model folder cached by content.
+
+It starts from the engine's random-init tiny model (`agentroll.testing.tiny_model`, same
+folder layout: the scripted tokenizer in `tokenizer/`), collects the recipe's transcripts
+through agentroll and trains on them. Transcripts are kept beside the models
+(`tiny-policy-data-<key>.json`): policies trained longer or shorter on one recipe collect
+them once. The key hashes the random-init model's own key, the data and training recipes,
+the source of every module that shapes the transcripts or the training (task generator,
+handlers' prompts, chat template, tokenizer, scripted rules, this package) and the
+torch/transformers versions. Built in a private folder and renamed into place under a lock,
+so a folder that exists is whole; concurrent builders wait.
+"""
+
+import asyncio
+import importlib
+import inspect
+import json
+import shutil
+import time
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+
+from agentroll.runtime.images.cache import cache_key, held
+from agentroll.server.engine import cache_root
+from agentroll.testing.tiny_model import TinyModelParams, build_tiny_model
+from agentroll.testing.tinypolicy.data import (
+    DataRecipe,
+    Sequence,
+    collect_transcripts,
+    training_sequences,
+)
+from agentroll.testing.tinypolicy.train import TrainRecipe, train
+
+POLICY_PARAMS = TinyModelParams(num_hidden_layers=4, intermediate_size=512)
+"""4 layers (copying a question into code takes attention over attention), ~1.5 M params."""
+POLICY_RECIPE = TrainRecipe(steps=120)
+"""The training of the tiny policy the tests serve (a few minutes on two idle cores)."""
+BUILD_TIMEOUT_S = 3600.0
+"""How long to wait for another process building the same policy (minutes on a busy node)."""
+SOURCES = (
+    "agentroll.handlers.builtin.arithmetic",
+    "agentroll.handlers.builtin.math",
+    "agentroll.handlers.builtin.code",
+    "agentroll.handlers.builtin.answer_task",
+    "agentroll.testing.scripted_llm.template",
+    "agentroll.testing.scripted_llm.tokenizer",
+    "agentroll.testing.scripted_llm.rules.steps",
+    "agentroll.testing.scripted_llm.rules.math",
+    "agentroll.testing.scripted_llm.rules.code",
+    "agentroll.testing.tinypolicy.data",
+    "agentroll.testing.tinypolicy.train",
+)
+"""Modules whose code decides what the model is trained on and how."""
+
+
+def _sources() -> dict[str, str]:
+    return {name: inspect.getsource(importlib.import_module(name)) for name in SOURCES}
+
+
+def policy_key(init: Path, data: DataRecipe, recipe: TrainRecipe) -> str:
+    import torch
+    import transformers
+
+    inputs = {
+        "init": init.name,
+        "recipes": json.dumps({"data": asdict(data), "train": asdict(recipe)}, sort_keys=True),
+        "versions": f"torch {torch.__version__}, transformers {transformers.__version__}",
+    }
+    return cache_key("tiny-policy", inputs | _sources())
+
+
+async def _sequences(data: DataRecipe, models: Path) -> tuple[list[Sequence], float]:
+    """The recipe's training sequences, collected once per recipe and code (several policies,
+    e.g. a short and a long training, share them); the seconds collecting took."""
+    key = cache_key("tiny-policy-data", {"data": json.dumps(asdict(data))} | _sources())
+    path = models / f"tiny-policy-data-{key[:12]}.json"
+    if path.is_file():
+        return [Sequence(**s) for s in json.loads(path.read_text())], 0.0
+    started = time.monotonic()
+    sequences = training_sequences(await collect_transcripts(data))
+    staged = path.with_suffix(f".{uuid.uuid4().hex[:8]}")
+    staged.write_text(json.dumps([asdict(s) for s in sequences]))
+    staged.rename(path)
+    return sequences, time.monotonic() - started
+
+
+async def build_tiny_policy(
+    python: Path,
+    data: DataRecipe | None = None,
+    recipe: TrainRecipe | None = None,
+    *,
+    params: TinyModelParams = POLICY_PARAMS,
+    root: Path | None = None,
+) -> Path:
+    """The trained policy's folder; built (random init with the engine's `python`,
+    transcripts, training) if not cached. `training.json` in it logs the build."""
+    data, recipe = data or DataRecipe(), recipe or POLICY_RECIPE
+    init = await build_tiny_model(python, params, root=root)
+    models = (root or cache_root()) / "models"
+    name = f"tiny-policy-{policy_key(init, data, recipe)[:12]}"
+    final = models / name
+    async with held(models / ".locks" / f"{name}.lock", timeout_s=BUILD_TIMEOUT_S, what=name):
+        if final.is_dir():
+            return final
+        work = models / ".tmp" / f"{name}.{uuid.uuid4().hex[:8]}"
+        try:
+            sequences, data_s = await _sequences(data, models)
+            model, log = await asyncio.to_thread(train, sequences, init, recipe)
+            shutil.copytree(init, work)
+            model.save_pretrained(work, safe_serialization=True)
+            log |= {"data_s": round(data_s, 1), "data": asdict(data), "train": asdict(recipe)}
+            (work / "training.json").write_text(json.dumps(log) + "\n")
+            work.rename(final)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return final
