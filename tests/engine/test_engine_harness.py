@@ -65,8 +65,8 @@ def _user_messages(text: str) -> list[dict[str, str]]:
 def _assert_prompts_are_the_models_template(
     t: Trajectory, chains: list[dict[str, Any]], model_dir: Path
 ) -> None:
-    """Each call's prompt is the model's chat template over the harness's conversation: the
-    opening messages, then one format-error message per earlier call (mini-swe-agent drops a
+    """Each call's prompt is the model's chat template over the harness's conversation (the
+    opening messages, then one format-error message per earlier call: mini-swe-agent drops a
     reply without a tool call from its history, so each call starts a chain of its own)."""
     from transformers import AutoTokenizer
 
@@ -85,6 +85,8 @@ def _assert_prompts_are_the_models_template(
     opening = t.messages[:2]
     assert [m["role"] for m in t.messages] == ["system", "user", "assistant"]
     assert t.prompt_ids == render(opening, True)
+    # The answer the harness read is the model tokenizer's own text for the sampled ids.
+    assert t.messages[2]["content"] == hf.decode(t.response_ids[: t.segments[0].end])
     before = render(opening, False)
     generation_prompt = render(opening, True)[len(before) :]
     for k, chain in enumerate(chains[1:], start=1):
