@@ -25,16 +25,33 @@ async def recomputed_logprobs(url: str, ids: list[int]) -> list[dict[str, Any] |
 
 async def sampled_mismatches(url: str, t: Trajectory) -> list[str]:
     """Each sampled position whose id or logprob is not what the engine recomputes."""
-    ids = t.prompt_ids + t.response_ids
-    entries = await recomputed_logprobs(url, ids)
-    assert len(entries) == len(ids)
+    return await _mismatches(
+        url, t.prompt_ids, t.response_ids, t.response_mask, t.response_logprobs
+    )
+
+
+async def chain_mismatches(url: str, chain: dict[str, Any]) -> list[str]:
+    """`sampled_mismatches` for a recording proxy's chain other than the main one (its token
+    fields travel in `metadata["llm_proxy"]["chains"]`)."""
+    return await _mismatches(
+        url,
+        chain["prompt_ids"],
+        chain["response_ids"],
+        chain["response_mask"],
+        chain["response_logprobs"],
+    )
+
+
+async def _mismatches(
+    url: str, prompt: list[int], response: list[int], mask: list[int], logprobs: list[float]
+) -> list[str]:
+    entries = await recomputed_logprobs(url, prompt + response)
+    assert len(entries) == len(prompt) + len(response)
     wrong = []
-    for i, (token, sampled, logprob) in enumerate(
-        zip(t.response_ids, t.response_mask, t.response_logprobs, strict=True)
-    ):
+    for i, (token, sampled, logprob) in enumerate(zip(response, mask, logprobs, strict=True)):
         if not sampled:
             continue
-        entry = entries[len(t.prompt_ids) + i] or {}
+        entry = entries[len(prompt) + i] or {}
         mine = entry.get(str(token))
         if mine is None:
             wrong.append(f"{i}: id {token} not at this position ({list(entry)})")

