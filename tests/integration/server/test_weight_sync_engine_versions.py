@@ -3,12 +3,14 @@ weights that really sampled its tokens, whatever the engine can report about it.
 
 - vLLM 0.33 says which weights sampled which tokens: a call that sampled nothing before the
   update is stamped with the NEW version, not the one it was dispatched under.
-- vLLM 0.12-0.32 says nothing: agentroll's `keep` pauses such an engine with `abort`, so
-  the tokens before the pause come back (old version) and the turn goes on after resume.
+- vLLM 0.12-0.32 and SGLang say nothing: agentroll's `keep` pauses such an engine with
+  `abort`, so the tokens before the pause come back (old version) and the turn goes on
+  after resume.
 """
 
 import asyncio
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,6 +21,7 @@ from agentroll.server.schema import Outcome, Trajectory
 from agentroll.server.serving import RunningServer, start_in_loop
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
+from agentroll.testing.scripted_llm.export import export_tokenizer
 
 pytestmark = pytest.mark.integration
 
@@ -64,15 +67,22 @@ def exact_versions(t: Trajectory) -> None:
     assert "mixed_version_segments" not in t.metadata
 
 
-async def test_02x_keep_is_carried_out_as_abort_so_no_segment_mixes_versions(
-    agentroll_server: ServerFactory,
+@pytest.mark.parametrize("flavor", ["vllm-0.2x", "sglang"])
+async def test_keep_without_engine_labels_is_carried_out_as_abort_so_no_segment_mixes_versions(
+    agentroll_server: ServerFactory, flavor: str, tmp_path: Path
 ) -> None:
-    backend = await start_in_loop(
-        create_scripted_app(ScriptedLLMConfig(version="0.2x", latency_s=0.6, seed=5))
+    config = (
+        ScriptedLLMConfig(version="0.2x", latency_s=0.6, seed=5)
+        if flavor == "vllm-0.2x"
+        else ScriptedLLMConfig(flavor="sglang", latency_s=0.6, seed=5)
     )
+    backend = await start_in_loop(create_scripted_app(config))
     try:
         async with agentroll_server(registry=registry(), pools={"run": 64}) as (_, client):
-            await client.add_backend({"id": "b", "base_url": backend.url})
+            spec = {"id": "b", "base_url": backend.url, "kind": flavor.split("-", maxsplit=1)[0]}
+            if flavor == "sglang":  # it cannot render a continued turn itself
+                spec["tokenizer_path"] = str(export_tokenizer(tmp_path / "tokenizer"))
+            await client.add_backend(spec)
             ids = [f"k{i}" for i in range(30)]
             long_phrases = [" ".join(WORDS * 8)] * 2  # long replies: a pause lands mid-reply
             await client.submit(
@@ -81,8 +91,8 @@ async def test_02x_keep_is_carried_out_as_abort_so_no_segment_mixes_versions(
                     for i in ids
                 ]
             )
-            while len(await backend_log(backend.url)) < 10 or await running(backend.url) < 5:
-                await asyncio.sleep(0.02)  # mid-generation
+            while len(await backend_log(backend.url)) < 10:
+                await asyncio.sleep(0.02)  # 30 rollouts calling back to back: ~30 mid-reply
             paused = await client.pause(mode="keep", timeout_s=30)
             assert (paused.mode, paused.backend_errors) == ("keep", {})
             await set_engine_version(backend.url, "1")
@@ -90,7 +100,9 @@ async def test_02x_keep_is_carried_out_as_abort_so_no_segment_mixes_versions(
             results = await client.wait_for(ids, 120)
     finally:
         await backend.stop()
-    assert {t.outcome for t in results.values()} == {Outcome.ok}
+    assert {t.outcome for t in results.values()} == {Outcome.ok}, [
+        t.error for t in results.values() if t.outcome is not Outcome.ok
+    ][:2]
     cut = [s for t in results.values() for s in t.segments if s.finish_reason == "abort"]
     assert cut and all(s.policy_version == 0 for s in cut)  # what the engine answered at the pause
     assert any(t.policy_versions == [0, 1] for t in results.values())
