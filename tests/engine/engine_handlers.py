@@ -18,19 +18,21 @@ TOOLS = [
 
 
 class ChatTurns(AgentHandler):
-    """`instance.turns` user turns (default 3), with `lookup` offered; reward: the share of
-    turns whose reply has any text, so an honest model earns it on every turn."""
+    """`instance.turns` user turns (default 3), with `lookup` offered; `instance.max_tokens`,
+    if given, is each turn's own limit. Reward: the share of turns whose reply has any text,
+    so an honest model earns it on every turn."""
 
     name: ClassVar[str] = "chat-turns"
 
     async def run(self, ctx: RolloutContext) -> None:
         turns = int(ctx.instance.get("turns", 3))
+        limits: list[int | None] = list(ctx.instance.get("max_tokens", [None] * turns))
         system = {"role": "system", "content": "Answer briefly; use the tools if you need to."}
         await ctx.llm.start([system, {"role": "user", "content": "Say something: 0"}], TOOLS)
-        replies = [await ctx.llm.generate()]
+        replies = [await ctx.llm.generate(max_tokens=limits[0])]
         for k in range(1, turns):
             await ctx.llm.add_messages([{"role": "user", "content": f"Say something: {k}"}])
-            replies.append(await ctx.llm.generate())
+            replies.append(await ctx.llm.generate(max_tokens=limits[k]))
         ctx.state["texts"] = [r.text for r in replies]
 
     async def eval(self, ctx: RolloutContext) -> Reward:
