@@ -27,6 +27,9 @@ from agentroll.server.service import JobService
 
 log = logging.getLogger("agentroll.server.weight_sync")
 BACKEND_CONTROL_TIMEOUT_S = 30.0
+ABORT_ANSWER_GRACE_S = 5.0
+"""How long calls to a backend paused with `abort` for `keep` may take to bring back their
+partial tokens before they are cancelled (and sampled again after resume)."""
 
 
 async def _says_which_weights_sampled(client: BackendClient) -> bool:
@@ -102,6 +105,15 @@ async def pause(
     errors: dict[str, str] = {}
     if mode in ("abort", "keep"):
         errors = await _forward(service, policy, "pause", mode)
+    if mode == "keep":
+        cut = [
+            b.id
+            for b in service.backends.all()
+            if b.policy == policy.name
+            and b.id not in errors
+            and not await _says_which_weights_sampled(b.client)
+        ]
+        await policy.gate.cut_unanswered(frozenset(cut), ABORT_ANSWER_GRACE_S)
     if mode == "abort":
         # Backends that aborted their requests themselves answer them with partial tokens;
         # only calls to the others are cancelled here (their tokens are sampled again).

@@ -76,7 +76,8 @@ async def test_keep_without_engine_labels_is_carried_out_as_abort_so_no_segment_
         if flavor == "vllm-0.2x"
         else ScriptedLLMConfig(flavor="sglang", latency_s=0.6, seed=5)
     )
-    backend = await start_in_loop(create_scripted_app(config))
+    app = create_scripted_app(config)
+    backend = await start_in_loop(app)
     try:
         async with agentroll_server(registry=registry(), pools={"run": 64}) as (_, client):
             spec = {"id": "b", "base_url": backend.url, "kind": flavor.split("-", maxsplit=1)[0]}
@@ -91,8 +92,8 @@ async def test_keep_without_engine_labels_is_carried_out_as_abort_so_no_segment_
                     for i in ids
                 ]
             )
-            while len(await backend_log(backend.url)) < 10:
-                await asyncio.sleep(0.02)  # 30 rollouts calling back to back: ~30 mid-reply
+            while len(await backend_log(backend.url)) < 10 or len(app.state.engine.running) < 5:
+                await asyncio.sleep(0.02)  # mid-generation
             paused = await client.pause(mode="keep", timeout_s=30)
             assert (paused.mode, paused.backend_errors) == ("keep", {})
             await set_engine_version(backend.url, "1")
