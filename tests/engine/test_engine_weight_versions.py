@@ -8,6 +8,7 @@ referee is transformers: each segment's logprobs are those of its version's weig
 """
 
 import asyncio
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,6 +65,10 @@ async def _kept_rollouts(
         await asyncio.sleep(0.2)
         paused = await client.pause(mode="keep", timeout_s=60)
         assert (paused.mode, paused.backend_errors) == ("keep", {})
+        with contextlib.suppress(TimeoutError):  # the partial answers are in (a call that
+            async with asyncio.timeout(30):  # reached the engine after its pause stays)
+                while (await client.status()).policies[DEFAULT_POLICY].in_flight:
+                    await asyncio.sleep(0.02)
         await asyncio.to_thread(push_weights, url, version, state_dict=new.state_dict())
         await client.resume(policy_version=version)
         return await client.wait_for(ids, 300)

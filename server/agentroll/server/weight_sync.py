@@ -19,7 +19,7 @@ import time
 
 from agentroll.server import recovery
 from agentroll.server.errors import PauseTimeout, UnknownPolicy, VersionConflict
-from agentroll.server.llm.base import BackendClient
+from agentroll.server.llm.base import BackendClient, BackendError
 from agentroll.server.llm.policies import Policy
 from agentroll.server.llm.vllm import VLLMClient
 from agentroll.server.schema import DEFAULT_POLICY, PauseMode, PauseResponse
@@ -27,17 +27,17 @@ from agentroll.server.service import JobService
 
 log = logging.getLogger("agentroll.server.weight_sync")
 BACKEND_CONTROL_TIMEOUT_S = 30.0
-ABORT_ANSWER_GRACE_S = 5.0
-"""How long calls to a backend paused with `abort` for `keep` may take to bring back their
-partial tokens before they are cancelled (and sampled again after resume)."""
 
 
 async def _says_which_weights_sampled(client: BackendClient) -> bool:
     """Whether the backend's answers say which weights sampled which tokens (vLLM 0.33's
     `weight_versions`); vLLM 0.12-0.32 and SGLang's clients do not."""
-    if isinstance(client, VLLMClient):
+    if not isinstance(client, VLLMClient):
+        return False
+    try:
         return (client.family or await client.detect()) == "0.33"
-    return False
+    except BackendError:
+        return False  # unknown: treated as the safe case, which never mixes versions
 
 
 async def _pause_backend(client: BackendClient, mode: PauseMode) -> None:
@@ -105,15 +105,6 @@ async def pause(
     errors: dict[str, str] = {}
     if mode in ("abort", "keep"):
         errors = await _forward(service, policy, "pause", mode)
-    if mode == "keep":
-        cut = [
-            b.id
-            for b in service.backends.all()
-            if b.policy == policy.name
-            and b.id not in errors
-            and not await _says_which_weights_sampled(b.client)
-        ]
-        await policy.gate.cut_unanswered(frozenset(cut), ABORT_ANSWER_GRACE_S)
     if mode == "abort":
         # Backends that aborted their requests themselves answer them with partial tokens;
         # only calls to the others are cancelled here (their tokens are sampled again).
@@ -141,6 +132,16 @@ async def resume(
             + ("" if policy.name == DEFAULT_POLICY else f" of policy {policy.name!r}")
         )
     gate.announce(policy_version)  # still closed: nothing new is dispatched yet
+    if gate.mode == "keep":
+        # Backends paused with abort for it answered every call they held at the pause; one
+        # still unanswered reached the engine after its pause and would be sampled by the new
+        # weights under no version anyone can tell: cancelled, it is sampled again.
+        labelled = [
+            b.id
+            for b in service.backends.all()
+            if b.policy == policy.name and await _says_which_weights_sampled(b.client)
+        ]
+        gate.abort_in_flight(spare=frozenset(labelled))
     paused_in_backends = gate.mode in ("abort", "keep")
     errors = await _forward(service, policy, "resume") if paused_in_backends else {}
     if max_policy_lag is not None:

@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import ServerFactory
 from tests.integration.server.test_weight_sync import WORDS, backend_log, registry, running
 
-from agentroll.server.schema import Outcome, Trajectory
+from agentroll.server.schema import DEFAULT_POLICY, Outcome, Trajectory
 from agentroll.server.serving import RunningServer, start_in_loop
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
@@ -96,6 +96,11 @@ async def test_keep_without_engine_labels_is_carried_out_as_abort_so_no_segment_
                 await asyncio.sleep(0.02)  # mid-generation
             paused = await client.pause(mode="keep", timeout_s=30)
             assert (paused.mode, paused.backend_errors) == ("keep", {})
+            async with asyncio.timeout(60):  # the partial answers are in; only held calls left
+                while (await client.status()).policies[DEFAULT_POLICY].in_flight > (
+                    app.state.engine.waiting
+                ):
+                    await asyncio.sleep(0.02)
             await set_engine_version(backend.url, "1")
             await client.resume(policy_version=1)
             results = await client.wait_for(ids, 120)

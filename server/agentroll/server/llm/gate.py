@@ -89,8 +89,6 @@ class GenerationGate:
         self._flights: set[Flight] = set()
         self._quiet = asyncio.Event()
         self._quiet.set()
-        self._answered = asyncio.Event()
-        """Set whenever a call ends."""
         self.updates = 0
         """Versions announced so far: a call answered after one may hold new weights' tokens."""
         self.waiting = 0
@@ -125,7 +123,6 @@ class GenerationGate:
             yield flight
         finally:
             self._flights.discard(flight)
-            self._answered.set()
             if not self._flights:
                 self._quiet.set()
 
@@ -183,25 +180,6 @@ class GenerationGate:
             flight.aborted = True
             if flight.call is not None and not flight.call.done():
                 flight.call.cancel()
-
-    async def cut_unanswered(self, backends: frozenset[str], grace_s: float) -> None:
-        """Cancel the calls to `backends` still unanswered after `grace_s`.
-
-        Those backends were paused with `abort` and answer every request they hold at once;
-        a call still unanswered never reached the engine before its pause, which now holds it
-        and would sample it with the new weights under no version anyone can tell. Cancelled,
-        it is sampled again after resume (nothing of it was recorded). A slow answer cut here
-        is only sampled twice."""
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(grace_s):
-                while any(f.backend_id in backends for f in self._flights):
-                    self._answered.clear()
-                    await self._answered.wait()
-        for flight in self._flights:
-            if flight.backend_id in backends:
-                flight.aborted = True
-                if flight.call is not None and not flight.call.done():
-                    flight.call.cancel()
 
     async def wait_quiet(self, timeout_s: float) -> bool:
         """True once nothing is in flight; False if `timeout_s` passed first."""
