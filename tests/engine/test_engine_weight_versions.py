@@ -24,6 +24,7 @@ from agentroll.server.engine.vllm_server import VLLMServer
 from agentroll.server.schema import DEFAULT_POLICY, Outcome, Trajectory
 from agentroll.trainer_clients.weights import push_weights
 
+pytestmark = pytest.mark.timeout(900)  # up to TRIES rollouts of long replies on a shared node
 JOBS = 2
 TRIES = 3
 LONG_REPLY = {"temperature": 0.0, "max_tokens": 3000}  # seconds of generation: a pause lands in it
