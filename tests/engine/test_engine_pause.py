@@ -72,10 +72,8 @@ async def _paused_rollout(
 
 def _landed(mode: PauseMode, t: Trajectory, seen: dict[str, Any]) -> bool:
     """Whether the pause caught the long turn in flight."""
-    if mode == "abort":
+    if mode in ("abort", "keep"):  # vLLM 0.32 is paused with abort for keep too
         return any(s.finish_reason == "abort" for s in t.segments)
-    if mode == "keep":
-        return bool(seen["in_flight"])
     # `wait`: the pause came before the second turn (the long one finished under it, or
     # just before it: the same to the versions).
     return t.segments[-1].policy_version > seen["version"]
@@ -110,8 +108,8 @@ async def test_a_pause_mid_rollout_stops_sampling_and_keeps_the_trajectory_exact
         assert seen["in_flight"] == 0
         assert versions == [(0, "length"), (1, "length")], versions
     else:
-        # Parked in the engine, finished after resume. vLLM 0.32 reports no per-token weight
-        # versions, so the segment cannot be split: it keeps the version it started under,
-        # and the trajectory says it is mixed.
-        assert versions == [(0, "length"), (1, "length")], versions
-        assert t.metadata.get("mixed_version_segments") == 1
+        # vLLM 0.32 reports no per-token weight versions, so a parked segment could not be
+        # split: agentroll pauses it with abort instead (protocol.md §7.3), and the turn is
+        # exact as in abort mode, with no segment mixing versions.
+        assert versions == [(0, "abort"), (1, "length"), (1, "length")], versions
+        assert "mixed_version_segments" not in t.metadata

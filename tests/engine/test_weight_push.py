@@ -11,26 +11,23 @@ from pathlib import Path
 import httpx
 import pytest
 import torch
-from tests.conftest import ServerFactory
-from tests.engine.weightsync_engine import SERVED_NAME, Engine, vllm_engine
+from tests.engine.conftest import EngineAgentroll
 from tests.integration.server.test_trajectory import Parrot
 from transformers import Qwen2ForCausalLM
 
 from agentroll.handlers import HandlerRegistry
+from agentroll.server.engine.vllm_server import SERVED_MODEL_NAME, VLLMServer
 from agentroll.server.schema import Outcome
 from agentroll.trainer_clients import RolloutClient
 from agentroll.trainer_clients.weights import push_weights, update_policy
-
-pytestmark = pytest.mark.integration
-__all__ = ["vllm_engine"]  # the session fixture, imported for pytest
 
 PROMPT = [17, 230, 1024, 5, 77, 3000, 12, 640]
 LOGPROB_ATOL = 2e-3  # float32 on both sides; vLLM's CPU kernels sum in another order
 
 
-def sample_greedy(engine: Engine, n: int = 12) -> tuple[list[int], list[float]]:
+def sample_greedy(engine: VLLMServer, n: int = 12) -> tuple[list[int], list[float]]:
     body = {
-        "model": SERVED_NAME,
+        "model": SERVED_MODEL_NAME,
         "prompt": PROMPT,
         "max_tokens": n,
         "temperature": 0,
@@ -64,19 +61,19 @@ def close(a: list[float], b: list[float]) -> bool:
 
 
 @pytest.fixture
-def original(vllm_engine: Engine) -> Iterator[Qwen2ForCausalLM]:
+def original(vllm_engine: VLLMServer, engine_model_dir: Path) -> Iterator[Qwen2ForCausalLM]:
     """The model the engine started with; put back after the test (the engine is shared)."""
-    yield Qwen2ForCausalLM.from_pretrained(vllm_engine.model_dir).eval()
-    push_weights(vllm_engine.url, "restored", directory=vllm_engine.model_dir)
+    yield Qwen2ForCausalLM.from_pretrained(engine_model_dir).eval()
+    push_weights(vllm_engine.url, "restored", directory=engine_model_dir)
 
 
 def test_after_a_pushed_state_dict_the_engine_samples_from_the_new_weights(
-    vllm_engine: Engine, original: Qwen2ForCausalLM
+    vllm_engine: VLLMServer, engine_model_dir: Path, original: Qwen2ForCausalLM
 ) -> None:
     old_ids, old_lps = sample_greedy(vllm_engine)
     assert close(reference_logprobs(original, old_ids), old_lps)  # control: old weights served
 
-    new = perturbed(Qwen2ForCausalLM.from_pretrained(vllm_engine.model_dir).eval(), seed=1)
+    new = perturbed(Qwen2ForCausalLM.from_pretrained(engine_model_dir).eval(), seed=1)
     push = push_weights(vllm_engine.url, 1, state_dict=new.state_dict())
 
     assert (push.weight_version, push.prefix_cache_reset) == ("1", True)
@@ -94,22 +91,22 @@ def test_after_a_pushed_state_dict_the_engine_samples_from_the_new_weights(
 
 
 def test_a_saved_directory_pushes_too_and_the_old_weights_come_back(
-    vllm_engine: Engine, original: Qwen2ForCausalLM, tmp_path: Path
+    vllm_engine: VLLMServer, engine_model_dir: Path, original: Qwen2ForCausalLM, tmp_path: Path
 ) -> None:
     old_ids, _ = sample_greedy(vllm_engine)
-    new = perturbed(Qwen2ForCausalLM.from_pretrained(vllm_engine.model_dir), seed=2)
+    new = perturbed(Qwen2ForCausalLM.from_pretrained(engine_model_dir), seed=2)
     new.save_pretrained(tmp_path, safe_serialization=True)
 
     push_weights(vllm_engine.url, "2", directory=tmp_path)
     ids, lps = sample_greedy(vllm_engine)
     assert close(reference_logprobs(new.eval(), ids), lps)
 
-    push_weights(vllm_engine.url, "3", directory=vllm_engine.model_dir)
+    push_weights(vllm_engine.url, "3", directory=engine_model_dir)
     assert sample_greedy(vllm_engine)[0] == old_ids
 
 
 def test_a_directory_without_weights_is_refused_before_the_engine_sees_it(
-    vllm_engine: Engine, original: Qwen2ForCausalLM, tmp_path: Path
+    vllm_engine: VLLMServer, original: Qwen2ForCausalLM, tmp_path: Path
 ) -> None:
     """vLLM 0.32's engine dies on a reload that finds no weights: never send one."""
     old = sample_greedy(vllm_engine)
@@ -122,18 +119,20 @@ def test_a_directory_without_weights_is_refused_before_the_engine_sees_it(
 
 
 async def test_update_policy_pauses_pushes_and_resumes_with_the_new_version(
-    agentroll_server: ServerFactory, vllm_engine: Engine, original: Qwen2ForCausalLM
+    engine_agentroll: EngineAgentroll,
+    vllm_engine: VLLMServer,
+    engine_model_dir: Path,
+    original: Qwen2ForCausalLM,
 ) -> None:
     registry = HandlerRegistry()
     registry.register(Parrot)
     greedy = {"temperature": 0.0, "max_tokens": 6}
-    async with agentroll_server(registry=registry) as (server, client):
-        await client.add_backend({"id": "vllm", "base_url": vllm_engine.url, "model": SERVED_NAME})
+    async with engine_agentroll(registry=registry) as (server, client):
         job = {"handler": "parrot", "instance": {"words": ["one", "two"]}, "sampling": greedy}
         await client.submit([{"job_id": "before", **job}])
         before = (await client.wait_for(["before"], 300))["before"]
 
-        new = perturbed(Qwen2ForCausalLM.from_pretrained(vllm_engine.model_dir).eval(), seed=3)
+        new = perturbed(Qwen2ForCausalLM.from_pretrained(engine_model_dir).eval(), seed=3)
         sync_client = RolloutClient(server.url, token=server.token)
         try:
             pushes = await asyncio.to_thread(

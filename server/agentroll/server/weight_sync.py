@@ -19,7 +19,9 @@ import time
 
 from agentroll.server import recovery
 from agentroll.server.errors import PauseTimeout, UnknownPolicy, VersionConflict
+from agentroll.server.llm.base import BackendClient, BackendError
 from agentroll.server.llm.policies import Policy
+from agentroll.server.llm.vllm import VLLMClient
 from agentroll.server.schema import DEFAULT_POLICY, PauseMode, PauseResponse
 from agentroll.server.service import JobService
 
@@ -27,13 +29,38 @@ log = logging.getLogger("agentroll.server.weight_sync")
 BACKEND_CONTROL_TIMEOUT_S = 30.0
 
 
-async def _forward(service: JobService, policy: Policy, action: str, *args: str) -> dict[str, str]:
+async def _says_which_weights_sampled(client: BackendClient) -> bool:
+    """Whether the backend's answers say which weights sampled which tokens (vLLM 0.33's
+    `weight_versions`); vLLM 0.12-0.32 and SGLang's clients do not."""
+    if not isinstance(client, VLLMClient):
+        return False
+    try:
+        return (client.family or await client.detect()) == "0.33"
+    except BackendError:
+        return False  # unknown: treated as the safe case, which never mixes versions
+
+
+async def _pause_backend(client: BackendClient, mode: PauseMode) -> None:
+    """`keep` parks calls inside the engine across the weight update. Where the answer will
+    not say where the update fell, the engine is paused with `abort` instead: it answers
+    each call with the tokens sampled so far (all by the old weights) and the session
+    continues the turn after resume, so every token's version is exact."""
+    if mode == "keep" and not await _says_which_weights_sampled(client):
+        mode = "abort"
+    await client.pause(mode)
+
+
+async def _forward(
+    service: JobService, policy: Policy, action: str, mode: PauseMode | None = None
+) -> dict[str, str]:
     """Call `pause`/`resume` on every backend of `policy`; returns the failures by backend id."""
     calls = {}
     for backend in service.backends.all():
         control = getattr(backend.client, action, None)
-        if control is not None and backend.policy == policy.name:
-            calls[backend.id] = asyncio.wait_for(control(*args), BACKEND_CONTROL_TIMEOUT_S)
+        if control is None or backend.policy != policy.name:
+            continue
+        call = control() if mode is None else _pause_backend(backend.client, mode)
+        calls[backend.id] = asyncio.wait_for(call, BACKEND_CONTROL_TIMEOUT_S)
     results = await asyncio.gather(*calls.values(), return_exceptions=True)
     errors = {}
     for backend_id, result in zip(calls, results, strict=True):
@@ -104,7 +131,17 @@ async def resume(
             f"policy_version {policy_version} is older than the current {gate.policy_version}"
             + ("" if policy.name == DEFAULT_POLICY else f" of policy {policy.name!r}")
         )
-    gate.policy_version = policy_version  # still closed: nothing new is dispatched yet
+    gate.announce(policy_version)  # still closed: nothing new is dispatched yet
+    if gate.mode == "keep":
+        # Backends paused with abort for it answered every call they held at the pause; one
+        # still unanswered reached the engine after its pause and would be sampled by the new
+        # weights under no version anyone can tell: cancelled, it is sampled again.
+        labelled = [
+            b.id
+            for b in service.backends.all()
+            if b.policy == policy.name and await _says_which_weights_sampled(b.client)
+        ]
+        gate.abort_in_flight(spare=frozenset(labelled))
     paused_in_backends = gate.mode in ("abort", "keep")
     errors = await _forward(service, policy, "resume") if paused_in_backends else {}
     if max_policy_lag is not None:

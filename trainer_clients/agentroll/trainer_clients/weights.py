@@ -1,4 +1,4 @@
-"""Push a trainer's new weights into running vLLM engines (docs/protocol.md §9).
+"""Push a trainer's new weights into running vLLM engines (docs/protocol.md §7.5).
 
 vLLM 0.32's CPU build has no transport the trainer can stream tensors through: its weight
 transfer API (`/init_weight_transfer_engine` ... `/finish_weight_update`) only has NCCL and

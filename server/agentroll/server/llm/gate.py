@@ -13,8 +13,9 @@ tokenization are not gated: rollouts keep working while generation is paused.
 
 import asyncio
 import contextlib
+import itertools
 import time
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -34,6 +35,8 @@ class Flight:
 
     policy_version: int
     epoch: int
+    updates: int = 0
+    """How many versions the gate had announced when the call was dispatched."""
     backend_id: str | None = None
     call: "asyncio.Future[object] | None" = None
     aborted: bool = False
@@ -86,7 +89,8 @@ class GenerationGate:
         self._flights: set[Flight] = set()
         self._quiet = asyncio.Event()
         self._quiet.set()
-        self._last_keep_epoch = -1
+        self.updates = 0
+        """Versions announced so far: a call answered after one may hold new weights' tokens."""
         self.waiting = 0
         """Generation calls held back by the pause now."""
         self.load = GateLoad()
@@ -112,7 +116,7 @@ class GenerationGate:
                     await self._open.wait()
             finally:
                 self.waiting -= 1
-        flight = Flight(self.policy_version, self.epoch)
+        flight = Flight(self.policy_version, self.epoch, self.updates)
         self._flights.add(flight)
         self._quiet.clear()
         try:
@@ -127,12 +131,45 @@ class GenerationGate:
         self._open.clear()
         self.mode = mode
         self.epoch += 1
-        if mode == "keep":
-            self._last_keep_epoch = self.epoch
 
-    def kept_since(self, epoch: int) -> bool:
-        """Whether a `keep` pause happened after `epoch` (calls then span a weight update)."""
-        return self._last_keep_epoch > epoch
+    def stamp(
+        self, flight: Flight, n: int, spans: Sequence[tuple[str, int, int]] | None
+    ) -> list[tuple[int, int, int]] | None:
+        """(policy version, start, end) over the `n` tokens a flight's call returned; None when
+        it cannot be told which weights sampled which of them.
+
+        A call answered before any version was announced since its dispatch sampled with the
+        weights it was dispatched under (an engine cut at a pause answers before the resume).
+        Otherwise it may have lived through a weight update, and the engine's own spans (vLLM 0.33
+        `weight_versions`) decide: a span labelled with a version between the call's and
+        the gate's is that version, so a call that sampled nothing before the update is
+        stamped with the new one; spans with other labels are placed by position (the
+        first old, a second new)."""
+        old = flight.policy_version
+        if n == 0 or self.updates == flight.updates:
+            return [(old, 0, n)]
+        kept = [(label, lo, hi) for label, lo, hi in spans or () if hi > lo]
+        if (
+            not kept
+            or kept[0][1] != 0
+            or kept[-1][2] != n
+            or any(a[2] != b[1] for a, b in itertools.pairwise(kept))
+        ):
+            return None
+        ranges: list[tuple[int, int, int]] = []
+        for i, (label, lo, hi) in enumerate(kept):
+            version = _engine_version(label, old, self.policy_version)
+            if version is None:
+                if len(kept) != 2:
+                    return None
+                version = (old, self.policy_version)[i]
+            if ranges and ranges[-1][0] == version:
+                ranges[-1] = (version, ranges[-1][1], hi)
+            else:
+                ranges.append((version, lo, hi))
+        if any(a[0] > b[0] for a, b in itertools.pairwise(ranges)):
+            return None  # weights never go back in time: the labels are not ours
+        return ranges
 
     def abort_in_flight(self, spare: frozenset[str] = frozenset()) -> None:
         """Cancel the calls still in flight, except on the `spare` backends: those aborted
@@ -152,7 +189,23 @@ class GenerationGate:
             return False
         return True
 
+    def announce(self, policy_version: int) -> None:
+        """Put `policy_version` in force before any backend resumes (the gate may still be
+        closed): whichever backend answers first, its new tokens carry it."""
+        self.policy_version = policy_version
+        self.updates += 1
+
     def open(self, policy_version: int) -> None:
         self.policy_version = policy_version
         self.mode = None
         self._open.set()
+
+
+def _engine_version(label: str, oldest: int, newest: int) -> int | None:
+    """The policy version an engine's weight label names, if it is one in [oldest, newest]
+    (a trainer that labels the engine with `str(policy_version)`, as
+    `trainer_clients.weights` does)."""
+    if not label.isdecimal():
+        return None
+    version = int(label)
+    return version if oldest <= version <= newest else None

@@ -61,12 +61,6 @@ if TYPE_CHECKING:
 _PROBE_REPLY = "ok"
 
 
-def _split_points(completion: Completion) -> list[int]:
-    """Token offsets where vLLM 0.33 reports the weights changed within one request."""
-    ranges = getattr(completion, "weight_versions", None) or []
-    return [int(start) for _, start, _ in ranges[1:]]
-
-
 def _closing_overlap(sampled: Sequence[int], closing: Sequence[int]) -> int:
     """How many leading tokens of `closing` the model already sampled at its end."""
     for k in range(min(len(closing), len(sampled)), 0, -1):
@@ -234,16 +228,10 @@ class TokenSession(RoutedCalls):
         self.response_mask.extend([1] * len(completion.token_ids))
         self.response_logprobs.extend(completion.logprobs)
         n = len(completion.token_ids)
-        ranges = [(flight.policy_version, 0, n)]
-        if self._gate.kept_since(flight.epoch):
-            # Parked in the engine across a weight update (`keep`): the gate's versions are the
-            # authority; the backend's per-token ranges (vLLM 0.33) say where the update fell.
-            splits = _split_points(completion)
-            if len(splits) == 1 and 0 < splits[0] < n:
-                at = splits[0]
-                ranges = [(flight.policy_version, 0, at), (self._gate.policy_version, at, n)]
-            else:
-                self.mixed_version_segments += 1  # cannot tell which tokens came from which
+        ranges = self._gate.stamp(flight, n, completion.weight_versions)
+        if ranges is None:
+            self.mixed_version_segments += 1  # cannot tell which tokens came from which
+            ranges = [(flight.policy_version, 0, n)]
         for i, (version, lo, hi) in enumerate(ranges):
             last = i == len(ranges) - 1
             self.segments.append(

@@ -420,31 +420,22 @@ class RolloutProxy:
         return max(left, 1)
 
     def _pieces(self, completion: Completion, backend: Backend, flight: Flight) -> list[Piece]:
-        ids, lps, n = completion.token_ids, completion.logprobs, len(completion.token_ids)
-        gate = self._session.gate
-        if gate.kept_since(flight.epoch):
-            # Parked across a weight update (`keep`): split where the backend says it fell.
-            ranges = completion.weight_versions or []
-            splits = [int(start) for _, start, _ in ranges[1:]]
-            if len(splits) == 1 and 0 < splits[0] < n:
-                at = splits[0]
-                mode = backend.logprobs_mode
-                return [
-                    Piece(ids[:at], lps[:at], backend.id, flight.policy_version, "weight_update",
-                          mode),
-                    Piece(ids[at:], lps[at:], backend.id, gate.policy_version,
-                          completion.finish_reason, mode),
-                ]  # fmt: skip
-            self.mixed_version_segments += 1
+        ids, lps = completion.token_ids, completion.logprobs
+        ranges = self._session.gate.stamp(flight, len(ids), completion.weight_versions)
+        if ranges is None:
+            self.mixed_version_segments += 1  # cannot tell which tokens came from which
+            ranges = [(flight.policy_version, 0, len(ids))]
+        last = len(ranges) - 1
         return [
             Piece(
-                ids,
-                lps,
+                ids[lo:hi],
+                lps[lo:hi],
                 backend.id,
-                flight.policy_version,
-                completion.finish_reason,
+                version,
+                completion.finish_reason if i == last else "weight_update",
                 backend.logprobs_mode,
             )
+            for i, (version, lo, hi) in enumerate(ranges)
         ]
 
     async def _expect(
