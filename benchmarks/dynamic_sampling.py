@@ -20,13 +20,17 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from agentroll.runtime import BwrapConfig
 from agentroll.server.api import create_app
-from agentroll.server.demo import AGENTS, NEEDS_SANDBOX, POLICY, _instances, plan_families
+from agentroll.server.demo import (
+    AGENTS,
+    NEEDS_SANDBOX,
+    POLICY,
+    _instances,
+    plan_families,
+    workdir_settings,
+)
 from agentroll.server.schema import JobRequest, SamplingParams
-from agentroll.server.schema.auth import default_token_file
 from agentroll.server.serving import start_in_loop
-from agentroll.server.settings import Settings
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
 from agentroll.trainer_clients import (
@@ -64,14 +68,8 @@ async def run(batches: int, groups: int, n: int, sandboxes: bool, workdir: Path)
     families = plan_families(shutil.which("bwrap") is not None)
     if not sandboxes:
         families = tuple(f for f in families if f not in NEEDS_SANDBOX)
-    token_file = default_token_file(workdir / "agentroll.db")
-    settings = Settings(
-        db_path=workdir / "agentroll.db",
-        api_token=None,
-        admin_token=None,
-        token_file=token_file,
-        sandbox=BwrapConfig(),
-    )
+    settings = workdir_settings(workdir)
+    token_file = settings.token_file
     server = await start_in_loop(create_app(settings))
     client = AsyncRolloutClient(server.url, token_file=token_file)
     try:

@@ -272,19 +272,26 @@ async def _run(
         return await _run_against(groups, group_size, url, name, workdir)
 
 
+def workdir_settings(workdir: Path, **overrides: Any) -> Settings:
+    """An in-process server's settings with all its state in `workdir`: its database and a
+    token generated there (whatever the environment configures), bubblewrap sandboxes."""
+    db_path = workdir / "agentroll.db"
+    return Settings(
+        db_path=db_path,
+        api_token=None,
+        admin_token=None,
+        token_file=default_token_file(db_path),
+        sandbox=BwrapConfig(),
+        **overrides,
+    )
+
+
 async def _run_against(
     groups: int, group_size: int, backend_url: str, backend_name: str, workdir: Path
 ) -> int:
     families = plan_families(shutil.which("bwrap") is not None)
-    # Its own state: a token generated in its work dir, whatever the environment configures.
-    token_file = default_token_file(workdir / "agentroll.db")
-    settings = Settings(
-        db_path=workdir / "agentroll.db",
-        api_token=None,
-        admin_token=None,
-        token_file=token_file,
-        sandbox=BwrapConfig(),
-    )
+    settings = workdir_settings(workdir)
+    token_file = settings.token_file
     server = await start_in_loop(create_app(settings))
     print(f"agentroll server at {server.url}")
     try:

@@ -21,6 +21,7 @@ import json
 import shutil
 import tempfile
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -77,44 +78,55 @@ def tiny_model_key(params: TinyModelParams) -> str:
     )
 
 
+async def cached_folder(
+    models: Path, name: str, build: Callable[[Path], Awaitable[None]], timeout_s: float
+) -> Path:
+    """`models/name`, made by `build(work)` in a private folder and renamed into place under a
+    lock if missing: a folder that exists is whole, and concurrent builders wait."""
+    final = models / name
+    async with held(models / ".locks" / f"{name}.lock", timeout_s=timeout_s, what=name):
+        if final.is_dir():
+            return final
+        work = models / ".tmp" / f"{name}.{uuid.uuid4().hex[:8]}"
+        try:
+            await build(work)
+            work.rename(final)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+    return final
+
+
 async def build_tiny_model(
     python: Path, params: TinyModelParams | None = None, *, root: Path | None = None
 ) -> Path:
     """The model folder for `params`; if not cached, built with the engine's `python`."""
     params = params or TinyModelParams()
-    models = (root or cache_root()) / "models"
     name = f"tiny-qwen2-{tiny_model_key(params)[:12]}"
-    final = models / name
-    async with held(models / ".locks" / f"{name}.lock", timeout_s=BUILD_TIMEOUT_S, what=name):
-        if final.is_dir():
-            return final
-        work = models / ".tmp" / f"{name}.{uuid.uuid4().hex[:8]}"
+
+    async def build(work: Path) -> None:
+        export_tokenizer(work / TOKENIZER_DIR)
+        proc = await asyncio.create_subprocess_exec(
+            str(python),
+            str(INIT_SCRIPT),
+            str(work),
+            json.dumps(_init_params(params)),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
-            export_tokenizer(work / TOKENIZER_DIR)
-            proc = await asyncio.create_subprocess_exec(
-                str(python),
-                str(INIT_SCRIPT),
-                str(work),
-                json.dumps(_init_params(params)),
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True,
+            async with asyncio.timeout(BUILD_TIMEOUT_S):
+                output, _ = await proc.communicate()
+        except (TimeoutError, asyncio.CancelledError):
+            proc.kill()
+            await proc.wait()
+            raise
+        if proc.returncode != 0:
+            raise EngineSetupError(
+                f"building {name} failed ({proc.returncode}):\n{output.decode()[-2000:]}"
             )
-            try:
-                async with asyncio.timeout(BUILD_TIMEOUT_S):
-                    output, _ = await proc.communicate()
-            except (TimeoutError, asyncio.CancelledError):
-                proc.kill()
-                await proc.wait()
-                raise
-            if proc.returncode != 0:
-                raise EngineSetupError(
-                    f"building {name} failed ({proc.returncode}):\n{output.decode()[-2000:]}"
-                )
-            work.rename(final)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return final
+
+    return await cached_folder((root or cache_root()) / "models", name, build, BUILD_TIMEOUT_S)
 
 
 async def prepare_tiny_engine(
@@ -125,4 +137,10 @@ async def prepare_tiny_engine(
     return environment, await build_tiny_model(environment.python, params, root=root)
 
 
-__all__ = ["TinyModelParams", "build_tiny_model", "prepare_tiny_engine", "tiny_model_key"]
+__all__ = [
+    "TinyModelParams",
+    "build_tiny_model",
+    "cached_folder",
+    "prepare_tiny_engine",
+    "tiny_model_key",
+]

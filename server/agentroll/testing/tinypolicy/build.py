@@ -21,9 +21,9 @@ import uuid
 from dataclasses import asdict
 from pathlib import Path
 
-from agentroll.runtime.images.cache import cache_key, held
+from agentroll.runtime.images.cache import cache_key
 from agentroll.server.engine import cache_root
-from agentroll.testing.tiny_model import TinyModelParams, build_tiny_model
+from agentroll.testing.tiny_model import TinyModelParams, build_tiny_model, cached_folder
 from agentroll.testing.tinypolicy.data import (
     DataRecipe,
     Sequence,
@@ -99,19 +99,13 @@ async def build_tiny_policy(
     init = await build_tiny_model(python, params, root=root)
     models = (root or cache_root()) / "models"
     name = f"tiny-policy-{policy_key(init, data, recipe)[:12]}"
-    final = models / name
-    async with held(models / ".locks" / f"{name}.lock", timeout_s=BUILD_TIMEOUT_S, what=name):
-        if final.is_dir():
-            return final
-        work = models / ".tmp" / f"{name}.{uuid.uuid4().hex[:8]}"
-        try:
-            sequences, data_s = await _sequences(data, models)
-            model, log = await asyncio.to_thread(train, sequences, init, recipe)
-            shutil.copytree(init, work)
-            model.save_pretrained(work, safe_serialization=True)
-            log |= {"data_s": round(data_s, 1), "data": asdict(data), "train": asdict(recipe)}
-            (work / "training.json").write_text(json.dumps(log) + "\n")
-            work.rename(final)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
-    return final
+
+    async def build(work: Path) -> None:
+        sequences, data_s = await _sequences(data, models)
+        model, log = await asyncio.to_thread(train, sequences, init, recipe)
+        shutil.copytree(init, work)
+        model.save_pretrained(work, safe_serialization=True)
+        log |= {"data_s": round(data_s, 1), "data": asdict(data), "train": asdict(recipe)}
+        (work / "training.json").write_text(json.dumps(log) + "\n")
+
+    return await cached_folder(models, name, build, BUILD_TIMEOUT_S)

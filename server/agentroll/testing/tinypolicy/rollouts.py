@@ -10,13 +10,11 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from agentroll.runtime import BwrapConfig
 from agentroll.server.admission import AdmissionSettings
 from agentroll.server.api import create_app
+from agentroll.server.demo import workdir_settings
 from agentroll.server.schema import JobRequest, SamplingParams, Trajectory
-from agentroll.server.schema.auth import default_token_file
 from agentroll.server.serving import start_in_loop
-from agentroll.server.settings import Settings
 from agentroll.trainer_clients import AsyncRolloutClient
 
 ROLLOUT_TIMEOUT_S = 900.0
@@ -28,16 +26,9 @@ async def rollout_client(
 ) -> AsyncIterator[AsyncRolloutClient]:
     """An in-process agentroll server (state in the folder `workdir`, bubblewrap sandboxes) with
     `backend_url` registered as its one backend; a client of it."""
-    token_file = default_token_file(workdir / "agentroll.db")
-    settings = Settings(
-        db_path=workdir / "agentroll.db",
-        api_token=None,
-        admin_token=None,
-        token_file=token_file,
-        sandbox=BwrapConfig(),
-        # Admission reads the node's CPU pressure; beside a CPU engine it would starve us.
-        admission=AdmissionSettings(enabled=False),
-    )
+    # Admission reads the node's CPU pressure; beside a CPU engine it would starve us.
+    settings = workdir_settings(workdir, admission=AdmissionSettings(enabled=False))
+    token_file = settings.token_file
     server = await start_in_loop(create_app(settings))
     try:
         async with AsyncRolloutClient(server.url, token_file=token_file) as client:
