@@ -14,7 +14,6 @@ install (killed, disk full): it is removed and installed again, under the lock, 
 processes setting up at once install once.
 """
 
-import asyncio
 import os
 import shutil
 import sys
@@ -24,6 +23,8 @@ from importlib import resources
 from pathlib import Path
 
 from agentroll.runtime.images.cache import cache_key, held
+from agentroll.runtime.images.errors import BuildFailed, BuildTimeout
+from agentroll.runtime.images.proc import run_logged
 from agentroll.server.errors import ServerError
 
 CACHE_ENV = "AGENTROLL_ENGINE_CACHE"
@@ -72,28 +73,12 @@ def environment_key() -> str:
 
 
 async def _run(args: list[str], log: Path, timeout_s: float) -> None:
-    with log.open("ab") as sink:
-        sink.write(f"$ {' '.join(args)}\n".encode())
-        sink.flush()
-        proc = await asyncio.create_subprocess_exec(
-            *args, stdout=sink, stderr=sink, start_new_session=True
-        )
-        try:
-            async with asyncio.timeout(timeout_s):
-                rc = await proc.wait()
-        except TimeoutError:
-            proc.kill()
-            await proc.wait()
-            raise EngineSetupError(
-                f"{args[0]} timed out after {timeout_s:g} s; see {log}"
-            ) from None
-        except asyncio.CancelledError:
-            proc.kill()
-            await proc.wait()
-            raise
-    if rc != 0:
-        tail = (await asyncio.to_thread(log.read_text, errors="replace"))[-2000:]
-        raise EngineSetupError(f"{' '.join(args[:4])} ... exited {rc}; see {log}:\n{tail}")
+    """One install step, its output appended to `log`; on timeout or cancellation its whole
+    process group is stopped (`python -m venv` runs ensurepip as a child of its own)."""
+    try:
+        await run_logged(args, log_path=log, timeout_s=timeout_s)
+    except (BuildFailed, BuildTimeout) as exc:
+        raise EngineSetupError(f"{' '.join(args[:4])} ...: {exc}") from None
 
 
 async def ensure_environment(

@@ -81,6 +81,8 @@ class VLLMServer:
         self.start_seconds = 0.0
         """From spawning the process to its first healthy answer (the last try's)."""
         self._abandon = threading.Event()  # an async caller was cancelled mid-start
+        self._log_start = 0
+        """Where this spawn's output begins in the (appended-to) log."""
 
     @property
     def url(self) -> str:
@@ -129,6 +131,7 @@ class VLLMServer:
         self.port = free_port()
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as sink:
+            self._log_start = sink.tell()
             sink.write(f"$ {' '.join(self.command())}\n".encode())
             sink.flush()
             self.popen = subprocess.Popen(
@@ -153,7 +156,14 @@ class VLLMServer:
         return EngineStartError(f"vLLM engine {why}; log {self.log_path}:\n{self._log_tail()}")
 
     def _port_taken(self) -> bool:
-        return "address already in use" in self._log_tail(20000).lower()
+        """Whether this spawn (not an earlier run or try in the same log) lost its port."""
+        try:
+            with self.log_path.open("rb") as log:
+                log.seek(self._log_start)
+                this_spawn = log.read().decode(errors="replace")
+        except OSError:
+            return False
+        return "address already in use" in this_spawn.lower()
 
     def _healthy(self) -> bool:
         """Polls `/health`: True once it answers, False if the process exited first."""
