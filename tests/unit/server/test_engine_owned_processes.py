@@ -14,6 +14,7 @@ import pytest
 from agentroll.server.engine import EngineSetupError
 from agentroll.server.engine import environment as env_module
 from agentroll.server.engine.vllm_server import EngineStartError, VLLMServer
+from agentroll.testing import tiny_model
 
 # A step that leaves a child of its own running, as `python -m venv` does with ensurepip.
 FORKING_STEP = 'sleep 300 & echo $! > "$0"; wait'
@@ -131,3 +132,21 @@ def test_a_port_clash_in_this_start_is_still_retried(tmp_path: Path) -> None:
     with pytest.raises(EngineStartError, match="found no free port in 3 tries"):
         engine.start()
     assert log.read_text().count("Address already in use") == 3
+
+
+async def test_a_tiny_model_build_past_its_time_takes_its_children_with_it(
+    tmp_path: Path, child_pid_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tiny_model, "BUILD_TIMEOUT_S", 2.0)
+    python = _fake_engine(tmp_path, f"sleep 300 & echo $! > {child_pid_file}; wait")
+    with pytest.raises(EngineSetupError, match="ran past 2 s"):
+        async with asyncio.timeout(60):  # a child holding the build's output open: no hang
+            await tiny_model.build_tiny_model(python, root=tmp_path / "cache")
+    assert await _gone(await _child(child_pid_file))
+    assert not list((tmp_path / "cache" / "models").glob("tiny-qwen2-*"))  # nothing half-built
+
+
+async def test_a_failed_tiny_model_build_says_why(tmp_path: Path) -> None:
+    python = _fake_engine(tmp_path, "echo 'torch: no such module'; exit 1")
+    with pytest.raises(EngineSetupError, match=r"(?s)exited with status 1.*torch: no such module"):
+        await tiny_model.build_tiny_model(python, root=tmp_path / "cache")

@@ -16,7 +16,6 @@ parameters, the tokenizer files and the init script. Built in a private folder a
 into place under a lock, so a folder that exists is whole.
 """
 
-import asyncio
 import json
 import shutil
 import tempfile
@@ -26,6 +25,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from agentroll.runtime.images.cache import cache_key, held
+from agentroll.runtime.images.errors import BuildFailed, BuildTimeout
+from agentroll.runtime.images.proc import run_logged
 from agentroll.server.engine import (
     TOKENIZER_DIR,
     EngineEnvironment,
@@ -105,26 +106,19 @@ async def build_tiny_model(
 
     async def build(work: Path) -> None:
         export_tokenizer(work / TOKENIZER_DIR)
-        proc = await asyncio.create_subprocess_exec(
-            str(python),
-            str(INIT_SCRIPT),
-            str(work),
-            json.dumps(_init_params(params)),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT,
-            start_new_session=True,
-        )
+        log = work.with_name(f"{work.name}.log")
         try:
-            async with asyncio.timeout(BUILD_TIMEOUT_S):
-                output, _ = await proc.communicate()
-        except (TimeoutError, asyncio.CancelledError):
-            proc.kill()
-            await proc.wait()
-            raise
-        if proc.returncode != 0:
-            raise EngineSetupError(
-                f"building {name} failed ({proc.returncode}):\n{output.decode()[-2000:]}"
+            # Bounded and owned: on timeout or cancellation its whole process group is stopped.
+            await run_logged(
+                [str(python), str(INIT_SCRIPT), str(work), json.dumps(_init_params(params))],
+                log_path=log,
+                timeout_s=BUILD_TIMEOUT_S,
+                what=f"building {name}",
             )
+        except (BuildFailed, BuildTimeout) as exc:
+            raise EngineSetupError(str(exc)) from None
+        finally:
+            log.unlink(missing_ok=True)
 
     return await cached_folder((root or cache_root()) / "models", name, build, BUILD_TIMEOUT_S)
 
