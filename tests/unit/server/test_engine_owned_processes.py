@@ -94,7 +94,7 @@ async def test_a_cancelled_setup_step_takes_its_children_with_it(
 
 async def test_a_failed_setup_step_names_its_exit_and_log_tail(tmp_path: Path) -> None:
     log = tmp_path / "install.log"
-    with pytest.raises(EngineSetupError, match=r"(?s)exited with status 3.*no such wheel"):
+    with pytest.raises(EngineSetupError, match=r"(?s)exited.*3.*no such wheel"):
         await env_module._run(["sh", "-c", "echo no such wheel; exit 3"], log, 30.0)
 
 
@@ -148,5 +148,5 @@ async def test_a_tiny_model_build_past_its_time_takes_its_children_with_it(
 
 async def test_a_failed_tiny_model_build_says_why(tmp_path: Path) -> None:
     python = _fake_engine(tmp_path, "echo 'torch: no such module'; exit 1")
-    with pytest.raises(EngineSetupError, match=r"(?s)exited with status 1.*torch: no such module"):
+    with pytest.raises(EngineSetupError, match=r"(?s)tiny-qwen2-.*no such module"):
         await tiny_model.build_tiny_model(python, root=tmp_path / "cache")
