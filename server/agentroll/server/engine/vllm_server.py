@@ -53,6 +53,29 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _exit_status(pid: int) -> int | None:
+    """The child's exit status (negative: the signal) once it ended, else None; it stays
+    unreaped, so its process group id stays ours."""
+    info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    if info is None or info.si_pid == 0:
+        return None
+    return info.si_status if info.si_code == os.CLD_EXITED else -info.si_status
+
+
+def _ended(pid: int, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while _exit_status(pid) is None:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+
+
 class VLLMServer:
     """One `vllm.entrypoints.openai.api_server` process (see the module docstring)."""
 
@@ -150,7 +173,7 @@ class VLLMServer:
             return ""
 
     def _exited(self) -> int | None:
-        return None if self.popen is None else self.popen.poll()
+        return None if self.popen is None else _exit_status(self.popen.pid)
 
     def _failed(self, why: str) -> EngineStartError:
         return EngineStartError(f"vLLM engine {why}; log {self.log_path}:\n{self._log_tail()}")
@@ -203,20 +226,21 @@ class VLLMServer:
             raise
 
     def stop(self) -> None:
-        """SIGTERM to the process group, SIGKILL after the grace period; reaps it."""
+        """SIGTERM to the process group, SIGKILL after the grace period; then reaps it.
+
+        The group is signalled only while its leader is unreaped: the zombie keeps the group
+        id ours (a reaped leader's id may come to lead a stranger's group)."""
         popen, self.popen = self.popen, None
         if popen is None:
             return
-        if popen.poll() is None:
-            os.killpg(popen.pid, signal.SIGTERM)
-            try:
-                popen.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                os.killpg(popen.pid, signal.SIGKILL)
-                popen.wait(timeout=STOP_GRACE_S)
-        # Workers vLLM forked into the group outlive a parent that died first.
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(popen.pid, signal.SIGKILL)
+        if popen.returncode is None:
+            _signal_group(popen.pid, signal.SIGTERM)
+            if not _ended(popen.pid, STOP_GRACE_S):
+                _signal_group(popen.pid, signal.SIGKILL)
+                _ended(popen.pid, STOP_GRACE_S)
+            # Workers vLLM forked into the group outlive a parent that died first.
+            _signal_group(popen.pid, signal.SIGKILL)
+        popen.wait(timeout=STOP_GRACE_S)
 
     def __enter__(self) -> Self:
         self.start()
