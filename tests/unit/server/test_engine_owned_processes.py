@@ -150,3 +150,20 @@ async def test_a_failed_tiny_model_build_says_why(tmp_path: Path) -> None:
     python = _fake_engine(tmp_path, "echo 'torch: no such module'; exit 1")
     with pytest.raises(EngineSetupError, match=r"(?s)tiny-qwen2-.*no such module"):
         await tiny_model.build_tiny_model(python, root=tmp_path / "cache")
+
+
+def test_workers_outliving_an_engine_that_died_while_starting_are_stopped(
+    tmp_path: Path, child_pid_file: Path
+) -> None:
+    """The engine leaves a worker in its group and exits: the failed start stops the worker
+    (signalled while the dead leader is still unreaped, so the group id is still ours)."""
+    script = f"sleep 300 & echo $! > {child_pid_file}; echo 'RuntimeError: boom'; exit 1"
+    engine = VLLMServer(
+        _fake_engine(tmp_path, script), tmp_path, tmp_path / "engine.log", start_timeout_s=60.0
+    )
+    with pytest.raises(EngineStartError, match="exited with 1 while starting"):
+        engine.start()
+    worker = _written_pid(child_pid_file)
+    assert worker is not None
+    assert not (_alive(worker) and _is_our_sleeper(worker))
+    assert engine.popen is None
