@@ -73,7 +73,8 @@ async def _paused_rollout(
 def _landed(mode: PauseMode, t: Trajectory, seen: dict[str, Any]) -> bool:
     """Whether the pause caught the long turn in flight."""
     if mode in ("abort", "keep"):  # vLLM 0.32 is paused with abort for keep too
-        return any(s.finish_reason == "abort" for s in t.segments)
+        # In the long first turn, not the short second one (a late pause).
+        return t.segments[0].finish_reason == "abort"
     # `wait`: the pause came before the second turn (the long one finished under it, or
     # just before it: the same to the versions).
     return t.segments[-1].policy_version > seen["version"]

@@ -208,3 +208,19 @@ async def test_the_math_handler_reports_the_reason(monkeypatch: pytest.MonkeyPat
     assert (right.value, right.info["reason"]) == (1.0, "equal")
     assert (too_long.value, too_long.info["reason"]) == (0.0, "answer_too_long")
     assert too_long.info["predicted"] == "1" * 2_000
+
+
+async def test_a_large_server_does_not_retire_every_worker() -> None:
+    """A worker's peak memory is its own: `ru_maxrss` survives exec and would start at the
+    forking server's size, so a server larger than a worker's memory limit retired every
+    worker after one answer (and paid math-verify's slow import per grading)."""
+    ballast = b"x" * (grading_pool.DEFAULT_MEMORY_LIMIT_BYTES + (256 << 20))  # touched pages
+    pool = GradingPool(size=1)
+    try:
+        assert await answers_match("1", "1.0", pool=pool) == Grade(True, "equal")
+        [first] = pool.worker_pids
+        assert await answers_match("2", "2.0", pool=pool) == Grade(True, "equal")
+        assert pool.worker_pids == [first]
+    finally:
+        await pool.shutdown()
+        del ballast

@@ -109,7 +109,10 @@ async def test_pause_is_a_barrier_and_versions_are_stamped(
         split = [
             s for t in results.values() for s in t.segments if s.finish_reason == "weight_update"
         ]
-        assert split and all(s.policy_version == 0 for s in split)
+        # A call parked before its first token is the new version's alone (no split): how
+        # many calls had sampled when the pause landed depends on the machine's load, so
+        # splits are not required here (test_weight_sync_engine_versions pins both cases).
+        assert all(s.policy_version == 0 for s in split)
 
 
 async def test_resume_cannot_go_back_in_version(agentroll_server: ServerFactory) -> None:

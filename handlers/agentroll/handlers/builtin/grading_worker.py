@@ -49,7 +49,13 @@ def _send(replies: TextIO, message: dict[str, Any]) -> None:
 
 
 def _peak_memory_bytes() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+    """This process's own peak resident memory. Not `ru_maxrss`: that survives `execve` and so
+    starts at the forking server's size, and a large server would retire every worker."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # kB
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 GRADER_NICENESS = 10
