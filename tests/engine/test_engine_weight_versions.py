@@ -60,8 +60,10 @@ async def _kept_rollouts(
             for i in ids
         ]
         await client.submit(jobs)
-        async with asyncio.timeout(300):  # agentroll's own count: the engine's metrics lag
-            while (await client.status()).policies[DEFAULT_POLICY].in_flight < JOBS:
+        # Once a reply is with the engine (agentroll's own count: the engine's metrics lag); not
+        # all of them: a reply the model ends at once is never in flight beside the others.
+        async with asyncio.timeout(300):
+            while (await client.status()).policies[DEFAULT_POLICY].in_flight < 1:
                 await asyncio.sleep(0.02)
         await asyncio.sleep(0.2)
         paused = await client.pause(mode="keep", timeout_s=60)
