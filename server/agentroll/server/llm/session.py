@@ -61,6 +61,17 @@ if TYPE_CHECKING:
 _PROBE_REPLY = "ok"
 
 
+def call_sampling(sampling: dict[str, Any], budget: int, sampled: int) -> dict[str, Any]:
+    """The parameters of one generation call of a turn that has `sampled` tokens already (a
+    pause split it) and room for `budget` more: it owes only the rest of `min_tokens`, and
+    never more than fits (an engine refuses min_tokens > max_tokens)."""
+    call = {**sampling, "max_tokens": budget}
+    owed = min(int(call.pop("min_tokens", 0)) - sampled, budget)
+    if owed > 0:
+        call["min_tokens"] = owed
+    return call
+
+
 def _closing_overlap(sampled: Sequence[int], closing: Sequence[int]) -> int:
     """How many leading tokens of `closing` the model already sampled at its end."""
     for k in range(min(len(closing), len(sampled)), 0, -1):
@@ -174,9 +185,10 @@ class TokenSession(RoutedCalls):
         turn_start = len(self.response_ids)
         texts: list[str] = []
         while True:
-            budget = self._room(wanted - (len(self.response_ids) - turn_start))
+            sampled = len(self.response_ids) - turn_start
+            budget = self._room(wanted - sampled)
             prompt = self.prompt_ids + self.response_ids
-            sampling = {**self._sampling, "max_tokens": budget}
+            sampling = call_sampling(self._sampling, budget, sampled)
             try:
                 # The first turn's prompt is the task's; later ones hold the policy's doing.
                 completion, backend, flight = await self.sample(
@@ -359,7 +371,7 @@ class TokenSession(RoutedCalls):
                 lambda: token_digest(prompt_ids, sampling.get("stop")),
                 # The job's sampling only: `sampling` may hold the caller's stop strings, and
                 # a control that fails on what the policy sent would blame the backend.
-                self._completion(CONTROL_PROMPT, {**self._sampling, "max_tokens": 1}),
+                self._completion(CONTROL_PROMPT, call_sampling(self._sampling, 1, 0)),
             )
             if shaped
             else None,

@@ -41,6 +41,7 @@ from agentroll.handlers import (
 from agentroll.handlers.toolcalls import ToolCall, ToolCallParser, openai_tool_call
 from agentroll.server.llm import Backend, BackendError, Completion, TokenSession
 from agentroll.server.llm.gate import Flight, GenerationAborted
+from agentroll.server.llm.session import call_sampling
 from agentroll.server.proxy import openai_api as api
 from agentroll.server.proxy.apis import APIS, OPENAI_CHAT
 from agentroll.server.proxy.caps import ProxyCaps, RequestRate
@@ -384,7 +385,7 @@ class RolloutProxy:
             while True:
                 budget = self._budget(wanted - got, len(placement.prompt) + got, limit)
                 prompt = placement.prompt + [t for p in pieces for t in p.token_ids]
-                params = {**sampling, "max_tokens": budget, "stop": stops}
+                params = {**call_sampling(sampling, budget, got), "stop": stops}
                 asked = time.monotonic()
                 self._reserved += budget  # concurrent calls share the cap, never overshoot it
                 try:

@@ -74,6 +74,14 @@ class SamplingParams(BaseModel):
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     top_k: int = Field(-1, ge=-1)
     max_tokens: int = Field(1024, ge=1, le=1_000_000, description="Per generation call.")
+    min_tokens: int | None = Field(
+        None,
+        ge=1,
+        exclude_if=lambda n: n is None,  # unset: the same request, fingerprint included
+        description="Per generation call: end-of-sequence and stop tokens are not sampled "
+        "before this many tokens. A turn a pause splits owes only the rest; a call whose "
+        "room in the budget is smaller owes what fits.",
+    )
     seed: int | None = None
     stop: list[StopString] = Field(default_factory=list, max_length=16)
     stop_token_ids: list[int] = Field(default_factory=list, max_length=64)
@@ -84,6 +92,14 @@ class SamplingParams(BaseModel):
         "mode serve the job, and one that is not fails the call (`infra_error`). Unset: "
         "whatever the backend gives, declared in the trajectory's `logprobs`.",
     )
+
+    @model_validator(mode="after")
+    def _min_within_max(self) -> "SamplingParams":
+        if self.min_tokens is not None and self.min_tokens > self.max_tokens:
+            raise ValueError(
+                f"min_tokens ({self.min_tokens}) is larger than max_tokens ({self.max_tokens})"
+            )
+        return self
 
 
 class AgentLimits(BaseModel):

@@ -60,6 +60,7 @@ def record(job: Job) -> None:
                 "index": index,
                 "created": job.created,
                 "prompt_token_ids": array("i", job.prompts[p]),
+                "min_tokens": job.req.min_tokens,
                 "token_ids": array("i", s.token_ids),
                 "logprobs": array("d", s.logprobs),
                 "text": s.text,
