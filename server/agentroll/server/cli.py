@@ -139,6 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     llm.set_defaults(func=_scripted_llm)
 
     from agentroll.runtime.images.cli import add_build_image_arguments
+    from agentroll.runtime.settings import CacheSettings, cache_settings
 
     build = sub.add_parser(
         "build-image",
@@ -171,8 +172,9 @@ def build_parser() -> argparse.ArgumentParser:
         "setup",
         help="create vLLM's CPU environment and the tiny test model (cached; safe to re-run)",
         description="Installs vLLM's CPU build into a cached virtual environment under "
-        "$AGENTROLL_ENGINE_CACHE (default /var/tmp/agentroll-engine) and builds the tiny "
-        "random-init model the engine tests and `agentroll demo --engine vllm-cpu` serve.",
+        f"${CacheSettings.env_name('engine_cache')} (now {cache_settings().engine_cache}) and "
+        "builds the tiny random-init model the engine tests and "
+        "`agentroll demo --engine vllm-cpu` serve.",
     )
     engine_setup.set_defaults(func=_engine_setup)
 

