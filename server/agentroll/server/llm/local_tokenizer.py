@@ -23,13 +23,9 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
 from agentroll.handlers import Message
-from agentroll.server.errors import ServerError
+from agentroll.server.errors import TemplateRenderError
 
 BOTH_PROMPT_FLAGS = "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
-
-
-class TemplateRenderError(ServerError, ValueError):
-    """The chat template refused the messages (or the final message is not continuable)."""
 
 
 def _tojson(value: Any, indent: int | None = None) -> str:
