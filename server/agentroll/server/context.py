@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentroll.handlers import InfraError, JudgeReply, LLMUnavailable, Message, ProxyLimits
+from agentroll.handlers import InfraError, JudgeReply, LLMUnavailable, ProxyLimits
 from agentroll.handlers.toolcalls import DEFAULT_PARSER, get_parser
 from agentroll.runtime import Runtime, Sandbox, SandboxError, SandboxSpec
 from agentroll.server.agents import JobAgents
@@ -18,6 +18,7 @@ from agentroll.server.metrics import ServerMetrics
 from agentroll.server.proxy import ProxyCaps, RolloutProxy, open_proxy
 from agentroll.server.recorded import RecordedTokens
 from agentroll.server.schema import AgentLimits
+from agentroll.server.schema.messages import ChatMessage
 
 log = logging.getLogger("agentroll.server.sandboxes")
 
@@ -70,7 +71,7 @@ class JobContext:
 
     async def ask_judge(
         self,
-        messages: Sequence[Message],
+        messages: Sequence[ChatMessage],
         *,
         tag: str,
         policy: str | None = None,

@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from agentroll.runtime import Sandbox
+from agentroll.server.schema.messages import ToolSpec
 
 JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
@@ -49,7 +50,7 @@ class Tool:
     parameters: dict[str, Any]
     ends_episode: ClassVar[bool] = False
 
-    def schema(self) -> dict[str, Any]:
+    def schema(self) -> ToolSpec:
         return {
             "type": "function",
             "function": {

@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from agentroll.handlers import Message
 from agentroll.server.errors import (
     BackendError,  # noqa: F401 (re-exported: its old import path)
     BackendPaused,  # noqa: F401 (re-exported: its old import path)
@@ -27,6 +26,7 @@ from agentroll.server.errors import (
 )
 from agentroll.server.llm.routed import Routing
 from agentroll.server.schema import LogprobsMode, PauseMode
+from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +63,8 @@ class BackendClient(Protocol):
 
     async def tokenize_messages(
         self,
-        messages: list[Message],
-        tools: list[Message] | None,
+        messages: list[ChatMessage],
+        tools: list[ToolSpec] | None,
         *,
         add_generation_prompt: bool,
         continue_final_message: bool = False,
@@ -101,8 +101,8 @@ class ChatTokenizer(Protocol):
 
     def encode_messages(
         self,
-        messages: Sequence[Message],
-        tools: Sequence[Message] | None,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] | None,
         *,
         add_generation_prompt: bool,
         continue_final_message: bool = False,
