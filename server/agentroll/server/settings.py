@@ -64,7 +64,11 @@ class Settings(BaseSettings):
         "NORMAL",
         description="NORMAL survives a server crash; FULL also survives power loss (slower).",
     )
-    pools: PoolSizes = Field(default_factory=PoolSizes)
+    pools: PoolSizes = Field(
+        default_factory=PoolSizes,
+        description="Workers per stage and the ready buffer (resizable at run time: "
+        "`PATCH /v1/admin/pools`).",
+    )
     admission: AdmissionSettings = Field(
         default_factory=AdmissionSettings,
         description="When INIT waits for the node to have room (memory, threads, CPU).",
@@ -107,7 +111,9 @@ class Settings(BaseSettings):
         description="What each rollout's LLM proxy accepts from its harness (rate, body size, "
         "connections).",
     )
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="The server's log level."
+    )
     log_format: LogFormat = Field(
         "text", description="Log lines as text or JSON; both carry job id, stage and backend."
     )
