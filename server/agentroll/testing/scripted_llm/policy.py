@@ -13,23 +13,23 @@ from typing import cast
 
 from agentroll.handlers.plugins import PluginRegistry
 from agentroll.testing.scripted_llm.errors import DuplicateRuleError, UnknownRuleError
-from agentroll.testing.scripted_llm.template import ChatMessage
+from agentroll.testing.scripted_llm.template import PromptTurn
 
 
 @dataclass(frozen=True, slots=True)
 class Conversation:
     """The prompt, read back into ChatML messages."""
 
-    messages: tuple[ChatMessage, ...]
+    messages: tuple[PromptTurn, ...]
     prompt_text: str
 
-    def last(self, role: str) -> ChatMessage | None:
+    def last(self, role: str) -> PromptTurn | None:
         for message in reversed(self.messages):
             if message.role == role:
                 return message
         return None
 
-    def of_role(self, role: str) -> list[ChatMessage]:
+    def of_role(self, role: str) -> list[PromptTurn]:
         return [m for m in self.messages if m.role == role]
 
 

@@ -7,9 +7,9 @@ import pytest
 
 from agentroll.handlers.builtin.math import load_math_tasks
 from agentroll.testing.scripted_llm import (
-    ChatMessage,
     Conversation,
     DuplicateRuleError,
+    PromptTurn,
     Reply,
     RuleContext,
     RuleRegistry,
@@ -21,7 +21,7 @@ from agentroll.testing.scripted_llm.rules.math import UNSURE_REPLY, math_rule, w
 
 
 def conv(*turns: tuple[str, str]) -> Conversation:
-    return Conversation(tuple(ChatMessage(role, text) for role, text in turns), "")
+    return Conversation(tuple(PromptTurn(role, text) for role, text in turns), "")
 
 
 def ctx(seed: int = 0, wrong_rate: float = 0.0) -> RuleContext:
