@@ -99,3 +99,41 @@ async def test_a_compacting_harness_with_a_side_call_returns_every_chain_exact(
     assert title.prompt_ids == title_call["prompt_token_ids"] and title.num_turns == 1
     assert title.response_ids == title_call["token_ids"]
     assert t.messages[-1]["content"].endswith("\\boxed{210}")
+
+
+@pytest.mark.timeout(120)
+async def test_a_group_of_compacting_runs_batches_every_chain_with_its_episodes_advantage(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    np = pytest.importorskip("numpy", reason="the adapters need numpy (dev extra)")
+    from agentroll.trainer_clients.adapters import grpo_advantages, pad_batch
+
+    wrong = [*TURNS[:-1], f"{ANSWER}, \\boxed{{200}}"]
+    done, log = await run(agentroll_server, tmp_path, [job("right", TURNS), job("wrong", wrong)])
+    right, bad = done["right"], done["wrong"]
+    assert (right.reward, bad.reward) == (1.0, 0.0)  # the control earns it, the other does not
+    batch = pad_batch([right, bad], chains="all")
+    assert batch.chain_kinds == ["main", "continuation", "side"] * 2
+    assert batch.episode_ids == ["right"] * 3 + ["wrong"] * 3
+    assert batch.rewards.tolist() == [1.0] * 3 + [0.0] * 3
+    assert batch.advantages.tolist() == pytest.approx(
+        [a for a in grpo_advantages([1.0, 0.0], ["sum", "sum"]) for _ in range(3)]
+    )
+    # Each row is its chain, token for token, and trains exactly on what the backend sampled.
+    by_prompt = {tuple(e["prompt_token_ids"]): e for e in log}
+    P = batch.prompt_len
+    for row, sample in enumerate([s for t in (right, bad) for s in (t, *(t.chains or []))]):
+        p, r = len(sample.prompt_ids), len(sample.response_ids)
+        assert (
+            batch.input_ids[row, P - p : P + r].tolist() == sample.prompt_ids + sample.response_ids
+        )
+        mask = batch.loss_mask[row, P : P + r]
+        assert mask.tolist() == sample.response_mask and batch.loss_mask[row].sum() == mask.sum()
+        sampled = [int(i) for i in batch.input_ids[row, P : P + r][mask == 1]]
+        calls = [
+            by_prompt[tuple(sample.prompt_ids + sample.response_ids[: s.start])]
+            for s in sample.segments
+        ]
+        assert sampled == [i for call in calls for i in call["token_ids"]]
+        logprobs = batch.old_logprobs[row, P : P + r][mask == 1]
+        assert np.allclose(logprobs, [x for call in calls for x in call["logprobs"]])
