@@ -195,10 +195,28 @@ def test_a_call_made_while_another_is_sampled_is_a_parallel_chain() -> None:
     assert book.loop_counts() == (0, 0)
 
 
-def test_a_side_call_before_the_loop_reads_as_its_start() -> None:
-    """Documented limit: nothing tells a title sent before the loop's first call from the
-    loop's own start, since the loop never returns to it."""
+def called(book: ChainBook, call: int, prompt: list[int], sampled: list[int],
+           system: str, tools: list[dict[str, str]]) -> None:  # fmt: skip
+    placement = book.place(call, prompt, tools, None)
+    book.commit(call, placement, [piece(sampled)], [{"role": "system", "content": system}])
+
+
+def test_a_side_call_before_the_loop_is_a_side_chain_by_its_own_system_prompt_or_tools() -> None:
+    bash = [{"name": "bash"}]
+    # A title first, in a conversation of its own (no tools), then the loop: not a break.
     book = ChainBook()
-    start(book, 0, [7, 7], [8])
-    start(book, 1, [1, 2], [3, 3])
+    called(book, 0, [7, 7], [8], "You name tasks.", [])
+    called(book, 1, [1, 2], [3, 3], "You are an agent.", bash)
+    assert [book.kinds()[c.index] for c in book.chains] == ["side", "main"]
+    assert book.loop_counts() == (0, 0)
+    # A router with the loop's system prompt but no tools: the same.
+    book = ChainBook()
+    called(book, 0, [7, 7], [8], "You are an agent.", [])
+    called(book, 1, [1, 2], [3, 3], "You are an agent.", bash)
+    assert [book.kinds()[c.index] for c in book.chains] == ["side", "main"]
+    # Documented limit: a call with the loop's tools and system prompt that the loop never
+    # returns to reads as the loop's start.
+    book = ChainBook()
+    called(book, 0, [7, 7], [8], "You are an agent.", bash)
+    called(book, 1, [1, 2], [3, 3], "You are an agent.", bash)
     assert [book.kinds()[c.index] for c in book.chains] == ["continuation", "main"]

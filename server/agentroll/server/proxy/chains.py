@@ -22,10 +22,11 @@ when it has several, the longest is the loop that did the work, and a short side
 (a title, a summary) never displaces it. Every other chain gets a kind (`ChainKind`), read
 from how it began and whether the chain in use before it was ever taken up again:
 
-- `continuation`: the agent's loop on the other side of a break from the main chain. The
-  chain in use when it began was never extended again (the loop rewrote its history:
-  compacted, truncated, summarised, edited a reply), or the main chain began that way from
-  it. A side call made before the loop's first call looks the same and reads as one too.
+- `continuation`: the agent's loop on the other side of a break from the main chain, with
+  the same tools and system prompt. The chain in use when it began was never extended
+  again (the loop rewrote its history: compacted, truncated, summarised, edited a reply),
+  or the main chain began that way from it. A side call made before the loop's first call
+  with the loop's own tools and system prompt looks the same and reads as one too.
 - `side`: a detour; the chain in use when it began was extended again afterwards (a title,
   a router or memory call, a sub-agent run in turn).
 - `parallel`: it began while another call was being sampled (parallel calls, sub-agents).
@@ -155,6 +156,15 @@ def _closing_overlap(sampled: list[int], closing: list[int]) -> int:
         if sampled[-k:] == closing[:k]:
             return k
     return 0
+
+
+def _system_prompt(chain: Chain) -> Message | None:
+    first = chain.messages[0] if chain.messages else None
+    return first if first is not None and first.get("role") == "system" else None
+
+
+def _same_agent(a: Chain, b: Chain) -> bool:
+    return a.tools == b.tools and _system_prompt(a) == _system_prompt(b)
 
 
 class ChainBook:
@@ -298,10 +308,11 @@ class ChainBook:
         return max(with_calls, key=lambda c: (c.sampled_tokens, -c.index))
 
     def _took_over(self, chain: Chain) -> bool:
-        """`chain` began where its parent left off for good: the parent was never extended
-        again, and no other call was in flight (a continuation, not a detour)."""
+        """`chain` went on where its parent left off for good: the same agent (tools and
+        system prompt: a title or router call has its own), the parent never extended again,
+        and no other call in flight (a continuation, not a detour)."""
         parent = chain.parent
-        if parent is None or chain.concurrent:
+        if parent is None or chain.concurrent or not _same_agent(parent, chain):
             return False
         return all(call < chain.first_call for call in parent.calls)
 
