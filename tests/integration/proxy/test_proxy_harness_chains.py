@@ -77,6 +77,14 @@ async def test_a_compacting_harness_with_a_side_call_returns_every_chain_exact(
     # Counted on the agent's loop: three extensions, one break (the compaction); the title
     # is neither.
     assert (proxy["prefix_extended"], proxy["prefix_broken"]) == (3, 1)
+    assert proxy["side_calls"] == 1 and [c["side"] for c in proxy["call_log"]] == [
+        False,
+        True,
+        False,
+        False,
+        False,
+        False,
+    ]
     before, aside = proxy["chains"][1:]
     assert before["broken"]["by_call"] == 4 and before["broken"]["reason"] == "history_rewritten"
 

@@ -77,9 +77,15 @@ def test_the_report_names_each_chains_kind_and_counts_the_loop_only() -> None:
     # The loop: chain 0 extended once, then chain 2 once, one break between them; the title
     # is neither an extension nor a break.
     assert (proxy["prefix_extended"], proxy["prefix_broken"]) == (2, 1)
-    # Side calls are still every call outside the main chain (the compacted loop's included).
-    assert proxy["num_chains"] == 3 and proxy["side_calls"] == 3
-    assert [c["chain"] for c in proxy["call_log"]] == [0, 1, 0, 2, 2]
+    # A side call is one outside the loop: the title only, not the loop before compaction.
+    assert proxy["num_chains"] == 3 and proxy["side_calls"] == 1
+    assert [(c["chain"], c["side"]) for c in proxy["call_log"]] == [
+        (0, False),
+        (1, True),
+        (0, False),
+        (2, False),
+        (2, False),
+    ]
     # The token fields live in `Trajectory.chains`, not twice.
     assert all("response_ids" not in c for c in proxy["chains"])
 

@@ -8,7 +8,7 @@ as for a handler-driven rollout.
 own, with its kind.
 `report` is `metadata["llm_proxy"]`: the counts (over the agent's loop: the main chain and
 its continuations), the kind of each chain and the reason it broke (the main one first), and
-every call with its API and whether it was a side call (one outside the main chain: a title,
+every call with its API and whether it was a side call (one outside the agent's loop: a title,
 a router or a background memory call).
 """
 
@@ -116,15 +116,16 @@ def report(proxy: ProxyRecord) -> dict[str, Any]:
         entry["main"] = chain is main
         chains.append(entry)
     extended, broken = book.loop_counts()
+    loop = {position[id(c)] for c in book.loop()}
     chain_of = {c.index: position[id(c)] for c in book.chains}
     calls = []
     for call in proxy.calls:
         entry = dict(call)
         if "chain_id" in entry:
             entry["chain"] = chain_of.get(entry.pop("chain_id"))
-        # A call outside the main chain (a title, a router or a background call) is served
+        # A call outside the agent's loop (a title, a router or a background call) is served
         # and kept, but it is not the agent's own conversation.
-        entry["side"] = main is None or entry.get("chain") != position[id(main)]
+        entry["side"] = entry.get("chain") not in loop
         calls.append(entry)
     stop = proxy.stopped
     return {
