@@ -127,6 +127,15 @@ class Chain:
             },
         }
 
+    def tokens_view(self) -> dict[str, Any]:
+        return {
+            "prompt_ids": self.prompt_ids,
+            "response_ids": self.response_ids,
+            "response_mask": self.response_mask,
+            "response_logprobs": self.response_logprobs,
+            "segments": [s.model_dump() for s in self.segments],
+        }
+
 
 @dataclass(slots=True)
 class Placement:

@@ -7,7 +7,8 @@ as for a handler-driven rollout.
 `chain_traces` is the trajectory's `chains`: every other chain as a trainable sample of its
 own, with its kind.
 `report` is `metadata["llm_proxy"]`: the counts (over the agent's loop: the main chain and
-its continuations), the kind of each chain and the reason it broke (the main one first), and
+its continuations), the kind of each chain and the reason it broke (the main one first; the
+others also with their token fields, as they were before `chains` held them), and
 every call with its API and whether it was a side call (one outside the agent's loop: a title,
 a router or a background memory call).
 """
@@ -114,6 +115,8 @@ def report(proxy: ProxyRecord) -> dict[str, Any]:
     for chain in ordered:
         entry = chain.summary(position[id(chain)], kinds[chain.index])
         entry["main"] = chain is main
+        if chain is not main:  # as before `Trajectory.chains`, for readers of these keys
+            entry.update(chain.tokens_view())
         chains.append(entry)
     extended, broken = book.loop_counts()
     loop = {position[id(c)] for c in book.loop()}
