@@ -96,6 +96,7 @@ BUILTIN_RULES = {
     "verify": "agentroll.testing.scripted_llm.rules.verify:verify_rule",
     "judge": "agentroll.testing.scripted_llm.rules.judge:judge_rule",
     "judge_garbage": "agentroll.testing.scripted_llm.rules.judge:judge_garbage_rule",
+    "compaction": "agentroll.testing.scripted_llm.rules.compaction:compaction_rule",
 }
 
 
@@ -152,6 +153,7 @@ def default_rules() -> RuleRegistry:
     `mini_swe` (the mini-swe-agent harness), `redteam` and `redteam_budgets` (the attack
     catalogue), `verify`, the verifier agent of `solve_verify` (put it before `math` in a
     chain), `judge` / `judge_garbage`, judge models for `llm_judge` (a backend of their
-    own), and one per coding-agent CLI preset: `claude_code`, `codex`, `gemini_cli`,
-    `opencode`, `qwen_code`."""
+    own), one per coding-agent CLI preset: `claude_code`, `codex`, `gemini_cli`,
+    `opencode`, `qwen_code`, and `compaction` (the title and summary calls of the
+    scripted harness that compacts its context, `rules.compaction`)."""
     return RuleRegistry(BUILTIN_RULES)

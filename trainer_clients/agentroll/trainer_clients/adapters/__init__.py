@@ -2,7 +2,9 @@
 
 - `pad_batch` / `PaddedBatch`: the trainer-neutral batch (input ids, attention and loss
   masks, position ids, old logprobs, rewards, GRPO advantages), prompts left-padded and
-  responses right-padded so the response always starts at column `prompt_len`;
+  responses right-padded so the response always starts at column `prompt_len`; with
+  `chains=`, a harness run's other token chains as rows of their own (by kind; see
+  `agentroll.trainer_clients.samples`);
 - `grpo_advantages`: group-normalised advantages;
 - `to_verl`, `to_nemo_rl`, `to_openrlhf`: those trainers' field names and layouts, as
   numpy arrays (wrap with `torch.from_numpy`); see deploy/README.md for the mapping tables;
