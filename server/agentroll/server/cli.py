@@ -21,6 +21,7 @@ examples:
   agentroll build-image python-base       a bubblewrap root filesystem from containers/
   agentroll engine setup                  vLLM's CPU build and a tiny model, cached
   agentroll handlers                      list the task handlers this install knows
+  agentroll export --group q17 --out d/   stored trajectories as ATIF (Harbor) files
 
 settings: flags > AGENTROLL_* environment variables > --config TOML file > defaults
 """
@@ -175,6 +176,18 @@ def build_parser() -> argparse.ArgumentParser:
         "random-init model the engine tests and `agentroll demo --engine vllm-cpu` serve.",
     )
     engine_setup.set_defaults(func=_engine_setup)
+
+    from agentroll.server import export
+
+    exporter = sub.add_parser(
+        "export",
+        help="stored trajectories as ATIF (Harbor's trajectory format) or agentroll JSON",
+        description="Reads the server's store read-only: trajectories of the named jobs, a "
+        "group or all, as ATIF with token ids, logprobs and loss mask in step metrics "
+        "(docs/trainers_out.md), or as stored.",
+    )
+    export.add_arguments(exporter)
+    exporter.set_defaults(func=export.run)
 
     handlers = sub.add_parser("handlers", help="list known task handlers")
     handlers.set_defaults(func=_handlers)
