@@ -22,6 +22,8 @@ examples:
   agentroll engine setup                  vLLM's CPU build and a tiny model, cached
   agentroll handlers                      list the task handlers this install knows
   agentroll export --group q17 --out d/   stored trajectories as ATIF (Harbor) files
+  agentroll nemo-gym-agent --handler math --server http://rollout:8700 --port 8010
+                                          serve NeMo Gym's agent POST /run (NeMo RL)
 
 settings: flags > AGENTROLL_* environment variables > --config TOML file > defaults
 """
@@ -188,6 +190,18 @@ def build_parser() -> argparse.ArgumentParser:
     )
     export.add_arguments(exporter)
     exporter.set_defaults(func=export.run)
+
+    gym = sub.add_parser(
+        "nemo-gym-agent",
+        help="serve NeMo Gym's agent `POST /run` in front of an agentroll server (NeMo RL)",
+        description="A NeMo Gym agent server: each /run row becomes an agentroll job of "
+        "--handler; the answer is NeMo Gym's verify response with token ids on its output "
+        "items (docs/trainers_out.md).",
+    )
+    from agentroll.server import nemo_gym_agent
+
+    nemo_gym_agent.add_arguments(gym)
+    gym.set_defaults(func=nemo_gym_agent.run_cli)
 
     handlers = sub.add_parser("handlers", help="list known task handlers")
     handlers.set_defaults(func=_handlers)

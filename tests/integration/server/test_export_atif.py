@@ -8,14 +8,14 @@ against what the scripted vLLM backend really sampled, call by call.
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import httpx
 import pytest
 from tests.conftest import ServerFactory
+from tests.integration.server.tool_handlers import TOOLS, ToolMath
 
-from agentroll.handlers import AgentHandler, HandlerRegistry, Reward, RolloutContext
-from agentroll.handlers.toolcalls import assistant_message, get_parser, tool_message
+from agentroll.handlers import HandlerRegistry
 from agentroll.server.cli import main
 from agentroll.server.schema import Outcome
 from agentroll.server.serving import RunningServer, start_in_loop
@@ -24,46 +24,6 @@ from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
 
 pytestmark = pytest.mark.integration
-
-QUESTION = "What is the sum of the first 20 positive integers?"  # a bundled math task
-TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": name,
-            "description": f"the {name} tool",
-            "parameters": {
-                "type": "object",
-                "properties": {arg: {"type": "string"}},
-                "required": [arg],
-            },
-        },
-    }
-    for name, arg in (("python", "code"), ("submit", "answer"))
-]
-
-
-class ToolMath(AgentHandler):
-    """Two tool turns: the scripted model runs `python`, reads its output, then `submit`s.
-    The tool answers in-process (this test is about the export, not sandboxes)."""
-
-    name: ClassVar[str] = "tool-math"
-
-    async def run(self, ctx: RolloutContext) -> None:
-        parser = get_parser("hermes")
-        system = {"role": "system", "content": "Solve it with the tools."}
-        await ctx.llm.start([system, {"role": "user", "content": QUESTION}], tools=TOOLS)
-        for turn_number in (1, 2):
-            turn = await ctx.llm.generate()
-            reply = parser.parse(turn.text).with_call_ids(f"call_{turn_number}_")
-            ctx.llm.describe_last_reply(assistant_message(reply))
-            if not reply.calls or reply.calls[0].name == "submit":
-                ctx.state["answer"] = reply.calls[0].arguments if reply.calls else {}
-                return
-            await ctx.llm.add_messages([tool_message(c, "210\n") for c in reply.calls])
-
-    async def eval(self, ctx: RolloutContext) -> Reward:
-        return Reward(float(ctx.state.get("answer", {}).get("answer") == "210"))
 
 
 @pytest.fixture

@@ -20,27 +20,16 @@ Reward and outcome have no ATIF field: they are in the root `extra.agentroll`, t
 
 import json
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Protocol
+from typing import Any
 
-from agentroll.server.schema import AgentTrace, Segment, Trajectory
+from agentroll.server.schema import AgentTrace, Trajectory
+from agentroll.trainer_clients.exports.turns import TokenFields, TurnTokens, token_turns
 
 ATIF_VERSION = "ATIF-v1.6"
 """What a single-agent export declares; one with embedded agents declares the version that
 added `subagent_trajectories`."""
 ATIF_SUBAGENTS_VERSION = "ATIF-v1.7"
 AGENT_NAME = "agentroll"
-
-
-class _Tokens(Protocol):
-    """The token fields a `Trajectory` and an `AgentTrace` share."""
-
-    prompt_ids: list[int]
-    response_ids: list[int]
-    response_mask: list[int]
-    response_logprobs: list[float]
-    segments: list[Segment]
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]]
 
 
 def _agentroll_version() -> str:
@@ -50,27 +39,15 @@ def _agentroll_version() -> str:
         return "unknown"
 
 
-def turns(tokens: _Tokens) -> list[list[Segment]]:
-    """Segments grouped into generation turns: contiguous segments are one reply."""
-    grouped: list[list[Segment]] = []
-    for segment in tokens.segments:
-        if grouped and grouped[-1][-1].end == segment.start:
-            grouped[-1].append(segment)
-        else:
-            grouped.append([segment])
-    return grouped
-
-
-def _turn_record(tokens: _Tokens, turn: list[Segment]) -> dict[str, Any]:
-    start, end = turn[0].start, turn[-1].end
+def _turn_record(turn: TurnTokens) -> dict[str, Any]:
     return {
-        "prompt_token_ids": tokens.prompt_ids + tokens.response_ids[:start],
-        "completion_token_ids": tokens.response_ids[start:end],
-        "logprobs": tokens.response_logprobs[start:end],
+        "prompt_token_ids": turn.prompt_token_ids,
+        "completion_token_ids": turn.completion_token_ids,
+        "logprobs": turn.logprobs,
         "extra": {
-            "response_start": start,
-            "loss_mask": tokens.response_mask[start:end],
-            "segments": [s.model_dump(mode="json") for s in turn],
+            "response_start": turn.response_start,
+            "loss_mask": turn.loss_mask,
+            "segments": [s.model_dump(mode="json") for s in turn.segments],
         },
     }
 
@@ -180,10 +157,10 @@ def _observe(steps: list[dict[str, Any]], message: dict[str, Any]) -> None:
 
 
 def _trajectory(
-    tokens: _Tokens, session_id: str, agent_name: str, root_extra: dict[str, Any]
+    tokens: TokenFields, session_id: str, agent_name: str, root_extra: dict[str, Any]
 ) -> dict[str, Any]:
     steps = _steps(tokens.messages)
-    records = [_turn_record(tokens, turn) for turn in turns(tokens)]
+    records = [_turn_record(turn) for turn in token_turns(tokens)]
     agent_steps = [s for s in steps if s["source"] == "agent"]
     notes = None
     if records and len(records) == len(agent_steps):
