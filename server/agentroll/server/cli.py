@@ -24,6 +24,8 @@ examples:
   agentroll export --group q17 --out d/   stored trajectories as ATIF (Harbor) files
   agentroll nemo-gym-agent --handler math --server http://rollout:8700 --port 8010
                                           serve NeMo Gym's agent POST /run (NeMo RL)
+  agentroll prime-env-server --handler math --server http://rollout:8700
+                                          serve prime-rl's env-server protocol (ZMQ)
 
 settings: flags > AGENTROLL_* environment variables > --config TOML file > defaults
 """
@@ -202,6 +204,19 @@ def build_parser() -> argparse.ArgumentParser:
 
     nemo_gym_agent.add_arguments(gym)
     gym.set_defaults(func=nemo_gym_agent.run_cli)
+
+    prime = sub.add_parser(
+        "prime-env-server",
+        help="serve prime-rl's env-server protocol (ZMQ: health, run, cancel)",
+        description="Each `run` becomes an agentroll job of --handler against the "
+        "orchestrator's own inference server; the answer is a verifiers v1 episode "
+        "(docs/trainers_out.md). Needs pyzmq and msgpack (pip install 'agentroll[prime]').",
+    )
+
+    from agentroll.server import prime_env
+
+    prime_env.add_arguments(prime)
+    prime.set_defaults(func=prime_env.run_cli)
 
     handlers = sub.add_parser("handlers", help="list known task handlers")
     handlers.set_defaults(func=_handlers)

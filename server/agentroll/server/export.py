@@ -1,4 +1,5 @@
-"""`agentroll export`: stored trajectories out of a server's store, as ATIF or as stored.
+"""`agentroll export`: stored trajectories out of a server's store: as ATIF, as verifiers
+episodes (the task's instance from the stored request) or as stored.
 
 Reads the SQLite store read-only (a running server keeps writing beside it undisturbed) and
 writes one document per job: to `--out DIR/<job_id>.<format>.json`, or as JSON lines on
@@ -15,13 +16,24 @@ from pathlib import Path
 from agentroll.server.schema import Trajectory
 from agentroll.server.schema.auth import DEFAULT_DB_PATH
 from agentroll.trainer_clients.exports import to_atif
+from agentroll.trainer_clients.exports.verifiers_episode import to_episode
 
-FORMATS: dict[str, Callable[[str], str]] = {
-    "json": lambda raw: raw,  # exactly as stored (and as `GET /v1/results` serves it)
-    "atif": lambda raw: json.dumps(
+
+def _verifiers(raw: str, request: str) -> str:
+    trajectory = Trajectory.model_validate_json(raw)
+    task = {"type": trajectory.handler, "data": json.loads(request).get("instance", {})}
+    return json.dumps(to_episode(trajectory, task), ensure_ascii=False)
+
+
+FORMATS: dict[str, Callable[[str, str], str]] = {
+    "json": lambda raw, _: raw,  # exactly as stored (and as `GET /v1/results` serves it)
+    "atif": lambda raw, _: json.dumps(
         to_atif(Trajectory.model_validate_json(raw)), ensure_ascii=False
     ),
+    "verifiers": _verifiers,
 }
+
+SELECT = "SELECT r.job_id, r.result_json, j.request_json FROM results r JOIN jobs j USING (job_id)"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,31 +51,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def stored_results(
     db_path: Path, job_ids: list[str], group: str | None = None
-) -> Iterator[tuple[str, str]]:
-    """(job_id, result JSON) in completion order: the given jobs, a group's, or all of them.
-    `ValueError` names any job without a stored result."""
+) -> Iterator[tuple[str, str, str]]:
+    """(job_id, result JSON, request JSON) in completion order: the given jobs, a group's, or
+    all of them. `ValueError` names any job without a stored result."""
     if not db_path.is_file():
         raise FileNotFoundError(f"no store at {db_path}")
     db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
         if job_ids:
             marks = ",".join("?" * len(job_ids))
-            query = f"SELECT job_id, result_json FROM results WHERE job_id IN ({marks})"
-            rows = db.execute(query + " ORDER BY cursor", job_ids).fetchall()
-            missing = sorted(set(job_ids) - {job_id for job_id, _ in rows})
+            query = f"{SELECT} WHERE r.job_id IN ({marks})"
+            rows = db.execute(query + " ORDER BY r.cursor", job_ids).fetchall()
+            missing = sorted(set(job_ids) - {job_id for job_id, _, _ in rows})
             if missing:
                 raise ValueError(f"no stored result for job(s) {', '.join(missing)}")
         elif group is not None:
-            rows = db.execute(
-                "SELECT r.job_id, r.result_json FROM results r JOIN jobs j USING (job_id) "
-                "WHERE j.group_id = ? ORDER BY r.cursor",
-                (group,),
-            ).fetchall()
+            query = f"{SELECT} WHERE j.group_id = ? ORDER BY r.cursor"
+            rows = db.execute(query, (group,)).fetchall()
         else:
-            rows = db.execute("SELECT job_id, result_json FROM results ORDER BY cursor").fetchall()
+            rows = db.execute(f"{SELECT} ORDER BY r.cursor").fetchall()
     finally:
         db.close()
-    yield from ((str(job_id), str(raw)) for job_id, raw in rows)
+    yield from ((str(job_id), str(raw), str(request)) for job_id, raw, request in rows)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,8 +81,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("name the jobs to export: JOB_ID..., --group GROUP or --all")
     convert = FORMATS[args.format]
     count = 0
-    for job_id, raw in stored_results(args.db, args.job_ids, args.group):
-        document = convert(raw)
+    for job_id, raw, request in stored_results(args.db, args.job_ids, args.group):
+        document = convert(raw, request)
         if args.out is None:
             sys.stdout.write(document + "\n")
         else:

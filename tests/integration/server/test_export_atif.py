@@ -13,13 +13,14 @@ from typing import Any
 import httpx
 import pytest
 from tests.conftest import ServerFactory
-from tests.integration.server.tool_handlers import TOOLS, ToolMath
+from tests.integration.server.tool_handlers import QUESTION, TOOLS, ToolMath
 
 from agentroll.handlers import HandlerRegistry
 from agentroll.server.cli import main
-from agentroll.server.schema import Outcome
+from agentroll.server.schema import Outcome, Trajectory
 from agentroll.server.serving import RunningServer, start_in_loop
 from agentroll.testing.atif_schema import validate_atif
+from agentroll.testing.prime_env_client import branch, check_episode, reward
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
 
@@ -111,3 +112,24 @@ async def test_export_as_json_is_the_stored_trajectory_and_names_what_it_lacks(
     assert "JOB_ID..., --group GROUP or --all" in capsys.readouterr().err
     assert main(["export", "--db", str(tmp_path / "missing.db"), "--all"]) == 2
     assert "no store at" in capsys.readouterr().err
+
+
+async def test_export_as_a_verifiers_episode_carries_the_task_and_the_tokens(
+    agentroll_server: ServerFactory,
+    backend: RunningServer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    job = {**_job("v1"), "instance": {"question": QUESTION}}
+    served, _ = await _serve(agentroll_server, backend, [job])
+    capsys.readouterr()
+    db = str(tmp_path / "agentroll.db")
+    assert main(["export", "--db", db, "--format", "verifiers", "v1"]) == 0
+    episode = json.loads(capsys.readouterr().out)
+    check_episode(episode)
+    stored = Trajectory.model_validate_json(served["v1"])
+    assert episode["task"] == {"type": "tool-math", "data": {"question": QUESTION}}
+    (trace,) = episode["traces"]
+    tokens, _, _ = branch(trace)
+    assert tokens == stored.prompt_ids + stored.response_ids[: stored.segments[-1].end]
+    assert reward(trace) == stored.reward == 1.0

@@ -2,6 +2,7 @@
 reads its output, then `submit`s. The tool answers in-process (those tests are about the
 formats, not sandboxes)."""
 
+import asyncio
 from typing import ClassVar
 
 from agentroll.handlers import AgentHandler, InfraError, Reward, RolloutContext
@@ -26,14 +27,15 @@ TOOLS = [
 
 
 class ToolMath(AgentHandler):
-    """Two tool turns; the instance may set `question`, `expected_answer`, and `infra` (the
-    rollout then fails as the infrastructure's fault)."""
+    """Two tool turns; the instance may set `question`, `expected_answer`, `sleep_s` (before
+    the first turn) and `infra` (the rollout then fails as the infrastructure's fault)."""
 
     name: ClassVar[str] = "tool-math"
 
     async def run(self, ctx: RolloutContext) -> None:
         if ctx.instance.get("infra"):
             raise InfraError("sandbox vanished", cause="sandbox_lost")
+        await asyncio.sleep(float(ctx.instance.get("sleep_s", 0.0)))
         parser = get_parser("hermes")
         system = {"role": "system", "content": "Solve it with the tools."}
         question = str(ctx.instance.get("question", QUESTION))

@@ -89,6 +89,7 @@ def output_items(trajectory: Trajectory) -> list[dict[str, Any]]:
                 "output": _text(o),
             }
             for o in observations
+            if o.get("role") == "tool"
         ]
     return items
 

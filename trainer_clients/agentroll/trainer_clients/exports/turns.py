@@ -63,16 +63,24 @@ def token_turns(tokens: TokenFields) -> list[TurnTokens]:
 Paired = tuple[TurnTokens, dict[str, Any] | None, list[dict[str, Any]]]
 
 
+def leading_messages(tokens: TokenFields) -> list[dict[str, Any]]:
+    """The messages before the first assistant message (system, task)."""
+    roles = [m.get("role") for m in tokens.messages]
+    first = roles.index("assistant") if "assistant" in roles else len(roles)
+    return tokens.messages[:first]
+
+
 def paired_turns(tokens: TokenFields) -> list[Paired]:
-    """Each turn with its assistant message and the tool results that answered it; message
-    None and no results where turns and assistant messages do not pair."""
+    """Each turn with its assistant message and the messages after it until the next one (tool
+    results, user follow-ups); message None and nothing after it where turns and assistant
+    messages do not pair."""
     turns = token_turns(tokens)
     replies: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     for message in tokens.messages:
         if message.get("role") == "assistant":
             replies.append((message, []))
-        elif message.get("role") == "tool" and replies:
+        elif replies:
             replies[-1][1].append(message)
     if len(replies) != len(turns):
         return [(turn, None, []) for turn in turns]
-    return [(turn, m, results) for turn, (m, results) in zip(turns, replies, strict=True)]
+    return [(turn, m, after) for turn, (m, after) in zip(turns, replies, strict=True)]
