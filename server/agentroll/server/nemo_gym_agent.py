@@ -23,6 +23,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
+from agentroll.server.front_guard import ALLOW_FLAG, require_loopback
 from agentroll.server.schema import Outcome, Trajectory
 from agentroll.trainer_clients import AsyncRolloutClient
 from agentroll.trainer_clients.errors import ApiError, InvalidRequest
@@ -106,11 +107,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )
     parser.add_argument("--url-file", type=Path, help="write the agent's URL here once bound")
+    parser.add_argument(
+        ALLOW_FLAG, action="store_true", help="listen beyond loopback (no authentication)"
+    )
 
 
 def run_cli(args: argparse.Namespace) -> int:
     from agentroll.server.serving import serve_forever
 
+    require_loopback(args.host, args.allow_remote, "nemo-gym-agent")
     client = AsyncRolloutClient(args.server, token_file=args.token_file)
     app = create_agent_app(client, handler=args.handler, model=args.model, timeout_s=args.timeout)
     serve_forever(app, args.host, args.port, log_level=args.log_level, url_file=args.url_file)
