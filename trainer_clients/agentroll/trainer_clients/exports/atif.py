@@ -19,6 +19,7 @@ Reward and outcome have no ATIF field: they are in the root `extra.agentroll`, t
 """
 
 import json
+from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
@@ -32,6 +33,7 @@ ATIF_SUBAGENTS_VERSION = "ATIF-v1.7"
 AGENT_NAME = "agentroll"
 
 
+@cache  # reading the installed metadata costs more than a whole conversion
 def _agentroll_version() -> str:
     try:
         return version("agentroll")
