@@ -18,19 +18,15 @@ is the worst case. Target (issue 30): <= 10 % added CPU per rollout.
 
 import argparse
 import json
-import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from pathlib import Path
 
 import msgpack
 from _common import cpu_seconds, report
-from pipeline_throughput import run
+from pipeline_throughput import run, served
 
-from agentroll.server.launch import agentroll_process
 from agentroll.server.schema import Trajectory
-from agentroll.trainer_clients import RolloutClient
 from agentroll.trainer_clients.adapters import to_scored_data
 from agentroll.trainer_clients.exports import to_atif
 from agentroll.trainer_clients.exports.nemo_gym import verify_response
@@ -41,25 +37,16 @@ ROW = {"responses_create_params": {"input": "?"}, "agent_ref": {"name": "agentro
 
 def _rollouts(n: int) -> tuple[list[Trajectory], float]:
     env = {"AGENTROLL_LOG_LEVEL": "warning", "AGENTROLL_POOLS__RUN": "64"}
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        with (
-            agentroll_process(["scripted-llm", "--port", "0"], work, "llm") as llm,
-            agentroll_process(
-                ["serve", "--port", "0", "--db", str(work / "a.db")], work, "server", env=env
-            ) as server,
-            RolloutClient(server.url, token=server.token, timeout_s=60) as client,
-        ):
-            client.add_backend({"id": "llm", "base_url": llm.url})
-            _, cursor, _ = run(client, 100, "warmup", 0)  # lazy imports, warm connections
-            cpu0 = cpu_seconds(server.pid)
-            run(client, n, "bench", cursor)
-            cpu_ms = (cpu_seconds(server.pid) - cpu0) * 1000 / n
-            trajectories = []
-            while len(trajectories) < n:
-                page = client.results(after=cursor, limit=1000)
-                trajectories += page.results
-                cursor = page.next_cursor
+    with served(env) as (client, server_pid):
+        _, cursor, _ = run(client, 100, "warmup", 0)  # lazy imports, warm connections
+        cpu0 = cpu_seconds(server_pid)
+        run(client, n, "bench", cursor)
+        cpu_ms = (cpu_seconds(server_pid) - cpu0) * 1000 / n
+        trajectories: list[Trajectory] = []
+        while len(trajectories) < n:
+            page = client.results(after=cursor, limit=1000)
+            trajectories += page.results
+            cursor = page.next_cursor
     return trajectories, cpu_ms
 
 

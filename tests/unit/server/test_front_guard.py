@@ -6,37 +6,17 @@ from agentroll.server.cli import main
 from agentroll.server.front_guard import require_loopback, zmq_host
 
 
+def _front(command: str, *where: str) -> list[str]:
+    return [command, "--server", "http://127.0.0.1:1", "--handler", "h", *where]
+
+
 @pytest.mark.parametrize(
     "argv",
     [
-        ["nemo-gym-agent", "--server", "http://127.0.0.1:1", "--handler", "h", "--host", "0.0.0.0"],
-        [
-            "nemo-gym-agent",
-            "--server",
-            "http://127.0.0.1:1",
-            "--handler",
-            "h",
-            "--host",
-            "10.1.2.3",
-        ],
-        [
-            "prime-env-server",
-            "--server",
-            "http://127.0.0.1:1",
-            "--handler",
-            "h",
-            "--address",
-            "tcp://*:5000",
-        ],
-        [
-            "prime-env-server",
-            "--server",
-            "http://127.0.0.1:1",
-            "--handler",
-            "h",
-            "--address",
-            "tcp://[::]:5000",
-        ],
+        _front("nemo-gym-agent", "--host", "0.0.0.0"),
+        _front("nemo-gym-agent", "--host", "10.1.2.3"),
+        _front("prime-env-server", "--address", "tcp://*:5000"),
+        _front("prime-env-server", "--address", "tcp://[::]:5000"),
     ],
 )
 def test_a_front_beyond_loopback_is_refused_unless_allowed(

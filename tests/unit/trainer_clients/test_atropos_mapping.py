@@ -12,6 +12,17 @@ from agentroll.trainer_clients.groups import Group
 MODE = "processed_logprobs"
 
 
+def _segment(start: int, end: int) -> Segment:
+    return Segment(
+        start=start,
+        end=end,
+        backend_id="b",
+        policy_version=1,
+        finish_reason="stop",
+        logprobs_mode=MODE,
+    )
+
+
 def _trajectory(job_id: str, **fields: Any) -> Trajectory:
     base: dict[str, Any] = {
         "job_id": job_id,
@@ -21,24 +32,7 @@ def _trajectory(job_id: str, **fields: Any) -> Trajectory:
         "response_ids": [10, 11, 90, 20],
         "response_mask": [1, 1, 0, 1],
         "response_logprobs": [-0.1, -0.2, 0.0, -0.4],
-        "segments": [
-            Segment(
-                start=0,
-                end=2,
-                backend_id="b",
-                policy_version=1,
-                finish_reason="stop",
-                logprobs_mode=MODE,
-            ),
-            Segment(
-                start=3,
-                end=4,
-                backend_id="b",
-                policy_version=1,
-                finish_reason="stop",
-                logprobs_mode=MODE,
-            ),
-        ],
+        "segments": [_segment(0, 2), _segment(3, 4)],
         "logprobs": {"mode": MODE, "temperature": 0.7},
         "reward": 0.5,
         "outcome": "ok",

@@ -24,6 +24,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from agentroll.server.schema import AgentTrace, Trajectory
+from agentroll.trainer_clients.exports.messages import content_text, tool_calls
 from agentroll.trainer_clients.exports.turns import TokenFields, TurnTokens, token_turns
 
 ATIF_VERSION = "ATIF-v1.6"
@@ -62,25 +63,6 @@ def _metrics(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _text(content: Any) -> str:
-    """A message's content as text: OpenAI content parts joined, other parts named."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        pieces = []
-        for part in content:
-            if isinstance(part, dict) and isinstance(part.get("text"), str):
-                pieces.append(part["text"])
-            elif isinstance(part, dict):
-                pieces.append(f"[{part.get('type', 'part')}]")
-            else:
-                pieces.append(str(part))
-        return "\n".join(pieces)
-    return json.dumps(content, ensure_ascii=False)
-
-
 def _arguments(raw: Any) -> dict[str, Any]:
     """Tool-call arguments as the object ATIF wants; what the policy wrote that is not a JSON
     object is kept verbatim under `raw` rather than dropped or repaired."""
@@ -96,21 +78,14 @@ def _arguments(raw: Any) -> dict[str, Any]:
 
 
 def _tool_calls(message: dict[str, Any], step_id: int) -> list[dict[str, Any]] | None:
-    calls = []
-    for index, call in enumerate(message.get("tool_calls") or []):
-        if not isinstance(call, dict):
-            continue
-        function = call.get("function")
-        if not isinstance(function, dict):
-            function = {}
-        call_id = call.get("id")
-        calls.append(
-            {
-                "tool_call_id": call_id if isinstance(call_id, str) else f"{step_id}-{index}",
-                "function_name": str(function.get("name", "")),
-                "arguments": _arguments(function.get("arguments", {})),
-            }
-        )
+    calls = [
+        {
+            "tool_call_id": call.call_id or f"{step_id}-{call.index}",
+            "function_name": call.name,
+            "arguments": _arguments(call.arguments),
+        }
+        for call in tool_calls(message)
+    ]
     return calls or None
 
 
@@ -124,7 +99,7 @@ def _steps(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         step: dict[str, Any] = {
             "step_id": len(steps) + 1,
             "source": {"assistant": "agent", "system": "system"}.get(str(role), "user"),
-            "message": _text(message.get("content")),
+            "message": content_text(message.get("content")),
         }
         if step["source"] == "agent":
             if isinstance(message.get("reasoning_content"), str):
@@ -142,7 +117,7 @@ def _observe(steps: list[dict[str, Any]], message: dict[str, Any]) -> None:
     last = steps[-1] if steps else None
     call_id = message.get("tool_call_id")
     known = {c["tool_call_id"] for c in (last or {}).get("tool_calls", [])}
-    result: dict[str, Any] = {"content": _text(message.get("content"))}
+    result: dict[str, Any] = {"content": content_text(message.get("content"))}
     if last is not None and last["source"] == "agent" and call_id in known:
         result["source_call_id"] = call_id
         last.setdefault("observation", {"results": []})["results"].append(result)

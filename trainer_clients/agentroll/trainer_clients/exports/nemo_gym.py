@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from agentroll.server.schema import SamplingParams, Trajectory
+from agentroll.trainer_clients.exports.messages import content_text, tool_calls
 from agentroll.trainer_clients.exports.turns import TurnTokens, paired_turns
 
 ROW_KEYS_NOT_INSTANCE = frozenset({"agent_ref", "responses_create_params"})
@@ -47,29 +48,22 @@ def _message_item(item_id: str, text: str) -> dict[str, Any]:
     }
 
 
-def _call_items(message: dict[str, Any], item_id: str) -> list[dict[str, Any]]:
-    items = []
-    for index, call in enumerate(message.get("tool_calls") or []):
-        function = call.get("function") if isinstance(call, dict) else None
-        if not isinstance(function, dict):
-            continue
-        arguments = function.get("arguments", "{}")
-        items.append(
-            {
-                "id": f"{item_id}-call-{index}",
-                "type": "function_call",
-                "call_id": str(call.get("id") or f"{item_id}-call-{index}"),
-                "name": str(function.get("name", "")),
-                "arguments": arguments if isinstance(arguments, str) else str(arguments),
-                "status": "completed",
-            }
-        )
-    return items
+def _call_items(message: dict[str, Any] | None, item_id: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "id": f"{item_id}-call-{call.index}",
+            "type": "function_call",
+            "call_id": call.call_id or f"{item_id}-call-{call.index}",
+            "name": call.name,
+            "arguments": call.arguments_text(),
+            "status": "completed",
+        }
+        for call in tool_calls(message)
+    ]
 
 
 def _text(message: dict[str, Any] | None) -> str:
-    content = (message or {}).get("content")
-    return content if isinstance(content, str) else ""
+    return content_text((message or {}).get("content"))
 
 
 def output_items(trajectory: Trajectory) -> list[dict[str, Any]]:
@@ -77,7 +71,7 @@ def output_items(trajectory: Trajectory) -> list[dict[str, Any]]:
     items: list[dict[str, Any]] = []
     for index, (turn, message, observations) in enumerate(paired_turns(trajectory)):
         item_id = f"{trajectory.job_id}-turn-{index}"
-        turn_items = _call_items(message or {}, item_id)
+        turn_items = _call_items(message, item_id)
         if _text(message) or not turn_items:
             turn_items.insert(0, _message_item(item_id, _text(message)))
         turn_items[-1].update(_token_fields(turn))

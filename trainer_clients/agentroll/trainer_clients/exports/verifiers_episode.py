@@ -22,50 +22,34 @@ import uuid
 from typing import Any
 
 from agentroll.server.schema import AgentTrace, Trajectory
+from agentroll.trainer_clients.exports.messages import content_text, tool_calls
 from agentroll.trainer_clients.exports.turns import TokenFields, leading_messages, paired_turns
 
 TRACE_VERSION = 1
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = [p.get("text", "") for p in content if isinstance(p, dict)]
-        return "\n".join(str(p) for p in parts)
-    return "" if content is None else str(content)
 
 
 def _message(message: dict[str, Any]) -> dict[str, Any]:
     """An OpenAI-style message as a verifiers v1 message (system, user, assistant, tool)."""
     role = message.get("role")
     if role == "assistant":
-        calls = []
-        for call in message.get("tool_calls") or []:
-            function = call.get("function") if isinstance(call, dict) else None
-            if isinstance(function, dict):
-                arguments = function.get("arguments", "")
-                calls.append(
-                    {
-                        "id": str(call.get("id") or ""),
-                        "name": str(function.get("name", "")),
-                        "arguments": arguments if isinstance(arguments, str) else str(arguments),
-                    }
-                )
+        calls = [
+            {"id": call.call_id or "", "name": call.name, "arguments": call.arguments_text()}
+            for call in tool_calls(message)
+        ]
         return {
             "role": "assistant",
-            "content": _text(message.get("content")),
+            "content": content_text(message.get("content")),
             "tool_calls": calls or None,
         }
     if role == "tool":
         return {
             "role": "tool",
             "tool_call_id": str(message.get("tool_call_id") or ""),
-            "content": _text(message.get("content")),
+            "content": content_text(message.get("content")),
         }
     return {
         "role": "system" if role == "system" else "user",
-        "content": _text(message.get("content")),
+        "content": content_text(message.get("content")),
     }
 
 
