@@ -15,6 +15,7 @@ from pathlib import Path
 
 from agentroll.server.schema import Trajectory
 from agentroll.server.schema.auth import DEFAULT_DB_PATH
+from agentroll.server.store import strict_json
 from agentroll.trainer_clients.exports import to_atif
 from agentroll.trainer_clients.exports.verifiers_episode import to_episode
 
@@ -22,14 +23,12 @@ from agentroll.trainer_clients.exports.verifiers_episode import to_episode
 def _verifiers(raw: str, request: str) -> str:
     trajectory = Trajectory.model_validate_json(raw)
     task = {"type": trajectory.handler, "data": json.loads(request).get("instance", {})}
-    return json.dumps(to_episode(trajectory, task), ensure_ascii=False)
+    return strict_json(to_episode(trajectory, task))
 
 
 FORMATS: dict[str, Callable[[str, str], str]] = {
     "json": lambda raw, _: raw,  # exactly as stored (and as `GET /v1/results` serves it)
-    "atif": lambda raw, _: json.dumps(
-        to_atif(Trajectory.model_validate_json(raw)), ensure_ascii=False
-    ),
+    "atif": lambda raw, _: strict_json(to_atif(Trajectory.model_validate_json(raw))),
     "verifiers": _verifiers,
 }
 

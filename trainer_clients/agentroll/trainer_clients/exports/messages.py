@@ -43,7 +43,7 @@ class ToolCallView:
 
 def tool_calls(message: dict[str, Any] | None) -> list[ToolCallView]:
     """The message's tool calls: every object in `tool_calls` (one without a `function`
-    object has an empty name and `{}` arguments)."""
+    object, or a name that is not text, has an empty name; no arguments read as `{}`)."""
     views = []
     for index, call in enumerate((message or {}).get("tool_calls") or []):
         if not isinstance(call, dict):
@@ -51,12 +51,12 @@ def tool_calls(message: dict[str, Any] | None) -> list[ToolCallView]:
         function = call.get("function")
         if not isinstance(function, dict):
             function = {}
-        call_id = call.get("id")
+        call_id, name = call.get("id"), function.get("name")
         views.append(
             ToolCallView(
                 index=index,
                 call_id=call_id if isinstance(call_id, str) and call_id else None,
-                name=str(function.get("name", "")),
+                name=name if isinstance(name, str) else "",
                 arguments=function.get("arguments", "{}"),
             )
         )
