@@ -21,6 +21,11 @@ examples:
   agentroll build-image python-base       a bubblewrap root filesystem from containers/
   agentroll engine setup                  vLLM's CPU build and a tiny model, cached
   agentroll handlers                      list the task handlers this install knows
+  agentroll export --group q17 --out d/   stored trajectories as ATIF (Harbor) files
+  agentroll nemo-gym-agent --handler math --server http://rollout:8700 --port 8010
+                                          serve NeMo Gym's agent POST /run (NeMo RL)
+  agentroll prime-env-server --handler math --server http://rollout:8700
+                                          serve prime-rl's env-server protocol (ZMQ)
 
 settings: flags > AGENTROLL_* environment variables > --config TOML file > defaults
 """
@@ -177,6 +182,43 @@ def build_parser() -> argparse.ArgumentParser:
         "`agentroll demo --engine vllm-cpu` serve.",
     )
     engine_setup.set_defaults(func=_engine_setup)
+
+    from agentroll.server import export
+
+    exporter = sub.add_parser(
+        "export",
+        help="stored trajectories as ATIF (Harbor's trajectory format) or agentroll JSON",
+        description="Reads the server's store read-only: trajectories of the named jobs, a "
+        "group or all, as ATIF with token ids, logprobs and loss mask in step metrics "
+        "(docs/trainers_out.md), or as stored.",
+    )
+    export.add_arguments(exporter)
+    exporter.set_defaults(func=export.run)
+
+    gym = sub.add_parser(
+        "nemo-gym-agent",
+        help="serve NeMo Gym's agent `POST /run` in front of an agentroll server (NeMo RL)",
+        description="A NeMo Gym agent server: each /run row becomes an agentroll job of "
+        "--handler; the answer is NeMo Gym's verify response with token ids on its output "
+        "items (docs/trainers_out.md).",
+    )
+    from agentroll.server import nemo_gym_agent
+
+    nemo_gym_agent.add_arguments(gym)
+    gym.set_defaults(func=nemo_gym_agent.run_cli)
+
+    prime = sub.add_parser(
+        "prime-env-server",
+        help="serve prime-rl's env-server protocol (ZMQ: health, run, cancel)",
+        description="Each `run` becomes an agentroll job of --handler against the "
+        "orchestrator's own inference server; the answer is a verifiers v1 episode "
+        "(docs/trainers_out.md). Needs pyzmq and msgpack (pip install 'agentroll[prime]').",
+    )
+
+    from agentroll.server import prime_env
+
+    prime_env.add_arguments(prime)
+    prime.set_defaults(func=prime_env.run_cli)
 
     handlers = sub.add_parser("handlers", help="list known task handlers")
     handlers.set_defaults(func=_handlers)

