@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from agentroll.server.errors import ResultRejected, StoreError
+from agentroll.server.result_columns import INDEX_DDL
 
 T = TypeVar("T")
 _PendingResult = tuple[str, str, dict[str, Any], "asyncio.Future[int]"]
@@ -188,6 +189,7 @@ class JobStore:
             db.execute(f"PRAGMA synchronous={self._synchronous}")
             db.execute("PRAGMA busy_timeout=5000")
             db.executescript(_SCHEMA)
+            db.executescript(INDEX_DDL)  # the viewer's filters (built once on an older store)
             _migrate(db)
             with _transaction(db):
                 db.execute(_REPAIR, (time.time(),))
