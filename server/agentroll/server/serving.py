@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import importlib.util
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,10 +122,19 @@ async def start_in_loop(
 
 
 def serve_forever(
-    app: Any, host: str, port: int, *, log_level: str = "info", url_file: Path | None = None
+    app: Any,
+    host: str,
+    port: int,
+    *,
+    log_level: str = "info",
+    url_file: Path | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> uvicorn.Server:
-    """Serve in the foreground until SIGINT/SIGTERM; writes the URL to `url_file` first."""
+    """Serve in the foreground until SIGINT/SIGTERM; writes the URL to `url_file` and tells
+    it to `announce` first."""
     sock = bind(host, port)
+    if announce is not None:
+        announce(url_of(sock))
     if url_file is not None:
         url_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = url_file.with_suffix(url_file.suffix + ".tmp")
