@@ -9,16 +9,19 @@ from pathlib import Path
 import httpx
 import pytest
 from tests.conftest import ServerFactory
-from tests.integration.viewer.viewer_support import Elements, echo_backend, echo_job, echo_registry
+from tests.integration.viewer.viewer_support import (
+    MARKUP,
+    Elements,
+    echo_backend,
+    echo_job,
+    echo_registry,
+)
 
 from agentroll.server.schema import Outcome
 
 pytestmark = [pytest.mark.redteam, pytest.mark.timeout(300)]
 
-PAYLOAD = (
-    '</pre></div><script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
-    '<svg onload="window.pwned=3"></svg><a href="javascript:window.pwned=4">x</a>'
-)
+PAYLOAD = MARKUP
 
 
 def assert_inert(html: str) -> None:

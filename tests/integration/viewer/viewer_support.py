@@ -15,6 +15,12 @@ from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
 from agentroll.testing.scripted_llm.export import export_tokenizer
 
+MARKUP = (
+    '</pre></div><script>window.pwned=1</script><img src=x onerror="window.pwned=2">'
+    '<svg onload="window.pwned=3"></svg><a href="javascript:window.pwned=4">x</a>'
+)
+"""What an adversarial policy writes hoping a trainer's browser runs it."""
+
 
 class EchoTurns(AgentHandler):
     """`turns` turns of the echo policy repeating `say`, each reply described as a tool call
