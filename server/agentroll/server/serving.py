@@ -133,13 +133,13 @@ def serve_forever(
     """Serve in the foreground until SIGINT/SIGTERM; writes the URL to `url_file` and tells
     it to `announce` first."""
     sock = bind(host, port)
-    if announce is not None:
-        announce(url_of(sock))
     if url_file is not None:
         url_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = url_file.with_suffix(url_file.suffix + ".tmp")
         tmp.write_text(url_of(sock) + "\n")
         tmp.replace(url_file)  # readers never see a half-written file
+    if announce is not None:
+        announce(url_of(sock))
     server = _Server(_config(app, log_level))
     _exit_hook(app, server)
     server.run(sockets=[sock])

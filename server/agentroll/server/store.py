@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agentroll.server import result_columns
 from agentroll.server.errors import ResultRejected, StoreError
-from agentroll.server.result_columns import INDEX_DDL
 
 T = TypeVar("T")
 _PendingResult = tuple[str, str, dict[str, Any], "asyncio.Future[int]"]
@@ -109,6 +109,12 @@ def _migrate(db: sqlite3.Connection) -> None:
             # killing its server is still stopped at the limit.
             db.execute("UPDATE jobs SET attempts = MAX(attempts - 1, 0) WHERE finished_at IS NULL")
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _backfill_fields(db: sqlite3.Connection) -> None:
+    """The viewer's `result_fields` rows of results stored before the table existed."""
+    (known,) = db.execute("SELECT COALESCE(MAX(cursor), 0) FROM result_fields").fetchone()
+    db.execute(result_columns.BACKFILL.format(schema=""), (known,))
 
 
 @contextlib.contextmanager
@@ -189,10 +195,11 @@ class JobStore:
             db.execute(f"PRAGMA synchronous={self._synchronous}")
             db.execute("PRAGMA busy_timeout=5000")
             db.executescript(_SCHEMA)
-            db.executescript(INDEX_DDL)  # the viewer's filters (built once on an older store)
+            db.executescript(result_columns.TABLE.format(schema=""))
             _migrate(db)
             with _transaction(db):
                 db.execute(_REPAIR, (time.time(),))
+                _backfill_fields(db)
             (self._last_cursor,) = db.execute(
                 "SELECT COALESCE(MAX(cursor), 0) FROM results"
             ).fetchone()
@@ -338,6 +345,7 @@ class JobStore:
             "INSERT INTO results (cursor, job_id, result_json) VALUES (?, ?, ?)",
             (cursor, job_id, strict_json(result)),
         )
+        db.execute(result_columns.INSERT, result_columns.fields_row(cursor, job_id, result))
         db.execute(
             "UPDATE jobs SET state = ?, finished_at = ? WHERE job_id = ?",
             (state, time.time(), job_id),

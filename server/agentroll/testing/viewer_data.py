@@ -19,8 +19,6 @@ _ERRORS = {
     "infra_error": {"type": "sandbox_start", "message": "the sandbox did not start"},
     "timed_out": {"type": "rollout_timeout", "message": "past its time limit"},
 }
-TOKENS_PER_TURN = 12
-"""Response tokens of each turn: 8 sampled (mask 1) then 4 of tool output (mask 0)."""
 
 
 def known_trajectory(
@@ -34,9 +32,12 @@ def known_trajectory(
     reply: str = "the answer is 4",
     policy_version: int = 0,
     task_id: str | None = None,
+    sampled: int = 8,
+    observed: int = 4,
 ) -> Trajectory:
-    """A `turns`-turn rollout: each turn 8 sampled tokens (mask 1, logprob -0.1 * k for the
-    k-th) and 4 tool-output tokens (mask 0), its own segment at `policy_version + turn`."""
+    """A `turns`-turn rollout: each turn `sampled` tokens (mask 1, logprob -0.1 * (k % 8) for
+    the k-th) then `observed` tokens of tool output (mask 0), its own segment at
+    `policy_version + turn`."""
     ids: list[int] = []
     mask: list[int] = []
     logprobs: list[float] = []
@@ -44,21 +45,21 @@ def known_trajectory(
     messages: list[dict[str, Any]] = [{"role": "user", "content": "What is 2 + 2?"}]
     for turn in range(turns):
         start = len(ids)
-        ids += [100 + turn * TOKENS_PER_TURN + k for k in range(8)]
-        mask += [1] * 8
-        logprobs += [-0.1 * k for k in range(8)]
+        ids += [100 + turn * (sampled + observed) + k for k in range(sampled)]
+        mask += [1] * sampled
+        logprobs += [-0.1 * (k % 8) for k in range(sampled)]
         segments.append(
             {
                 "start": start,
-                "end": start + 8,
+                "end": start + sampled,
                 "backend_id": "scripted-0",
                 "policy_version": policy_version + turn,
                 "finish_reason": "tool_calls" if turn < turns - 1 else "stop",
             }
         )
-        ids += [900 + k for k in range(4)]
-        mask += [0] * 4
-        logprobs += [0.0] * 4
+        ids += [900 + k for k in range(observed)]
+        mask += [0] * observed
+        logprobs += [0.0] * observed
         function = {"name": "python", "arguments": '{"code": "print(2 + 2)"}'}
         call = {"id": f"c{turn}", "type": "function", "function": function}
         messages += [

@@ -44,6 +44,7 @@ class EchoTurns(AgentHandler):
             await ctx.llm.add_messages([output])
             if ctx.instance.get("hold") and turn_index == 0:
                 await asyncio.wait_for(EchoTurns.held[ctx.job_id].wait(), 120)
+                del EchoTurns.held[ctx.job_id]  # released once: a later test's job holds anew
 
     async def eval(self, ctx: RolloutContext) -> Reward:
         reply = ctx.llm.messages[-2].get("content") if len(ctx.llm.messages) > 1 else ""

@@ -1,27 +1,15 @@
 """The viewer's SQL: filtered keyset pages of results, their reward statistics, one rollout,
-one group. Every filter is one of the store's indexed expressions (`result_columns`)."""
+one group. Filters and statistics read the indexed `result_fields` table, never result JSON."""
 
 import json
 import sqlite3
 from dataclasses import dataclass, fields
 from typing import Any
 
-from agentroll.server.result_columns import GROUP, HANDLER, OUTCOME, POLICY_VERSION, REWARD, TASK
-
 PAGE_SIZE = 50
 PASS_REWARD = 1.0
 """A sample passes at this reward or above: the curriculum's default `pass_threshold`."""
 TASKS_SHOWN = 25
-_SUMMARY_PATHS = (
-    "$.handler",
-    "$.group_id",
-    "$.outcome",
-    "$.reward",
-    "$.num_turns",
-    "$.timing.total_s",
-    "$.segments[0].policy_version",
-    "$.error.type",
-)
 
 
 @dataclass(frozen=True)
@@ -40,23 +28,23 @@ class Filters:
         """The SQL condition (always valid, `1` when nothing is set) and its parameters."""
         terms: list[str] = []
         params: list[Any] = []
-        for value, expr in (
-            (self.handler, HANDLER),
-            (self.task, TASK),
-            (self.group, GROUP),
-            (self.outcome, OUTCOME),
+        for value, column in (
+            (self.handler, "handler"),
+            (self.task, "task"),
+            (self.group, "group_id"),
+            (self.outcome, "outcome"),
         ):
             if value:
-                terms.append(f"{expr} = ?")
+                terms.append(f"{column} = ?")
                 params.append(value)
         if self.reward_min is not None:
-            terms.append(f"{REWARD} >= ?")
+            terms.append("reward >= ?")
             params.append(self.reward_min)
         if self.reward_max is not None:
-            terms.append(f"{REWARD} <= ?")
+            terms.append("reward <= ?")
             params.append(self.reward_max)
         if self.policy_version is not None:
-            terms.append(f"{POLICY_VERSION} = ?")
+            terms.append("policy_version = ?")
             params.append(self.policy_version)
         return (" AND ".join(terms) or "1"), params
 
@@ -93,15 +81,12 @@ def results_page(db: sqlite3.Connection, filters: Filters, before: int | None) -
     if before is not None:
         where += " AND cursor < ?"
         params.append(before)
-    paths = ", ".join(f"'{p}'" for p in _SUMMARY_PATHS)
     sql = (
-        f"SELECT cursor, job_id, json_extract(result_json, {paths}) FROM results "
-        f"WHERE {where} ORDER BY cursor DESC LIMIT ?"
+        "SELECT cursor, job_id, handler, group_id, outcome, reward, num_turns, total_s, "
+        f"policy_version, error_type FROM result_fields WHERE {where} "
+        "ORDER BY cursor DESC LIMIT ?"
     )
-    rows = [
-        ResultRow(int(cursor), str(job_id), *json.loads(summary))
-        for cursor, job_id, summary in db.execute(sql, [*params, PAGE_SIZE + 1])
-    ]
+    rows = [ResultRow(*row) for row in db.execute(sql, [*params, PAGE_SIZE + 1])]
     more = len(rows) > PAGE_SIZE
     rows = rows[:PAGE_SIZE]
     return Page(rows, rows[-1].cursor if more else None)
@@ -111,8 +96,8 @@ def reward_counts(db: sqlite3.Connection, filters: Filters) -> dict[str, list[tu
     """Per handler, how many results earned each distinct reward (for its histogram)."""
     where, params = filters.where()
     sql = (
-        f"SELECT {HANDLER}, {REWARD}, COUNT(*) FROM results "
-        f"WHERE {where} AND {REWARD} IS NOT NULL GROUP BY 1, 2"
+        "SELECT handler, reward, COUNT(*) FROM result_fields "
+        f"WHERE {where} AND reward IS NOT NULL GROUP BY 1, 2"
     )
     counts: dict[str, list[tuple[float, int]]] = {}
     for handler, reward, n in db.execute(sql, params):
@@ -138,8 +123,8 @@ def task_pass_rates(
     """(how many tasks, the `limit` hardest: lowest pass rate, most samples first)."""
     where, params = filters.where()
     grouped = (
-        f"SELECT {TASK} AS task, COUNT(*) AS n, SUM(COALESCE({REWARD} >= ?, 0)) AS passed, "
-        f"AVG({REWARD}) AS mean FROM results WHERE {where} AND {TASK} IS NOT NULL GROUP BY 1"
+        "SELECT task, COUNT(*) AS n, SUM(COALESCE(reward >= ?, 0)) AS passed, "
+        f"AVG(reward) AS mean FROM result_fields WHERE {where} AND task IS NOT NULL GROUP BY 1"
     )
     sql = (
         f"SELECT task, n, passed, mean, COUNT(*) OVER () FROM ({grouped}) "
@@ -150,18 +135,20 @@ def task_pass_rates(
     return total, [TaskPassRate(str(t), int(n), int(p), m) for t, n, p, m, _ in rows]
 
 
-def choices(db: sqlite3.Connection, expr: str, limit: int = 200) -> list[str]:
+def choices(db: sqlite3.Connection, column: str, limit: int = 200) -> list[str]:
     """The distinct values of an indexed field (for a filter's drop-down)."""
-    sql = f"SELECT DISTINCT {expr} FROM results WHERE {expr} IS NOT NULL ORDER BY 1 LIMIT ?"
+    sql = (
+        f"SELECT DISTINCT {column} FROM result_fields WHERE {column} IS NOT NULL ORDER BY 1 LIMIT ?"
+    )
     return [str(v) for (v,) in db.execute(sql, (limit,))]
 
 
 def handler_choices(db: sqlite3.Connection) -> list[str]:
-    return choices(db, HANDLER)
+    return choices(db, "handler")
 
 
 def outcome_choices(db: sqlite3.Connection) -> list[str]:
-    return choices(db, OUTCOME)
+    return choices(db, "outcome")
 
 
 def result_json(db: sqlite3.Connection, job_id: str) -> str | None:
@@ -171,7 +158,10 @@ def result_json(db: sqlite3.Connection, job_id: str) -> str | None:
 
 def group_results(db: sqlite3.Connection, group_id: str, limit: int = 64) -> list[dict[str, Any]]:
     """A group's results (at most `limit`), in completion order."""
-    sql = f"SELECT result_json FROM results WHERE {GROUP} = ? ORDER BY cursor LIMIT ?"
+    sql = (
+        "SELECT r.result_json FROM result_fields f JOIN results r ON r.cursor = f.cursor "
+        "WHERE f.group_id = ? ORDER BY f.cursor LIMIT ?"
+    )
     return [json.loads(raw) for (raw,) in db.execute(sql, (group_id, limit))]
 
 
@@ -188,12 +178,18 @@ class StoredState:
     jobs_by_state: dict[str, int]
 
 
+def backend_specs(db: sqlite3.Connection) -> list[dict[str, Any]]:
+    """The backends the server registered (their specs name their tokenizers)."""
+    rows = db.execute("SELECT spec_json FROM backends ORDER BY rowid")
+    return [json.loads(spec) for (spec,) in rows]
+
+
 def stored_state(db: sqlite3.Connection) -> StoredState:
     def rows(sql: str, *params: Any) -> list[Any]:
         return db.execute(sql, params).fetchall()
 
     outcomes = {
-        str(o): int(n) for o, n in rows(f"SELECT {OUTCOME}, COUNT(*) FROM results GROUP BY 1")
+        str(o): int(n) for o, n in rows("SELECT outcome, COUNT(*) FROM result_fields GROUP BY 1")
     }
     [(last,)] = rows("SELECT MAX(finished_at) FROM jobs")
     [(recent,)] = rows("SELECT COUNT(*) FROM jobs WHERE finished_at > ?", (last or 0.0) - 60.0)
@@ -201,7 +197,7 @@ def stored_state(db: sqlite3.Connection) -> StoredState:
         outcomes,
         sum(outcomes.values()),
         int(recent or 0),
-        [json.loads(s) for (s,) in rows("SELECT spec_json FROM backends ORDER BY rowid")],
+        backend_specs(db),
         {str(k): json.loads(v) for k, v in rows("SELECT key, value_json FROM control")},
         {str(s): int(n) for s, n in rows("SELECT state, COUNT(*) FROM jobs GROUP BY 1")},
     )

@@ -157,8 +157,7 @@ async def export_rollout(request: Request, job_id: str) -> Response:
 async def rollout_page(request: Request, job_id: str) -> HTMLResponse:
     viewer = _viewer(request)
     result = json.loads(await _result(viewer, job_id))
-    stored = await _read(viewer, queries.stored_state)
-    decoder = tokens.TokenDecoder(stored.backends)
+    decoder = tokens.TokenDecoder(await _read(viewer, queries.backend_specs))
     chains = [tokens.render_chain(c, decoder) for c in tokens.chains_of(result)]
     return _page(
         "rollout.html",

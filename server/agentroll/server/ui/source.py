@@ -14,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TypeVar
 
+from agentroll.server import result_columns
+
 T = TypeVar("T")
 QUERY_TIMEOUT_S = 10.0
 
@@ -29,12 +31,20 @@ def open_read_only(path: Path) -> sqlite3.Connection:
     uri = f"{path.resolve().as_uri()}?mode=ro"
     db = sqlite3.connect(uri, uri=True, check_same_thread=False)
     try:
-        db.execute("PRAGMA query_only = ON")
         db.execute("SELECT cursor, job_id, result_json FROM results LIMIT 0")
+        if not _has_fields(db):  # written before the store kept them: build them in memory
+            db.executescript(result_columns.TABLE.format(schema="temp."))
+            db.execute(result_columns.BACKFILL.format(schema="temp."), (0,))
+        db.execute("PRAGMA query_only = ON")
     except sqlite3.Error as exc:
         db.close()
         raise ViewerUnavailable(f"{path} is not an agentroll result database: {exc}") from exc
     return db
+
+
+def _has_fields(db: sqlite3.Connection) -> bool:
+    sql = "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'result_fields'"
+    return db.execute(sql).fetchone() is not None
 
 
 class ResultsReader:
