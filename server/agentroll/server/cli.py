@@ -58,7 +58,11 @@ def _demo(args: argparse.Namespace) -> int:
     from agentroll.server.demo import run_demo
 
     return run_demo(
-        groups=args.groups, group_size=args.group_size, latency_s=args.latency, engine=args.engine
+        groups=args.groups,
+        group_size=args.group_size,
+        latency_s=args.latency,
+        engine=args.engine,
+        keep_serving=args.keep_serving,
     )
 
 
@@ -130,6 +134,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="scripted",
         help="the LLM server: the scripted stand-in (default) or vLLM's CPU build serving a "
         "tiny random-weight model (set up on first use, cached)",
+    )
+    demo.add_argument(
+        "--keep-serving",
+        action="store_true",
+        help="after the summary, keep the servers up (browse the printed viewer address) "
+        "until Ctrl-C",
     )
     demo.set_defaults(func=_demo)
 
