@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import TypeVar
 
 from agentroll.server import result_columns
+from agentroll.server.errors import StoreError
 
 T = TypeVar("T")
 QUERY_TIMEOUT_S = 10.0
 
 
-class ViewerUnavailable(Exception):
+class ViewerUnavailable(StoreError):
     """The database cannot be read (missing, not a result store, or too slow to answer)."""
 
 
