@@ -22,6 +22,7 @@ FIELDS = (
     "num_turns",
     "total_s",
     "error_type",
+    "finished_at",
 )
 TABLE = """
 CREATE TABLE IF NOT EXISTS {schema}result_fields (
@@ -35,7 +36,8 @@ CREATE TABLE IF NOT EXISTS {schema}result_fields (
     policy_version  INTEGER,
     num_turns       INTEGER,
     total_s         REAL,
-    error_type      TEXT
+    error_type      TEXT,
+    finished_at     REAL
 );
 CREATE INDEX IF NOT EXISTS {schema}fields_by_handler ON result_fields (handler, reward);
 CREATE INDEX IF NOT EXISTS {schema}fields_by_task ON result_fields (task, reward);
@@ -43,6 +45,7 @@ CREATE INDEX IF NOT EXISTS {schema}fields_by_group ON result_fields (group_id);
 CREATE INDEX IF NOT EXISTS {schema}fields_by_outcome ON result_fields (outcome);
 CREATE INDEX IF NOT EXISTS {schema}fields_by_reward ON result_fields (reward);
 CREATE INDEX IF NOT EXISTS {schema}fields_by_version ON result_fields (policy_version);
+CREATE INDEX IF NOT EXISTS {schema}fields_by_time ON result_fields (finished_at);
 """
 """`schema` is empty for the store's own table, `temp.` for a read-only viewer's copy."""
 INSERT = (
@@ -61,7 +64,8 @@ SELECT cursor, job_id,
     json_extract(result_json, '$.segments[0].policy_version'),
     COALESCE(json_extract(result_json, '$.num_turns'), 0),
     json_extract(result_json, '$.timing.total_s'),
-    json_extract(result_json, '$.error.type')
+    json_extract(result_json, '$.error.type'),
+    (SELECT finished_at FROM jobs WHERE jobs.job_id = results.job_id)
 FROM results WHERE cursor > ?
 """
 """Rows for the results that have none (newer than the cursor given)."""
@@ -81,7 +85,9 @@ def _text(value: Any) -> str | None:
     return str(value).encode("utf-8", "backslashreplace").decode()
 
 
-def fields_row(cursor: int, job_id: str, result: dict[str, Any]) -> tuple[Any, ...]:
+def fields_row(
+    cursor: int, job_id: str, result: dict[str, Any], finished_at: float
+) -> tuple[Any, ...]:
     """The `result_fields` row of a result about to be stored."""
     segments = result.get("segments") or []
     error = result.get("error") or {}
@@ -97,4 +103,5 @@ def fields_row(cursor: int, job_id: str, result: dict[str, Any]) -> tuple[Any, .
         int(result.get("num_turns") or 0),
         (result.get("timing") or {}).get("total_s"),
         _text(error.get("type")),
+        finished_at,
     )

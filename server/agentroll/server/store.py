@@ -345,10 +345,12 @@ class JobStore:
             "INSERT INTO results (cursor, job_id, result_json) VALUES (?, ?, ?)",
             (cursor, job_id, strict_json(result)),
         )
-        db.execute(result_columns.INSERT, result_columns.fields_row(cursor, job_id, result))
+        finished_at = time.time()
+        fields = result_columns.fields_row(cursor, job_id, result, finished_at)
+        db.execute(result_columns.INSERT, fields)
         db.execute(
             "UPDATE jobs SET state = ?, finished_at = ? WHERE job_id = ?",
-            (state, time.time(), job_id),
+            (state, finished_at, job_id),
         )
         self._last_cursor = cursor
         return cursor

@@ -191,12 +191,13 @@ def stored_state(db: sqlite3.Connection) -> StoredState:
     outcomes = {
         str(o): int(n) for o, n in rows("SELECT outcome, COUNT(*) FROM result_fields GROUP BY 1")
     }
-    [(last,)] = rows("SELECT MAX(finished_at) FROM jobs")
-    [(recent,)] = rows("SELECT COUNT(*) FROM jobs WHERE finished_at > ?", (last or 0.0) - 60.0)
+    [(last,)] = rows("SELECT MAX(finished_at) FROM result_fields")
+    recent = "SELECT COUNT(*) FROM result_fields WHERE finished_at > ?"
+    [(recent_n,)] = rows(recent, (last or 0.0) - 60.0)
     return StoredState(
         outcomes,
         sum(outcomes.values()),
-        int(recent or 0),
+        int(recent_n or 0),
         backend_specs(db),
         {str(k): json.loads(v) for k, v in rows("SELECT key, value_json FROM control")},
         {str(s): int(n) for s, n in rows("SELECT state, COUNT(*) FROM jobs GROUP BY 1")},

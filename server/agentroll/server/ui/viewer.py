@@ -1,6 +1,5 @@
 """What the viewer's pages read: a result database, and the live server when there is one."""
 
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,11 +14,10 @@ if TYPE_CHECKING:  # the live server's service; `agentroll view` has none
 class Viewer:
     reader: ResultsReader
     service: "JobService | None" = None
-    started: float = 0.0
 
     @classmethod
     def over(cls, db_path: Path, service: "JobService | None" = None) -> "Viewer":
-        return cls(ResultsReader(db_path), service, time.time())
+        return cls(ResultsReader(db_path), service)
 
     @property
     def live(self) -> bool:
