@@ -273,3 +273,21 @@ def test_agentroll_view_serves_a_database_behind_a_token_of_its_own(tmp_path: Pa
         [*command[:4], str(tmp_path / "nope.db")], check=False, capture_output=True, text=True
     )
     assert missing.returncode == 2 and "no database at" in missing.stderr
+
+
+async def test_agentroll_view_of_a_server_prints_its_login_link(
+    agentroll_server: ServerFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from agentroll.server.cli import main
+
+    async with agentroll_server(api_token="the-token") as (server, _):
+        monkeypatch.setenv("AGENTROLL_API_TOKEN", "the-token")
+        assert await asyncio.to_thread(main, ["view", server.url]) == 0
+        link = capsys.readouterr().out.strip().rsplit(" ", 1)[1]
+        assert link == f"{server.url}/ui?token=the-token"
+        async with httpx.AsyncClient(timeout=30) as http:
+            assert (await http.get(link, follow_redirects=True)).status_code == 200
+    assert await asyncio.to_thread(main, ["view", server.url]) == 2  # it has stopped
+    assert "no agentroll server answers at" in capsys.readouterr().err

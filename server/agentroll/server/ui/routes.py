@@ -7,8 +7,9 @@ anywhere but this server (the Content-Security-Policy says so to the browser too
 
 import json
 import math
+from collections.abc import Callable
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlencode
 
 from fastapi import APIRouter, HTTPException, Query, Request
@@ -20,6 +21,7 @@ from agentroll.server.ui.render import grpo_advantages, histogram_svg
 from agentroll.server.ui.source import ViewerUnavailable
 from agentroll.server.ui.viewer import Viewer
 
+T = TypeVar("T")
 router = APIRouter(prefix="/ui", include_in_schema=False)
 _templates = Environment(
     loader=PackageLoader("agentroll.server.ui", "templates"), autoescape=True, auto_reload=False
@@ -32,7 +34,11 @@ _SECURITY_HEADERS = {
     "referrer-policy": "no-referrer",
     "cache-control": "no-store",
 }
-_STATIC = {"viewer.css": "text/css", "viewer.js": "text/javascript"}
+_STATIC = {
+    name: (resources.files("agentroll.server.ui").joinpath("static", name).read_bytes(), kind)
+    for name, kind in (("viewer.css", "text/css"), ("viewer.js", "text/javascript"))
+}
+"""The viewer's own stylesheet and script, read once: nothing else is served or fetched."""
 
 
 def _viewer(request: Request) -> Viewer:
@@ -45,7 +51,7 @@ def _page(name: str, **context: Any) -> HTMLResponse:
     return HTMLResponse(html, headers=_SECURITY_HEADERS)
 
 
-async def _read(viewer: Viewer, fn: Any, *args: Any) -> Any:
+async def _read(viewer: Viewer, fn: Callable[..., T], *args: Any) -> T:
     try:
         return await viewer.reader.query(lambda db: fn(db, *args))
     except ViewerUnavailable as exc:
@@ -56,8 +62,8 @@ async def _read(viewer: Viewer, fn: Any, *args: Any) -> Any:
 async def static(name: str) -> Response:
     if name not in _STATIC:
         raise HTTPException(404, "no such file")
-    body = resources.files("agentroll.server.ui").joinpath("static", name).read_bytes()
-    return Response(body, media_type=_STATIC[name], headers=_SECURITY_HEADERS)
+    body, kind = _STATIC[name]
+    return Response(body, media_type=kind, headers=_SECURITY_HEADERS)
 
 
 async def _live_context(viewer: Viewer) -> dict[str, Any]:
