@@ -54,6 +54,8 @@ async def test_ui_refuses_without_the_token_and_logs_a_browser_in_by_cookie(
         value = cookie.split(";")[0].split("=", 1)[1]
         assert "plain" not in value and len(value) == 64
         assert (await http.get("/ui/results")).status_code == 200  # the cookie, kept by httpx
+        odd = await http.get("/ui/x%0d%0aSet-Cookie:%20a=b?token=plain")
+        assert odd.headers["location"] == "/ui/x%0D%0ASet-Cookie%3A%20a%3Db"  # one header, quoted
         # The cookie opens the viewer's read-only pages and nothing else, even as a bearer.
         assert (await http.get("/v1/status")).status_code == 401
         assert (

@@ -9,7 +9,7 @@ leaked cookie cannot call the API, and a rotated token ends every cookie made fr
 
 import hashlib
 import hmac
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 from starlette.requests import cookie_parser
 from starlette.types import Scope, Send
@@ -46,7 +46,8 @@ def has_cookie(headers: dict[bytes, bytes], tokens: list[str]) -> bool:
 async def redirect_with_cookie(scope: Scope, send: Send, token: str) -> None:
     """303 to the same page without `token` in its address, the cookie set."""
     rest = urlencode([(k, v) for k, v in _query(scope) if k != "token"])
-    location = scope["path"] + (f"?{rest}" if rest else "")
+    # Quoted: the decoded path may hold anything (CR LF included); the address stays on /ui.
+    location = quote(scope["path"]) + (f"?{rest}" if rest else "")
     cookie = f"{UI_COOKIE}={cookie_value(token)}; Path={UI_PREFIX}; HttpOnly; SameSite=Strict"
     headers = [
         (b"location", location.encode("latin-1")),
