@@ -21,6 +21,7 @@ from tests.integration.viewer.viewer_support import (
     echo_registry,
 )
 
+from agentroll.server.schema import Trajectory
 from agentroll.server.serving import start_in_loop
 from agentroll.server.store import JobStore
 from agentroll.server.ui.app import create_view_app
@@ -293,3 +294,60 @@ async def test_agentroll_view_of_a_server_prints_its_login_link(
             assert (await http.get(link, follow_redirects=True)).status_code == 200
     assert await asyncio.to_thread(main, ["view", server.url]) == 2  # it has stopped
     assert "no agentroll server answers at" in capsys.readouterr().err
+
+
+async def test_the_token_view_shows_side_chains_and_agent_traces(tmp_path: Path) -> None:
+    """A harness run's side chain (kept in `metadata.llm_proxy`) and a multi-agent job's
+    traces each get their own token view, with their own masks and segments."""
+    base = known_trajectory("main", turns=1)
+    side = known_trajectory("side", turns=2, sampled=3, observed=2, policy_version=7)
+    chain = {
+        "index": 1,
+        "main": False,
+        **side.model_dump(
+            include={"prompt_ids", "response_ids", "response_mask", "response_logprobs"}
+        ),
+        "segments": [s.model_dump() for s in side.segments],
+    }
+    proxy = {"chains": [{"index": 0, "main": True}, chain]}
+    verifier = known_trajectory("v", turns=1, sampled=2, observed=1, policy_version=4)
+    trace = {
+        "name": "verifier",
+        "policy": "verifier",
+        "trainable": False,
+        **verifier.model_dump(
+            include={
+                "prompt_ids",
+                "response_ids",
+                "response_mask",
+                "response_logprobs",
+                "segments",
+                "policy_versions",
+            }
+        ),
+    }
+    with_side = Trajectory.model_validate(
+        {**base.model_dump(), "metadata": {"llm_proxy": proxy}, "agents": [trace]}
+    )
+    db = tmp_path / "r.db"
+    store = JobStore(db)
+    await store.open()
+    await store_trajectories(store, [with_side])
+    await store.close()
+    server = await start_in_loop(create_view_app(db, "t"))
+    try:
+        headers = {"authorization": "Bearer t"}
+        async with httpx.AsyncClient(base_url=server.url, headers=headers) as http:
+            page = Elements((await http.get("/ui/rollout/main")).text)
+    finally:
+        await server.stop()
+    titles = [t for _, t in page.find("h3")]
+    assert [t.split(" ")[0:3] for t in titles] == [
+        ["main", "chain", "12"],
+        ["agent", "verifier", "(policy"],
+        ["side", "chain", "#1"],
+    ]
+    masks = [int(a["data-mask"]) for a, _ in page.find("span", class_="tok") if a.get("data-mask")]
+    assert masks == base.response_mask + verifier.response_mask + side.response_mask
+    versions = [a["data-version"] for a, _ in page.find("span", class_="seg") if "title" in a]
+    assert versions == ["0", "4", "7", "8"]
