@@ -70,7 +70,7 @@ class ResultsReader:
                 return fn(db)
             except sqlite3.OperationalError as exc:
                 if time.monotonic() > deadline:
-                    raise ViewerUnavailable(f"query took over {self._timeout_s:.0f} s") from exc
+                    raise ViewerUnavailable(f"query took over {self._timeout_s:g} s") from exc
                 raise ViewerUnavailable(f"database unavailable: {exc}") from exc
             finally:
                 db.set_progress_handler(None, 0)
