@@ -24,7 +24,7 @@ typecheck: $(STAMP)
 # The docs site into site/ (offline: open site/index.html). --strict: a warning (a broken link
 # or anchor, a page left out of the nav, a docstring the reference cannot render) fails it.
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 pytest: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)

@@ -109,6 +109,46 @@ def _handlers(_: argparse.Namespace) -> int:
 SWE_NORMALISE = "swe-normalise"
 
 
+def _add_interface_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Other tools' interfaces: ATIF export, NeMo Gym's agent server, prime-rl's env server."""
+    from agentroll.server import export
+
+    exporter = sub.add_parser(
+        "export",
+        help="stored trajectories as ATIF (Harbor's trajectory format) or agentroll JSON",
+        description="Reads the server's store read-only: trajectories of the named jobs, a "
+        "group or all, as ATIF with token ids, logprobs and loss mask in step metrics "
+        "(docs/trainers_out.md), or as stored.",
+    )
+    export.add_arguments(exporter)
+    exporter.set_defaults(func=export.run)
+
+    gym = sub.add_parser(
+        "nemo-gym-agent",
+        help="serve NeMo Gym's agent `POST /run` in front of an agentroll server (NeMo RL)",
+        description="A NeMo Gym agent server: each /run row becomes an agentroll job of "
+        "--handler; the answer is NeMo Gym's verify response with token ids on its output "
+        "items (docs/trainers_out.md).",
+    )
+    from agentroll.server import nemo_gym_agent
+
+    nemo_gym_agent.add_arguments(gym)
+    gym.set_defaults(func=nemo_gym_agent.run_cli)
+
+    prime = sub.add_parser(
+        "prime-env-server",
+        help="serve prime-rl's env-server protocol (ZMQ: health, run, cancel)",
+        description="Each `run` becomes an agentroll job of --handler against the "
+        "orchestrator's own inference server; the answer is a verifiers v1 episode "
+        "(docs/trainers_out.md). Needs pyzmq and msgpack (pip install 'agentroll[prime]').",
+    )
+
+    from agentroll.server import prime_env
+
+    prime_env.add_arguments(prime)
+    prime.set_defaults(func=prime_env.run_cli)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentroll",
@@ -213,42 +253,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     engine_setup.set_defaults(func=_engine_setup)
 
-    from agentroll.server import export
-
-    exporter = sub.add_parser(
-        "export",
-        help="stored trajectories as ATIF (Harbor's trajectory format) or agentroll JSON",
-        description="Reads the server's store read-only: trajectories of the named jobs, a "
-        "group or all, as ATIF with token ids, logprobs and loss mask in step metrics "
-        "(docs/trainers_out.md), or as stored.",
-    )
-    export.add_arguments(exporter)
-    exporter.set_defaults(func=export.run)
-
-    gym = sub.add_parser(
-        "nemo-gym-agent",
-        help="serve NeMo Gym's agent `POST /run` in front of an agentroll server (NeMo RL)",
-        description="A NeMo Gym agent server: each /run row becomes an agentroll job of "
-        "--handler; the answer is NeMo Gym's verify response with token ids on its output "
-        "items (docs/trainers_out.md).",
-    )
-    from agentroll.server import nemo_gym_agent
-
-    nemo_gym_agent.add_arguments(gym)
-    gym.set_defaults(func=nemo_gym_agent.run_cli)
-
-    prime = sub.add_parser(
-        "prime-env-server",
-        help="serve prime-rl's env-server protocol (ZMQ: health, run, cancel)",
-        description="Each `run` becomes an agentroll job of --handler against the "
-        "orchestrator's own inference server; the answer is a verifiers v1 episode "
-        "(docs/trainers_out.md). Needs pyzmq and msgpack (pip install 'agentroll[prime]').",
-    )
-
-    from agentroll.server import prime_env
-
-    prime_env.add_arguments(prime)
-    prime.set_defaults(func=prime_env.run_cli)
+    _add_interface_commands(sub)
 
     handlers = sub.add_parser("handlers", help="list known task handlers")
     handlers.set_defaults(func=_handlers)
