@@ -16,7 +16,8 @@ import paths such as `agentroll.server.llm.base.BackendError` keep working.)
     ├── VersionConflict(ServerError, ValueError)  resume to an older policy version
     ├── PauseTimeout(ServerError, TimeoutError)   generations still in flight after a pause's wait
     ├── StoreError(ServerError, RuntimeError)     the job store cannot take writes
-    │   └── ResultRejected                        the database refused this one result
+    │   ├── ResultRejected                        the database refused this one result
+    │   └── ViewerUnavailable                     a result database the viewer cannot read
     ├── Refused                                   a job may not start (e.g. too stale policy)
     ├── StageTimeout(ServerError, TimeoutError)   a stage past its timeout (both end the job)
     ├── UnsafeSettingsError(ServerError, ValueError)   settings that would expose the server
@@ -87,6 +88,7 @@ __all__ = [
     "UnknownPolicy",
     "UnsafeSettingsError",
     "VersionConflict",
+    "ViewerUnavailable",
 ]
 
 
@@ -175,6 +177,10 @@ class StoreError(ServerError, RuntimeError):
 
 class ResultRejected(StoreError):
     """The database refused this one result (a constraint); retrying it will not help."""
+
+
+class ViewerUnavailable(StoreError):
+    """The database cannot be read (missing, not a result store, or too slow to answer)."""
 
 
 class ClientGone(ServerError):

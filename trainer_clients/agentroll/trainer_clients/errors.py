@@ -14,7 +14,8 @@ One root, each leaf also the builtin it specialises, so callers can catch either
     ├── FanOutError(ClientError)                       a call sent to every server failed on some
     ├── InfraCircuitOpen(ClientError)                  a run of infra_errors stopped a collector
     ├── BatchShortfall(ClientError)                    dynamic sampling could not fill a batch
-    └── WeightPushError(ClientError)                   an inference engine refused new weights
+    ├── WeightPushError(ClientError)                   an inference engine refused new weights
+    └── AtroposError(ClientError)                      an Atropos API refused what was sent
 
 Outside the tree stay the builtins for the caller's own mistakes and waits: `ValueError` for
 arguments a call cannot use, `RuntimeError` for a collector used before it is started,
@@ -177,3 +178,11 @@ class BatchShortfall(ClientError):
             f"{batch.groups_generated} ({zero} with equal rewards, {invalid} invalid): {why}"
         )
         self.batch = batch
+
+
+class AtroposError(ClientError):
+    """The Atropos API refused or could not read what was sent (`status`, its answer)."""
+
+    def __init__(self, status: int, answer: str) -> None:
+        super().__init__(f"Atropos API answered {status}: {answer[:500]}")
+        self.status = status

@@ -15,14 +15,10 @@ from pathlib import Path
 from typing import TypeVar
 
 from agentroll.server import result_columns
-from agentroll.server.errors import StoreError
+from agentroll.server.errors import ViewerUnavailable
 
 T = TypeVar("T")
 QUERY_TIMEOUT_S = 10.0
-
-
-class ViewerUnavailable(StoreError):
-    """The database cannot be read (missing, not a result store, or too slow to answer)."""
 
 
 def open_read_only(path: Path) -> sqlite3.Connection:

@@ -33,7 +33,7 @@ import httpx
 
 from agentroll.server.schema import Trajectory
 from agentroll.trainer_clients.adapters.batch import single_agent, usable
-from agentroll.trainer_clients.errors import ClientError, ServerUnavailable
+from agentroll.trainer_clients.errors import AtroposError, ServerUnavailable
 from agentroll.trainer_clients.groups import Group
 
 UNTRAINED = -100
@@ -41,14 +41,6 @@ UNTRAINED = -100
 PLACEHOLDER_LOGPROB = 1.0
 """What Atropos puts in `inference_logprobs` where nothing was sampled."""
 WAITING_FOR_TRAINER = "wait for trainer to start"
-
-
-class AtroposError(ClientError):
-    """The Atropos API refused or could not read what was sent (`status`, its answer)."""
-
-    def __init__(self, status: int, answer: str) -> None:
-        super().__init__(f"Atropos API answered {status}: {answer[:500]}")
-        self.status = status
 
 
 def scored_sample(t: Trajectory) -> tuple[list[int], list[int], list[float]]:
