@@ -156,6 +156,11 @@ def result_json(db: sqlite3.Connection, job_id: str) -> str | None:
     return None if row is None else str(row[0])
 
 
+def result(db: sqlite3.Connection, job_id: str) -> dict[str, Any] | None:
+    raw = result_json(db, job_id)
+    return None if raw is None else dict(json.loads(raw))
+
+
 def group_results(db: sqlite3.Connection, group_id: str, limit: int = 64) -> list[dict[str, Any]]:
     """A group's results (at most `limit`), in completion order."""
     sql = (

@@ -12,7 +12,7 @@ from importlib import resources
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, PackageLoader
 
@@ -87,6 +87,10 @@ async def live_fragment(request: Request) -> HTMLResponse:
     return _page("live_fragment.html", **await _live_context(_viewer(request)))
 
 
+SQLITE_MAX_INT = 2**63 - 1
+"""SQLite's integers are 64-bit: a larger one in a query is refused by the driver."""
+
+
 def _number(value: str, kind: type[float] | type[int], name: str) -> Any:
     if not value.strip():
         return None
@@ -96,6 +100,8 @@ def _number(value: str, kind: type[float] | type[int], name: str) -> Any:
         raise HTTPException(400, f"{name} must be a number, not {value!r}") from None
     if not math.isfinite(number):
         raise HTTPException(400, f"{name} must be finite")
+    if kind is int and abs(number) > SQLITE_MAX_INT:
+        raise HTTPException(400, f"{name} is too large")
     return number
 
 
@@ -109,7 +115,7 @@ async def results_page(
     reward_min: str = "",
     reward_max: str = "",
     policy_version: str = "",
-    before: int | None = Query(None, ge=0),
+    before: str = "",
 ) -> HTMLResponse:
     viewer = _viewer(request)
     filters = queries.Filters(
@@ -121,7 +127,8 @@ async def results_page(
         _number(reward_max, float, "reward_max"),
         _number(policy_version, int, "policy_version"),
     )
-    page = await _read(viewer, queries.results_page, filters, before)
+    cursor = _number(before, int, "before")
+    page = await _read(viewer, queries.results_page, filters, cursor)
     counts = await _read(viewer, queries.reward_counts, filters)
     tasks_total, tasks = await _read(viewer, queries.task_pass_rates, filters)
     handlers = await _read(viewer, queries.handler_choices)
@@ -135,7 +142,7 @@ async def results_page(
         filters=filters,
         rows=page.rows,
         older=older,
-        newest="?" + urlencode(items) if before is not None else None,
+        newest="?" + urlencode(items) if cursor is not None else None,
         histograms=[(h, histogram_svg(h, c)) for h, c in sorted(counts.items())],
         tasks=tasks,
         tasks_total=tasks_total,
@@ -162,9 +169,12 @@ async def export_rollout(request: Request, job_id: str) -> Response:
 @router.get("/rollout/{job_id}", response_class=HTMLResponse)
 async def rollout_page(request: Request, job_id: str) -> HTMLResponse:
     viewer = _viewer(request)
-    result = json.loads(await _result(viewer, job_id))
+    # Parsed on the reader's thread: a policy sets how long its trajectory is.
+    result = await _read(viewer, queries.result, job_id)
+    if result is None:
+        raise HTTPException(404, f"no result for job {job_id!r}")
     decoder = tokens.TokenDecoder(await _read(viewer, queries.backend_specs))
-    chains = [tokens.render_chain(c, decoder) for c in tokens.chains_of(result)]
+    chains = tokens.render_chains(tokens.chains_of(result), decoder)
     return _page(
         "rollout.html",
         page="rollout",
@@ -172,8 +182,21 @@ async def rollout_page(request: Request, job_id: str) -> HTMLResponse:
         r=result,
         chains=chains,
         messages=[_message(m) for m in result.get("messages", [])],
-        pretty=lambda value: json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True),
+        pretty=_pretty,
     )
+
+
+TEXT_SHOWN = 100_000
+"""Characters of one JSON field (grader info, metadata) a rollout page shows: metadata holds
+every side chain's token ids, whose length the policy sets."""
+
+
+def _pretty(value: Any) -> str:
+    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    if len(text) <= TEXT_SHOWN:
+        return text
+    left_out = len(text) - TEXT_SHOWN
+    return f"{text[:TEXT_SHOWN]}\n… {left_out:,} characters not shown: export.json holds them all"
 
 
 def _message(message: dict[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,124 @@
+"""The rollout viewer against what a policy can make big or odd, and a neighbour's odd query.
+
+A policy sets the size of its own trajectory (long replies, many side chains through its own
+proxy), and a live server renders the viewer's pages on its event loop: a rollout page must
+cost the same bounded work however long the rollout, while the full trajectory stays one
+click away (`export.json`). Query numbers SQLite cannot hold are the asker's error (400),
+not the server's (500).
+"""
+
+import re
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import httpx
+import pytest
+from tests.integration.viewer.viewer_support import MARKUP, Elements
+
+from agentroll.server.schema import Trajectory
+from agentroll.server.serving import start_in_loop
+from agentroll.server.store import JobStore
+from agentroll.server.ui import tokens
+from agentroll.server.ui.app import create_view_app
+from agentroll.testing.viewer_data import known_trajectory, store_trajectories
+
+pytestmark = [pytest.mark.redteam, pytest.mark.timeout(300)]
+
+SIDE_TOKENS = 150_000
+
+
+def _huge() -> Trajectory:
+    """~170k tokens in the main chain and a side chain of 150k, as a harness run can leave."""
+    trajectory = known_trajectory("huge", turns=60, sampled=2_800, reply=MARKUP)
+    side = {
+        "index": 1,
+        "main": False,
+        "prompt_ids": list(range(5, 2_005)),
+        "response_ids": [7] * SIDE_TOKENS,
+        "response_mask": [1] * SIDE_TOKENS,
+        "response_logprobs": [-0.5] * SIDE_TOKENS,
+        "segments": [{"start": 0, "end": SIDE_TOKENS, "backend_id": "b", "policy_version": 0}],
+    }
+    metadata = {"llm_proxy": {"chains": [{"index": 0, "main": True}, side]}}
+    return trajectory.model_copy(update={"metadata": metadata})
+
+
+@asynccontextmanager
+async def _viewer(tmp_path: Path, stored: list[Trajectory]) -> AsyncIterator[httpx.AsyncClient]:
+    db = tmp_path / "results.db"
+    store = JobStore(db, synchronous="OFF")
+    await store.open()
+    await store_trajectories(store, stored)
+    await store.close()
+    server = await start_in_loop(create_view_app(db, "t"))
+    try:
+        headers = {"authorization": "Bearer t"}
+        async with httpx.AsyncClient(base_url=server.url, headers=headers, timeout=120) as http:
+            yield http
+    finally:
+        await server.stop()
+
+
+def _token_spans(html: str) -> list[str]:
+    """The classes of every token span of the token view (the legend's three excluded)."""
+    view = html.split('<div id="token-view">', 1)[1]
+    return re.findall(r'<span class="(tok [^"]*)"', view)
+
+
+async def test_a_huge_rollout_page_shows_a_bounded_part_and_exports_all(tmp_path: Path) -> None:
+    huge, honest = _huge(), known_trajectory("honest")
+    async with _viewer(tmp_path, [huge, honest]) as http:
+        page = await http.get("/ui/rollout/huge")
+        exported = (await http.get("/ui/rollout/huge/export.json")).json()
+        small = await http.get("/ui/rollout/honest")
+    assert page.status_code == 200
+    shown = _token_spans(page.text)
+    assert 0 < len(shown) <= tokens.TOKENS_SHOWN
+    assert len(page.text) < 8 * 1024 * 1024  # not a span per token of ~320k, nor every id
+    total = len(huge.prompt_ids) + len(huge.response_ids) + 2_000 + SIDE_TOKENS
+    notes = re.findall(r"([\d,]+) tokens not shown", page.text)
+    left_out = [int(n.replace(",", "")) for n in notes]
+    assert sum(left_out) == total - len(shown)  # the page says what it left out
+    assert "export.json" in page.text and "not shown" in page.text
+    conversation = "".join(t for _, t in Elements(page.text).find("div", id="conversation"))
+    assert MARKUP in conversation  # the conversation is still there, as text
+    assert exported["response_ids"] == huge.response_ids  # the export keeps every token
+    assert len(exported["metadata"]["llm_proxy"]["chains"][1]["response_ids"]) == SIDE_TOKENS
+    # The control: an ordinary rollout shows every token and says nothing is left out.
+    spans = _token_spans(small.text)
+    assert len(spans) == len(honest.prompt_ids) + len(honest.response_ids)
+    assert "not shown" not in small.text
+
+
+@pytest.mark.parametrize(
+    "query", ["before=99999999999999999999", "policy_version=99999999999999999999"]
+)
+async def test_numbers_past_sqlite_integers_are_the_askers_error(
+    tmp_path: Path, query: str
+) -> None:
+    async with _viewer(tmp_path, [known_trajectory("j", policy_version=3)]) as http:
+        odd = await http.get(f"/ui/results?{query}")
+        control = await http.get("/ui/results?before=99&policy_version=3")
+    assert odd.status_code == 400, odd.text
+    assert "too large" in odd.json()["error"]["message"]
+    assert control.status_code == 200
+    assert [a["data-cursor"] for a, _ in Elements(control.text).find("tr", class_="row")] == ["1"]
+
+
+def test_segment_fields_stay_inside_their_attribute() -> None:
+    """A segment's every field reaches the page as text, whoever wrote it."""
+    hostile = '"><img src=x onerror="window.pwned=1">'
+    segment = {"start": 0, "end": hostile, "backend_id": hostile, "finish_reason": hostile}
+    chain = tokens.Chain("c", [1], [5, 6], [1, 1], [-0.1, -0.1], [segment])
+    html = str(tokens.render_chain(chain, tokens.TokenDecoder([])))
+    page = Elements(html)
+    assert [t for t, _, _ in page.all if t == "img"] == []
+    assert [k for _, a, _ in page.all for k in a if k.startswith("on")] == []
+    titles = [a["title"] for a, _ in page.find("span", class_="seg")]
+    assert titles and all(hostile in t for t in titles)
+    # The control: an ordinary segment's title names its token range.
+    plain = {"start": 0, "end": 2, "backend_id": "b", "policy_version": 0}
+    ordinary = tokens.Chain("c", [1], [5, 6], [1, 1], [-0.1, -0.1], [plain])
+    html = str(tokens.render_chain(ordinary, tokens.TokenDecoder([])))
+    assert [a["title"] for a, _ in Elements(html).find("span", class_="seg")] == ["segment [0, 2)"]
