@@ -3,7 +3,10 @@ have no authentication of their own (their upstream clients send none): whoever 
 runs jobs, and registers backends, with that token. So they listen on loopback unless told,
 in so many words, that the network they listen on is the trainer's alone."""
 
+import json
 from urllib.parse import urlsplit
+
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentroll.server.schema.auth import is_loopback
 
@@ -25,3 +28,30 @@ def require_loopback(host: str, allowed: bool, what: str) -> None:
             f"with the agentroll token it holds; pass {ALLOW_FLAG} if only the trainer's "
             "network reaches that address"
         )
+
+
+class LoopbackHostOnly:
+    """ASGI middleware: 403 to a request whose `Host` is not a loopback name.
+
+    Loopback keeps the network out, not this machine's browser: a web page on a name its
+    attacker re-points at 127.0.0.1 (DNS rebinding) is same-origin with a front there, so it
+    could send requests and read the answers. Its requests carry the attacker's name in
+    `Host`; a trainer's client names the loopback address it was given."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            if not is_loopback(urlsplit(f"//{host}").hostname or ""):
+                await _refuse(send, f"this front serves loopback names only, not Host {host!r}")
+                return
+        await self.app(scope, receive, send)
+
+
+async def _refuse(send: Send, message: str) -> None:
+    body = json.dumps({"error": {"type": "host_not_loopback", "message": message}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": 403, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -23,7 +23,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from agentroll.server.front_guard import ALLOW_FLAG, require_loopback
+from agentroll.server.front_guard import ALLOW_FLAG, LoopbackHostOnly, require_loopback
 from agentroll.server.schema import Outcome, Trajectory
 from agentroll.trainer_clients import AsyncRolloutClient
 from agentroll.trainer_clients.errors import ApiError, InvalidRequest
@@ -61,9 +61,13 @@ def create_agent_app(
     model: str = "policy",
     timeout_s: float = 3600.0,
     job_prefix: str = "nemo-gym",
+    loopback_only: bool = True,
 ) -> FastAPI:
-    """The front's app; `client` is its agentroll server's (closed by the caller)."""
+    """The front's app; `client` is its agentroll server's (closed by the caller).
+    `loopback_only`: serve only requests addressed to a loopback name (`LoopbackHostOnly`)."""
     app = FastAPI(title="agentroll as a NeMo Gym agent")
+    if loopback_only:
+        app.add_middleware(LoopbackHostOnly)
 
     @app.post("/run")
     async def run(row: dict[str, Any]) -> JSONResponse:
@@ -117,6 +121,12 @@ def run_cli(args: argparse.Namespace) -> int:
 
     require_loopback(args.host, args.allow_remote, "nemo-gym-agent")
     client = AsyncRolloutClient(args.server, token_file=args.token_file)
-    app = create_agent_app(client, handler=args.handler, model=args.model, timeout_s=args.timeout)
+    app = create_agent_app(
+        client,
+        handler=args.handler,
+        model=args.model,
+        timeout_s=args.timeout,
+        loopback_only=not args.allow_remote,
+    )
     serve_forever(app, args.host, args.port, log_level=args.log_level, url_file=args.url_file)
     return 0

@@ -1,0 +1,74 @@
+"""The NeMo Gym front against a web page in a browser on the same machine.
+
+`agentroll nemo-gym-agent` listens on loopback and answers without authentication, acting with
+the agentroll token it holds. Loopback keeps the network out, not this machine's browser: a
+page on a name its attacker re-points at 127.0.0.1 (DNS rebinding) is same-origin with the
+front, so it could POST rows and read the answers. Its requests name the attacker's host in
+`Host`; the front serves only requests addressed to a loopback name.
+"""
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from tests.conftest import ServerFactory
+from tests.integration.server.tool_handlers import QUESTION, TOOLS, ToolMath
+
+from agentroll.handlers import HandlerRegistry
+from agentroll.server.nemo_gym_agent import create_agent_app
+from agentroll.server.serving import start_in_loop
+from agentroll.testing.scripted_llm import ScriptedLLMConfig
+from agentroll.testing.scripted_llm import create_app as create_scripted_app
+from agentroll.trainer_clients import AsyncRolloutClient
+
+pytestmark = [pytest.mark.redteam, pytest.mark.timeout(300)]
+
+ROW: dict[str, Any] = {
+    "agent_ref": {"name": "agentroll_agent"},
+    "responses_create_params": {
+        "input": [{"role": "user", "content": QUESTION}],
+        "tools": TOOLS,
+        "max_output_tokens": 256,
+    },
+    "expected_answer": "210",
+}
+
+
+@asynccontextmanager
+async def _front(agentroll_server: ServerFactory) -> AsyncIterator[tuple[str, AsyncRolloutClient]]:
+    backend = await start_in_loop(create_scripted_app(ScriptedLLMConfig(seed=5, wrong_rate=0.0)))
+    registry = HandlerRegistry()
+    registry.register(ToolMath)
+    try:
+        async with agentroll_server(registry=registry) as (_, client):
+            await client.add_backend({"id": "b0", "base_url": backend.url})
+            front = await start_in_loop(create_agent_app(client, handler="tool-math", timeout_s=60))
+            try:
+                yield front.url, client
+            finally:
+                await front.stop()
+    finally:
+        await backend.stop()
+
+
+async def test_a_page_on_a_rebound_name_runs_nothing(agentroll_server: ServerFactory) -> None:
+    async with _front(agentroll_server) as (url, client):
+        port = httpx.URL(url).port
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            for host in (
+                f"attacker.example:{port}",  # the rebound name
+                f"127.0.0.1.attacker.example:{port}",  # a name that starts like loopback
+                f"localhost.attacker.example:{port}",
+            ):
+                refused = await http.post("/run", json=ROW, headers={"host": host})
+                assert refused.status_code == 403, (host, refused.text)
+                assert refused.json()["error"]["type"] == "host_not_loopback"
+            # The control: NeMo Gym's own client names the address it was given.
+            for host in (f"127.0.0.1:{port}", f"localhost:{port}"):
+                served = await http.post("/run", json=ROW, headers={"host": host})
+                assert served.status_code == 200, served.text
+                assert served.json()["reward"] == 1.0
+        page = await client.results(after=0)
+    assert len(page.results) == 2  # the two controls' jobs, none of the refused requests
