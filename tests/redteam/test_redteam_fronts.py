@@ -7,6 +7,7 @@ front, so it could POST rows and read the answers. Its requests name the attacke
 `Host`; the front serves only requests addressed to a loopback name.
 """
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -72,3 +73,48 @@ async def test_a_page_on_a_rebound_name_runs_nothing(agentroll_server: ServerFac
                 assert served.json()["reward"] == 1.0
         page = await client.results(after=0)
     assert len(page.results) == 2  # the two controls' jobs, none of the refused requests
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"sampling": ["temperature", 0.7]},  # sampling not an object
+        {"sampling": {"temperature": "hot"}},  # a value agentroll refuses
+        {"client": "http://127.0.0.1:1"},  # client not an object
+        {"task_data": ["what", "is", "2+2"]},  # task data not an object
+    ],
+)
+async def test_a_malformed_env_request_gets_an_error_reply_not_silence(
+    agentroll_server: ServerFactory, payload: dict[str, Any]
+) -> None:
+    """prime-rl's orchestrator waits for each reply: a request the env server cannot take
+    must be answered (a failed episode), and the next one served."""
+    from agentroll.server.prime_env.server import PrimeEnvServer
+    from agentroll.testing.prime_env_client import EnvClient, EnvServerError
+
+    backend = await start_in_loop(create_scripted_app(ScriptedLLMConfig(seed=5, wrong_rate=0.0)))
+    registry = HandlerRegistry()
+    registry.register(ToolMath)
+    try:
+        async with agentroll_server(registry=registry) as (_, client):
+            server = PrimeEnvServer(client, handler="tool-math", address="tcp://127.0.0.1:0")
+            serving = asyncio.create_task(server.serve())
+            env = EnvClient(server.address)
+            try:
+                run = {
+                    "task_data": {"question": QUESTION, "expected_answer": "210"},
+                    "client": {"type": "train", "base_url": f"{backend.url}/v1"},
+                    "model": "policy",
+                    "sampling": {"max_tokens": 256},
+                }
+                with pytest.raises(EnvServerError) as refused:
+                    await env.request("run", {**run, **payload}, timeout_s=30)
+                assert "Error" in str(refused.value)  # names what was wrong
+                served = await env.request("run", run, timeout_s=120)  # the control
+                assert served["episode"]["ok"] is True
+            finally:
+                await env.close()
+                serving.cancel()
+                await asyncio.gather(serving, return_exceptions=True)
+    finally:
+        await backend.stop()

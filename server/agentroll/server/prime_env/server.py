@@ -105,9 +105,12 @@ class PrimeEnvServer:
     ) -> None:
         try:
             response = await self._answer(request_id.decode(), method.decode(), payload)
-        except (ValueError, TypeError, KeyError, ClientError, TimeoutError) as exc:
-            # A bad request, an unreachable agentroll or a rollout out of time: an error
-            # reply (the orchestrator records a failed episode), never a scored one.
+        except Exception as exc:
+            # A bad request (of any shape), an unreachable agentroll or a rollout out of time:
+            # an error reply (the orchestrator records a failed episode), never a scored one,
+            # and never silence, which the orchestrator would wait out.
+            if not isinstance(exc, (ValueError, TypeError, KeyError, ClientError, TimeoutError)):
+                log.exception("env request %r failed", method)
             response = {"success": False, "error": f"{type(exc).__name__}: {exc}"}
         data = msgpack.packb(response, use_bin_type=True)
         with contextlib.suppress(zmq.ZMQError):  # the client went away
