@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.conftest import ServerFactory
 from tests.integration.viewer.viewer_support import MARKUP, Elements
 
 from agentroll.server.schema import Trajectory
@@ -21,6 +22,7 @@ from agentroll.server.serving import start_in_loop
 from agentroll.server.store import JobStore
 from agentroll.server.ui import tokens
 from agentroll.server.ui.app import create_view_app
+from agentroll.server.ui.cli import login_url
 from agentroll.testing.viewer_data import known_trajectory, store_trajectories
 
 pytestmark = [pytest.mark.redteam, pytest.mark.timeout(300)]
@@ -122,3 +124,29 @@ def test_segment_fields_stay_inside_their_attribute() -> None:
     ordinary = tokens.Chain("c", [1], [5, 6], [1, 1], [-0.1, -0.1], [plain])
     html = str(tokens.render_chain(ordinary, tokens.TokenDecoder([])))
     assert [a["title"] for a, _ in Elements(html).find("span", class_="seg")] == ["segment [0, 2)"]
+
+
+async def test_the_printed_login_link_opens_the_viewer_and_nothing_else(
+    agentroll_server: ServerFactory,
+) -> None:
+    """A login link ends up in terminals, shell history and the browser's history (a redirect
+    keeps the address it came from): it must not carry the API token, which submits jobs,
+    registers backends and, without an admin token, pauses the fleet."""
+    async with agentroll_server(api_token="the-api-token") as (server, _):
+        link = login_url(server.url, "the-api-token")
+        assert "the-api-token" not in link
+        key = link.rsplit("=", 1)[1]
+        async with httpx.AsyncClient(timeout=30) as http:
+            page = await http.get(link, follow_redirects=True)
+            assert page.status_code == 200 and "<h1>" in page.text  # logged in, by cookie
+            for path in ("/v1/status", "/v1/backends"):
+                as_bearer = await http.get(
+                    server.url + path, headers={"authorization": f"Bearer {key}"}
+                )
+                assert as_bearer.status_code == 401, path
+        # The control: the API token itself still logs a browser in, as documented; a key
+        # that is not this token's does not.
+        async with httpx.AsyncClient(timeout=30) as http:
+            assert (await http.get(f"{server.url}/ui?token={key[::-1]}")).status_code == 401
+            login = await http.get(f"{server.url}/ui?token=the-api-token")
+            assert login.status_code == 303 and "agentroll_ui=" in login.headers["set-cookie"]
