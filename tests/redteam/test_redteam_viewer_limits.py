@@ -8,6 +8,7 @@ not the server's (500).
 """
 
 import re
+import tracemalloc
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -20,9 +21,10 @@ from tests.integration.viewer.viewer_support import MARKUP, Elements
 from agentroll.server.schema import Trajectory
 from agentroll.server.serving import start_in_loop
 from agentroll.server.store import JobStore
-from agentroll.server.ui import tokens
+from agentroll.server.ui import queries, tokens
 from agentroll.server.ui.app import create_view_app
 from agentroll.server.ui.cli import login_url
+from agentroll.server.ui.source import open_read_only
 from agentroll.testing.viewer_data import known_trajectory, store_trajectories
 
 pytestmark = [pytest.mark.redteam, pytest.mark.timeout(300)]
@@ -46,13 +48,23 @@ def _huge() -> Trajectory:
     return trajectory.model_copy(update={"metadata": metadata})
 
 
-@asynccontextmanager
-async def _viewer(tmp_path: Path, stored: list[Trajectory]) -> AsyncIterator[httpx.AsyncClient]:
-    db = tmp_path / "results.db"
+async def _store(db: Path, stored: list[Trajectory]) -> Path:
     store = JobStore(db, synchronous="OFF")
     await store.open()
     await store_trajectories(store, stored)
     await store.close()
+    return db
+
+
+@asynccontextmanager
+async def _viewer(tmp_path: Path, stored: list[Trajectory]) -> AsyncIterator[httpx.AsyncClient]:
+    db = await _store(tmp_path / "results.db", stored)
+    async with _serving(db) as http:
+        yield http
+
+
+@asynccontextmanager
+async def _serving(db: Path) -> AsyncIterator[httpx.AsyncClient]:
     server = await start_in_loop(create_view_app(db, "t"))
     try:
         headers = {"authorization": "Bearer t"}
@@ -150,3 +162,30 @@ async def test_the_printed_login_link_opens_the_viewer_and_nothing_else(
             assert (await http.get(f"{server.url}/ui?token={key[::-1]}")).status_code == 401
             login = await http.get(f"{server.url}/ui?token=the-api-token")
             assert login.status_code == 303 and "agentroll_ui=" in login.headers["set-cookie"]
+
+
+async def test_a_group_page_reads_no_token_ids(tmp_path: Path) -> None:
+    """A group page shows each member's reward and last reply: a group of huge rollouts
+    (the policy sets their length) must not be loaded whole, up to 64 of them at once."""
+    members = [
+        known_trajectory(f"m{i}", group_id="g", turns=50, sampled=4_000, reward=float(i % 2))
+        for i in range(8)
+    ]
+    db = await _store(tmp_path / "results.db", members)
+    connection = open_read_only(db)
+    tracemalloc.start()
+    try:
+        results = queries.group_results(connection, "g")
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        connection.close()
+    assert peak < 16 * 1024 * 1024  # each member's 200k token ids alone are ~10 MB parsed
+    assert [r["job_id"] for r in results] == [f"m{i}" for i in range(8)]
+    assert [r["reward"] for r in results] == [float(i % 2) for i in range(8)]
+    assert {r["num_turns"] for r in results} == {50}
+    assert results[0]["messages"][-2]["content"] == "the answer is 4 (turn 49)"
+    async with _serving(db) as http:
+        page = Elements((await http.get("/ui/group/g")).text)
+    replies = [t for _, t in page.find("pre")]
+    assert replies == ["the answer is 4 (turn 49)"] * 8  # each member's last reply
