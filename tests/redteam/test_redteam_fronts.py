@@ -8,8 +8,10 @@ front, so it could POST rows and read the answers. Its requests name the attacke
 """
 
 import asyncio
+import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -20,6 +22,7 @@ from tests.integration.server.tool_handlers import QUESTION, TOOLS, ToolMath
 from agentroll.handlers import HandlerRegistry
 from agentroll.server.nemo_gym_agent import create_agent_app
 from agentroll.server.serving import start_in_loop
+from agentroll.testing.redteam_budgets import BUDGET_POLICY, budget_attack
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
 from agentroll.trainer_clients import AsyncRolloutClient
@@ -118,3 +121,78 @@ async def test_a_malformed_env_request_gets_an_error_reply_not_silence(
                 await asyncio.gather(serving, return_exceptions=True)
     finally:
         await backend.stop()
+
+
+FRONT_TIMEOUT_S = 90.0
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="make test installs bubblewrap")
+async def test_a_policy_that_spends_the_fronts_time_is_scored_never_retried(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """A policy that sleeps instead of answering must reach NeMo RL as a scored 0 (200), not
+    as the front's own timeout (504, which NeMo RL retries as infrastructure): the front's
+    time is the job's deadline, inside which the policy's budget ends."""
+    policy = ScriptedLLMConfig(policy=BUDGET_POLICY, wrong_rate=0.0)
+    backend = await start_in_loop(create_scripted_app(policy))
+    sandbox = {"type": "bwrap", "state_dir": str(tmp_path / "sandboxes")}
+    try:
+        async with agentroll_server(sandbox=sandbox) as (_, client):
+            await client.add_backend({"id": "scripted", "base_url": backend.url})
+            app = create_agent_app(client, handler="math", timeout_s=FRONT_TIMEOUT_S)
+            front = await start_in_loop(app)
+            try:
+                async with httpx.AsyncClient(base_url=front.url, timeout=300) as http:
+                    attack, control = await asyncio.gather(
+                        *(
+                            http.post("/run", json={**ROW, **budget_attack(name)})
+                            for name in ("sleep_flood", "slow_honest")
+                        )
+                    )
+            finally:
+                await front.stop()
+    finally:
+        await backend.stop()
+    assert attack.status_code == 200, attack.text
+    assert attack.json()["reward"] == 0.0
+    assert attack.json()["agentroll"]["outcome"] == "agent_error"
+    assert control.status_code == 200, control.text  # the control: slow, inside its budget
+    assert control.json()["reward"] == 1.0
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.skipif(shutil.which("bwrap") is None, reason="make test installs bubblewrap")
+async def test_a_policy_that_spends_the_env_servers_time_is_scored_never_dropped(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """The same through prime-env-server: a scored episode with reward 0, not the failed
+    episode of the server's own timeout, which prime-rl drops and resamples."""
+    from agentroll.server.prime_env.server import PrimeEnvServer
+    from agentroll.testing.prime_env_client import EnvClient, reward
+
+    policy = ScriptedLLMConfig(policy=BUDGET_POLICY, wrong_rate=0.0)
+    backend = await start_in_loop(create_scripted_app(policy))
+    sandbox = {"type": "bwrap", "state_dir": str(tmp_path / "sandboxes")}
+    try:
+        async with agentroll_server(sandbox=sandbox) as (_, client):
+            server = PrimeEnvServer(
+                client, handler="math", address="tcp://127.0.0.1:0", timeout_s=FRONT_TIMEOUT_S
+            )
+            serving = asyncio.create_task(server.serve())
+            env = EnvClient(server.address)
+            try:
+                attack, control = await asyncio.gather(
+                    *(
+                        env.run(f"{backend.url}/v1", "policy", {}, budget_attack(name), 300)
+                        for name in ("sleep_flood", "slow_honest")
+                    )
+                )
+            finally:
+                await env.close()
+                serving.cancel()
+                await asyncio.gather(serving, return_exceptions=True)
+    finally:
+        await backend.stop()
+    assert attack["ok"] is True and reward(attack["traces"][0]) == 0.0
+    assert control["ok"] is True and reward(control["traces"][0]) == 1.0  # the control

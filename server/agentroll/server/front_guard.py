@@ -11,6 +11,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from agentroll.server.schema.auth import is_loopback
 
 ALLOW_FLAG = "--allow-remote"
+RESULT_GRACE_S = 60.0
+"""A front's time for a row is its job's deadline (`limits.deadline_s`), so the server ends
+the job and says whose doing that was: a policy that spends the time is stopped inside it and
+scored, never reported as the front's timeout (which trainers retry as infrastructure). The
+front waits this much longer for the result the deadline ends with."""
 
 
 def zmq_host(address: str) -> str:

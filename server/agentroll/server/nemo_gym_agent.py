@@ -23,7 +23,12 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from agentroll.server.front_guard import ALLOW_FLAG, LoopbackHostOnly, require_loopback
+from agentroll.server.front_guard import (
+    ALLOW_FLAG,
+    RESULT_GRACE_S,
+    LoopbackHostOnly,
+    require_loopback,
+)
 from agentroll.server.schema import Outcome, Trajectory
 from agentroll.trainer_clients import AsyncRolloutClient
 from agentroll.trainer_clients.errors import ApiError, InvalidRequest
@@ -81,6 +86,7 @@ def create_agent_app(
                 "handler": handler,
                 "instance": instance_from(row),
                 "sampling": sampling_from(params).model_dump(),
+                "limits": {"deadline_s": timeout_s},
             }
             await client.submit([job])
         except (InvalidRequest, ValueError) as exc:
@@ -88,7 +94,7 @@ def create_agent_app(
         except (ApiError, ConnectionError) as exc:
             return _error(502, "agentroll_unavailable", str(exc), job_id)
         try:
-            done = await client.wait_for([job_id], timeout_s)
+            done = await client.wait_for([job_id], timeout_s + RESULT_GRACE_S)
         except TimeoutError:
             await client.cancel(job_id)
             return _error(504, "timed_out", f"no result within {timeout_s:.0f} s", job_id)

@@ -14,7 +14,8 @@ server is a ROUTER bound at `--address`; each `run` becomes one agentroll job of
   its error and no trace, which prime-rl drops, never a reward of 0.
 
 `cancel` aborts a run in flight (its job is cancelled on the agentroll server) and the run
-answers `success: false`, as upstream's server does. Every run is bounded by `--timeout`.
+answers `success: false`, as upstream's server does. Every run is bounded by `--timeout`, which is
+its job's deadline (`front_guard.RESULT_GRACE_S`).
 Mapping: docs/trainers_out.md.
 """
 
@@ -28,6 +29,7 @@ import msgpack
 import zmq
 import zmq.asyncio
 
+from agentroll.server.front_guard import RESULT_GRACE_S
 from agentroll.server.schema import BackendSpec
 from agentroll.trainer_clients import AsyncRolloutClient
 from agentroll.trainer_clients.errors import ClientError
@@ -153,10 +155,11 @@ class PrimeEnvServer:
             "instance": task_data,
             "sampling": _sampling(raw.get("sampling") or {}),
             "backend_tags": backend.tags,
+            "limits": {"deadline_s": self.timeout_s},
         }
         await self.client.submit([job])
         try:
-            done = await self.client.wait_for([job_id], self.timeout_s)
+            done = await self.client.wait_for([job_id], self.timeout_s + RESULT_GRACE_S)
         except BaseException:  # cancelled or out of time: the job must not go on without us
             await asyncio.shield(self._cancel_job(job_id))
             raise
