@@ -7,6 +7,7 @@ click away (`export.json`). Query numbers SQLite cannot hold are the asker's err
 not the server's (500).
 """
 
+import json
 import re
 import tracemalloc
 from collections.abc import AsyncIterator
@@ -189,3 +190,29 @@ async def test_a_group_page_reads_no_token_ids(tmp_path: Path) -> None:
         page = Elements((await http.get("/ui/group/g")).text)
     replies = [t for _, t in page.find("pre")]
     assert replies == ["the answer is 4 (turn 49)"] * 8  # each member's last reply
+
+
+ODD_MESSAGES = [
+    {"role": "user", "content": [{"type": "text", "text": "What is 2 + 2?"}, {"type": "image"}]},
+    {"role": "assistant", "content": None, "tool_calls": [{"function": "python"}, "call", 7]},
+    {"role": "assistant", "content": {"odd": MARKUP}, "tool_calls": {"function": {}}},
+    {"role": "assistant", "content": "4", "tool_calls": [{"function": {"name": 5}}]},
+]
+
+
+async def test_odd_message_shapes_a_harness_sent_never_hide_a_rollout(tmp_path: Path) -> None:
+    """A harness's conversation is the policy's to shape: whatever the stored messages hold,
+    the rollout and its group still open, showing what is there."""
+    odd = known_trajectory("odd", group_id="g").model_copy(update={"messages": ODD_MESSAGES})
+    async with _viewer(tmp_path, [odd, known_trajectory("honest", group_id="h")]) as http:
+        page = await http.get("/ui/rollout/odd")
+        group = await http.get("/ui/group/g")
+        control = await http.get("/ui/rollout/honest")
+    assert page.status_code == 200, page.text
+    conversation = "".join(t for _, t in Elements(page.text).find("div", id="conversation"))
+    assert "What is 2 + 2?\n[image]" in conversation  # a part that is not text, named
+    assert json.dumps({"odd": MARKUP}, ensure_ascii=False) in conversation  # as text
+    assert group.status_code == 200, group.text
+    assert "4" in "".join(t for _, t in Elements(group.text).find("div", id="group"))
+    assert control.status_code == 200
+    assert "the answer is 4 (turn 2)" in control.text

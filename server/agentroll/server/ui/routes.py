@@ -20,6 +20,7 @@ from agentroll.server.ui import queries, tokens
 from agentroll.server.ui.render import grpo_advantages, histogram_svg
 from agentroll.server.ui.source import ViewerUnavailable
 from agentroll.server.ui.viewer import Viewer
+from agentroll.trainer_clients.exports.messages import content_text, tool_calls
 
 T = TypeVar("T")
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -199,23 +200,17 @@ def _pretty(value: Any) -> str:
     return f"{text[:TEXT_SHOWN]}\n… {left_out:,} characters not shown: export.json holds them all"
 
 
-def _message(message: dict[str, Any]) -> dict[str, Any]:
-    """A message's role, text and tool calls, whatever shape its content has."""
-    content = message.get("content")
-    if isinstance(content, list):
-        texts = [p.get("text", "") if isinstance(p, dict) else str(p) for p in content]
-        content = "\n".join(t for t in texts if isinstance(t, str))
-    elif content is not None and not isinstance(content, str):
-        content = json.dumps(content, ensure_ascii=False)
-    calls = []
-    for call in message.get("tool_calls") or []:
-        function = call.get("function", {}) if isinstance(call, dict) else {}
-        calls.append({"name": function.get("name"), "arguments": function.get("arguments")})
+def _message(message: Any) -> dict[str, Any]:
+    """A message's role, text and tool calls, whatever shape the harness gave it (read as
+    every export reads it)."""
+    message = message if isinstance(message, dict) else {"content": message}
+    calls = [{"name": c.name, "arguments": c.arguments_text()} for c in tool_calls(message)]
+    name = message.get("name") or message.get("tool_call_id")
     return {
         "role": str(message.get("role", "?")),
-        "content": content or "",
+        "content": content_text(message.get("content")),
         "tool_calls": calls,
-        "name": message.get("name") or message.get("tool_call_id"),
+        "name": None if name is None else str(name),
     }
 
 
@@ -237,7 +232,7 @@ async def group_page(request: Request, group_id: str) -> HTMLResponse:
 
 
 def _last_reply(result: dict[str, Any]) -> str:
-    for message in reversed(result.get("messages", [])):
-        if message.get("role") == "assistant":
+    for message in reversed(result.get("messages") or []):
+        if isinstance(message, dict) and message.get("role") == "assistant":
             return str(_message(message)["content"])[-1500:]
     return ""
