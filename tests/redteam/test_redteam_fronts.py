@@ -8,6 +8,7 @@ front, so it could POST rows and read the answers. Its requests name the attacke
 """
 
 import asyncio
+import json
 import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -196,3 +197,26 @@ async def test_a_policy_that_spends_the_env_servers_time_is_scored_never_dropped
         await backend.stop()
     assert attack["ok"] is True and reward(attack["traces"][0]) == 0.0
     assert control["ok"] is True and reward(control["traces"][0]) == 1.0  # the control
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
+async def test_a_cross_site_form_or_beacon_is_refused_before_its_body_is_read(
+    agentroll_server: ServerFactory, content_type: str | None
+) -> None:
+    """A page on any site may POST to 127.0.0.1 without asking (a form, `fetch` with
+    `no-cors`, a beacon): such a request can only carry these content types, and the front
+    would read its body, however large, before refusing it. JSON, which NeMo Gym sends, needs
+    the browser to ask first, and nothing here answers that question."""
+    async with _front(agentroll_server) as (url, client):
+        headers = {} if content_type is None else {"content-type": content_type}
+        async with httpx.AsyncClient(base_url=url, timeout=120) as http:
+            body = json.dumps(ROW).encode()
+            refused = await http.post("/run", content=body, headers=headers)
+            asked = await http.options("/run", headers={"origin": "https://attacker.example"})
+            served = await http.post("/run", json=ROW)  # the control: NeMo Gym's own request
+        page = await client.results(after=0)
+    assert refused.status_code == 415, refused.text
+    assert refused.json()["error"]["type"] == "not_json"
+    assert "access-control-allow-origin" not in asked.headers
+    assert served.status_code == 200 and served.json()["reward"] == 1.0
+    assert len(page.results) == 1

@@ -50,13 +50,36 @@ class LoopbackHostOnly:
         if scope["type"] == "http":
             host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
             if not is_loopback(urlsplit(f"//{host}").hostname or ""):
-                await _refuse(send, f"this front serves loopback names only, not Host {host!r}")
+                why = f"this front serves loopback names only, not Host {host!r}"
+                await _refuse(send, 403, "host_not_loopback", why)
                 return
         await self.app(scope, receive, send)
 
 
-async def _refuse(send: Send, message: str) -> None:
-    body = json.dumps({"error": {"type": "host_not_loopback", "message": message}}).encode()
+class JsonBodiesOnly:
+    """ASGI middleware: 415 to a request with a body that is not declared JSON, before the
+    body is read.
+
+    A page on any site may send this machine's loopback a POST without asking first (a
+    form, `fetch` with `no-cors`, a beacon), but only as text, a form or no content type at
+    all; a JSON request makes the browser ask first (CORS), and a front grants nobody."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] not in ("GET", "HEAD", "OPTIONS"):
+            declared = dict(scope["headers"]).get(b"content-type", b"").decode("latin-1")
+            media = declared.split(";", 1)[0].strip().lower()
+            if media != "application/json" and not media.endswith("+json"):
+                why = f"the body must be JSON (application/json), not {declared or 'undeclared'}"
+                await _refuse(send, 415, "not_json", why)
+                return
+        await self.app(scope, receive, send)
+
+
+async def _refuse(send: Send, status: int, kind: str, message: str) -> None:
+    body = json.dumps({"error": {"type": kind, "message": message}}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    await send({"type": "http.response.start", "status": 403, "headers": headers})
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

@@ -26,6 +26,7 @@ from fastapi.responses import JSONResponse
 from agentroll.server.front_guard import (
     ALLOW_FLAG,
     RESULT_GRACE_S,
+    JsonBodiesOnly,
     LoopbackHostOnly,
     require_loopback,
 )
@@ -71,6 +72,7 @@ def create_agent_app(
     """The front's app; `client` is its agentroll server's (closed by the caller).
     `loopback_only`: serve only requests addressed to a loopback name (`LoopbackHostOnly`)."""
     app = FastAPI(title="agentroll as a NeMo Gym agent")
+    app.add_middleware(JsonBodiesOnly)
     if loopback_only:
         app.add_middleware(LoopbackHostOnly)
 
