@@ -43,6 +43,7 @@ from agentroll.server.schema import AgentSpec, JobRequest, SamplingParams, Traje
 from agentroll.server.schema.auth import default_token_file
 from agentroll.server.serving import start_in_loop
 from agentroll.server.settings import Settings
+from agentroll.server.ui.cli import login_url
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
 from agentroll.testing.tiny_model import prepare_tiny_engine
@@ -346,7 +347,8 @@ async def _run_against(
         _swe_excerpt(results)
         _agents_summary(results)
         status = 0 if all(t.outcome.value in ("ok", "agent_error") for t in results) else 1
-        print(f"\nviewer: {server.url}/ui?token={server.token}")
+        assert server.token is not None  # an agentroll app always has one
+        print(f"\nviewer: {login_url(server.url, server.token)}")
         run = run or DemoRun()
         run.status = status
         if not run.keep_serving:

@@ -52,26 +52,27 @@ def stored_results(
     db_path: Path, job_ids: list[str], group: str | None = None
 ) -> Iterator[tuple[str, str, str]]:
     """(job_id, result JSON, request JSON) in completion order: the given jobs, a group's, or
-    all of them. `ValueError` names any job without a stored result."""
+    all of them, read one at a time (the policy sets how long each is). `ValueError` names
+    any job without a stored result, before anything is read."""
     if not db_path.is_file():
         raise FileNotFoundError(f"no store at {db_path}")
     db = sqlite3.connect(f"file:{db_path}?mode=ro", uri=True)
     try:
         if job_ids:
             marks = ",".join("?" * len(job_ids))
-            query = f"{SELECT} WHERE r.job_id IN ({marks})"
-            rows = db.execute(query + " ORDER BY r.cursor", job_ids).fetchall()
-            missing = sorted(set(job_ids) - {job_id for job_id, _, _ in rows})
+            where, params = f"WHERE r.job_id IN ({marks})", list(job_ids)
+            found = db.execute(f"SELECT job_id FROM results WHERE job_id IN ({marks})", params)
+            missing = sorted(set(job_ids) - {job_id for (job_id,) in found})
             if missing:
                 raise ValueError(f"no stored result for job(s) {', '.join(missing)}")
         elif group is not None:
-            query = f"{SELECT} WHERE j.group_id = ? ORDER BY r.cursor"
-            rows = db.execute(query, (group,)).fetchall()
+            where, params = "WHERE j.group_id = ?", [group]
         else:
-            rows = db.execute(f"{SELECT} ORDER BY r.cursor").fetchall()
+            where, params = "", []
+        for job_id, raw, request in db.execute(f"{SELECT} {where} ORDER BY r.cursor", params):
+            yield str(job_id), str(raw), str(request)
     finally:
         db.close()
-    yield from ((str(job_id), str(raw), str(request)) for job_id, raw, request in rows)
 
 
 def run(args: argparse.Namespace) -> int:

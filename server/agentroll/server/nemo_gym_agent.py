@@ -23,7 +23,13 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
-from agentroll.server.front_guard import ALLOW_FLAG, require_loopback
+from agentroll.server.front_guard import (
+    ALLOW_FLAG,
+    RESULT_GRACE_S,
+    JsonBodiesOnly,
+    LoopbackHostOnly,
+    require_loopback,
+)
 from agentroll.server.schema import Outcome, Trajectory
 from agentroll.trainer_clients import AsyncRolloutClient
 from agentroll.trainer_clients.errors import ApiError, InvalidRequest
@@ -61,9 +67,14 @@ def create_agent_app(
     model: str = "policy",
     timeout_s: float = 3600.0,
     job_prefix: str = "nemo-gym",
+    loopback_only: bool = True,
 ) -> FastAPI:
-    """The front's app; `client` is its agentroll server's (closed by the caller)."""
+    """The front's app; `client` is its agentroll server's (closed by the caller).
+    `loopback_only`: serve only requests addressed to a loopback name (`LoopbackHostOnly`)."""
     app = FastAPI(title="agentroll as a NeMo Gym agent")
+    app.add_middleware(JsonBodiesOnly)
+    if loopback_only:
+        app.add_middleware(LoopbackHostOnly)
 
     @app.post("/run")
     async def run(row: dict[str, Any]) -> JSONResponse:
@@ -77,6 +88,7 @@ def create_agent_app(
                 "handler": handler,
                 "instance": instance_from(row),
                 "sampling": sampling_from(params).model_dump(),
+                "limits": {"deadline_s": timeout_s},
             }
             await client.submit([job])
         except (InvalidRequest, ValueError) as exc:
@@ -84,7 +96,7 @@ def create_agent_app(
         except (ApiError, ConnectionError) as exc:
             return _error(502, "agentroll_unavailable", str(exc), job_id)
         try:
-            done = await client.wait_for([job_id], timeout_s)
+            done = await client.wait_for([job_id], timeout_s + RESULT_GRACE_S)
         except TimeoutError:
             await client.cancel(job_id)
             return _error(504, "timed_out", f"no result within {timeout_s:.0f} s", job_id)
@@ -117,6 +129,12 @@ def run_cli(args: argparse.Namespace) -> int:
 
     require_loopback(args.host, args.allow_remote, "nemo-gym-agent")
     client = AsyncRolloutClient(args.server, token_file=args.token_file)
-    app = create_agent_app(client, handler=args.handler, model=args.model, timeout_s=args.timeout)
+    app = create_agent_app(
+        client,
+        handler=args.handler,
+        model=args.model,
+        timeout_s=args.timeout,
+        loopback_only=not args.allow_remote,
+    )
     serve_forever(app, args.host, args.port, log_level=args.log_level, url_file=args.url_file)
     return 0

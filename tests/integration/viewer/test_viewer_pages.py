@@ -21,6 +21,7 @@ from tests.integration.viewer.viewer_support import (
     echo_registry,
 )
 
+from agentroll.server.api.ui_auth import cookie_value
 from agentroll.server.schema import Trajectory
 from agentroll.server.serving import start_in_loop
 from agentroll.server.store import JobStore
@@ -289,7 +290,7 @@ async def test_agentroll_view_of_a_server_prints_its_login_link(
         monkeypatch.setenv("AGENTROLL_API_TOKEN", "the-token")
         assert await asyncio.to_thread(main, ["view", server.url]) == 0
         link = capsys.readouterr().out.strip().rsplit(" ", 1)[1]
-        assert link == f"{server.url}/ui?token=the-token"
+        assert link == f"{server.url}/ui?token={cookie_value('the-token')}"  # not the token
         async with httpx.AsyncClient(timeout=30) as http:
             assert (await http.get(link, follow_redirects=True)).status_code == 200
     assert await asyncio.to_thread(main, ["view", server.url]) == 2  # it has stopped

@@ -16,7 +16,9 @@ for an episode without one its job id); its `job_id` is
 `<episode job>/chain<index>` (`index`: the chain's position in `metadata.llm_proxy.chains`)
 and `metadata["chain"]` says its kind and episode. Side and parallel chains include calls
 the policy's own commands made through the rollout's proxy (it can reach it like the
-harness does): their prompts are whatever it wrote, so train on them knowingly.
+harness does): their prompts are whatever it wrote, so train on them knowingly. So may the
+main chain: it is the chain with the most sampled tokens, and one the policy's commands made
+can outgrow the agent's loop (docs/guarantees.md, §5).
 """
 
 from collections.abc import Collection

@@ -77,9 +77,13 @@ class GuardMiddleware:
             return
         headers = dict(scope["headers"])
         if ui_auth.is_ui_path(scope["path"]):
-            # The viewer's read-only pages: a browser's cookie or `?token=` (never admin).
+            # The viewer's read-only pages: a browser's cookie or `?token=` (the token or its
+            # viewer key; never admin).
             token = ui_auth.query_token(scope)
             if token is not None and self._rights(_bearer(token)) is not None:
+                await ui_auth.redirect_with_cookie(scope, send, ui_auth.cookie_value(token))
+                return
+            if token is not None and ui_auth.is_viewer_key(token, self._ui_tokens):
                 await ui_auth.redirect_with_cookie(scope, send, token)
                 return
             bearer = self._rights(headers.get(b"authorization", b""))

@@ -5,6 +5,9 @@ answered with a redirect to the same page without it, setting an `HttpOnly`,
 `SameSite=Strict` cookie scoped to `/ui`. The cookie holds a keyed hash of the token, not the
 token: it opens the read-only pages and nothing else (the API never reads cookies), so a
 leaked cookie cannot call the API, and a rotated token ends every cookie made from it.
+
+`?token=` also takes that hash (the viewer key), and the login links agentroll prints carry
+it: a link lands in terminals and browser histories, so it opens the viewer only.
 """
 
 import hashlib
@@ -36,19 +39,25 @@ def query_token(scope: Scope) -> str | None:
     return next((v for k, v in _query(scope) if k == "token"), None)
 
 
-def has_cookie(headers: dict[bytes, bytes], tokens: list[str]) -> bool:
-    """Whether the request carries the viewer cookie of one of `tokens` (constant time)."""
-    given = cookie_parser(headers.get(b"cookie", b"").decode("latin-1")).get(UI_COOKIE, "")
+def is_viewer_key(given: str, tokens: list[str]) -> bool:
+    """Whether `given` is the viewer key (the cookie's value) of one of `tokens` (constant
+    time)."""
     matches = [hmac.compare_digest(given.encode(), cookie_value(t).encode()) for t in tokens]
     return any(matches)
 
 
-async def redirect_with_cookie(scope: Scope, send: Send, token: str) -> None:
-    """303 to the same page without `token` in its address, the cookie set."""
+def has_cookie(headers: dict[bytes, bytes], tokens: list[str]) -> bool:
+    """Whether the request carries the viewer cookie of one of `tokens` (constant time)."""
+    given = cookie_parser(headers.get(b"cookie", b"").decode("latin-1")).get(UI_COOKIE, "")
+    return is_viewer_key(given, tokens)
+
+
+async def redirect_with_cookie(scope: Scope, send: Send, key: str) -> None:
+    """303 to the same page without `token` in its address, the cookie (`key`) set."""
     rest = urlencode([(k, v) for k, v in _query(scope) if k != "token"])
     # Quoted: the decoded path may hold anything (CR LF included); the address stays on /ui.
     location = quote(scope["path"]) + (f"?{rest}" if rest else "")
-    cookie = f"{UI_COOKIE}={cookie_value(token)}; Path={UI_PREFIX}; HttpOnly; SameSite=Strict"
+    cookie = f"{UI_COOKIE}={key}; Path={UI_PREFIX}; HttpOnly; SameSite=Strict"
     headers = [
         (b"location", location.encode("latin-1")),
         (b"set-cookie", cookie.encode()),

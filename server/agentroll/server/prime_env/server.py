@@ -14,7 +14,8 @@ server is a ROUTER bound at `--address`; each `run` becomes one agentroll job of
   its error and no trace, which prime-rl drops, never a reward of 0.
 
 `cancel` aborts a run in flight (its job is cancelled on the agentroll server) and the run
-answers `success: false`, as upstream's server does. Every run is bounded by `--timeout`.
+answers `success: false`, as upstream's server does. Every run is bounded by `--timeout`, which is
+its job's deadline (`front_guard.RESULT_GRACE_S`).
 Mapping: docs/trainers_out.md.
 """
 
@@ -28,6 +29,7 @@ import msgpack
 import zmq
 import zmq.asyncio
 
+from agentroll.server.front_guard import RESULT_GRACE_S
 from agentroll.server.schema import BackendSpec
 from agentroll.trainer_clients import AsyncRolloutClient
 from agentroll.trainer_clients.errors import ClientError
@@ -105,9 +107,12 @@ class PrimeEnvServer:
     ) -> None:
         try:
             response = await self._answer(request_id.decode(), method.decode(), payload)
-        except (ValueError, TypeError, KeyError, ClientError, TimeoutError) as exc:
-            # A bad request, an unreachable agentroll or a rollout out of time: an error
-            # reply (the orchestrator records a failed episode), never a scored one.
+        except Exception as exc:
+            # A bad request (of any shape), an unreachable agentroll or a rollout out of time:
+            # an error reply (the orchestrator records a failed episode), never a scored one,
+            # and never silence, which the orchestrator would wait out.
+            if not isinstance(exc, (ValueError, TypeError, KeyError, ClientError, TimeoutError)):
+                log.exception("env request %r failed", method)
             response = {"success": False, "error": f"{type(exc).__name__}: {exc}"}
         data = msgpack.packb(response, use_bin_type=True)
         with contextlib.suppress(zmq.ZMQError):  # the client went away
@@ -150,10 +155,11 @@ class PrimeEnvServer:
             "instance": task_data,
             "sampling": _sampling(raw.get("sampling") or {}),
             "backend_tags": backend.tags,
+            "limits": {"deadline_s": self.timeout_s},
         }
         await self.client.submit([job])
         try:
-            done = await self.client.wait_for([job_id], self.timeout_s)
+            done = await self.client.wait_for([job_id], self.timeout_s + RESULT_GRACE_S)
         except BaseException:  # cancelled or out of time: the job must not go on without us
             await asyncio.shield(self._cancel_job(job_id))
             raise

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import httpx
 
+from agentroll.server.api.ui_auth import cookie_value
+
 
 def add_view_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", help="a result database (SQLite file) or a server's URL")
@@ -17,8 +19,10 @@ def add_view_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def login_url(base_url: str, token: str) -> str:
-    """The address that logs a browser in to a viewer (the token becomes a cookie)."""
-    return f"{base_url.rstrip('/')}/ui?token={token}"
+    """The address that logs a browser in to the viewer of the server whose API token is
+    `token`. It carries the token's viewer key, not the token: an address lands in terminals
+    and browser histories, and this one opens the read-only pages only."""
+    return f"{base_url.rstrip('/')}/ui?token={cookie_value(token)}"
 
 
 def run_view(args: argparse.Namespace) -> int:

@@ -156,13 +156,28 @@ def result_json(db: sqlite3.Connection, job_id: str) -> str | None:
     return None if row is None else str(row[0])
 
 
+def result(db: sqlite3.Connection, job_id: str) -> dict[str, Any] | None:
+    raw = result_json(db, job_id)
+    return None if raw is None else dict(json.loads(raw))
+
+
+GROUP_FIELDS = ("job_id", "outcome", "reward", "num_turns", "messages")
+"""What the group page shows of each result. Token ids are left in SQLite: a policy sets how
+many its rollouts hold, and a group page reads up to 64 of them."""
+
+
 def group_results(db: sqlite3.Connection, group_id: str, limit: int = 64) -> list[dict[str, Any]]:
-    """A group's results (at most `limit`), in completion order."""
+    """`GROUP_FIELDS` of a group's results (at most `limit`), in completion order."""
+    picked = ", ".join(f"json_extract(r.result_json, '$.{name}')" for name in GROUP_FIELDS)
     sql = (
-        "SELECT r.result_json FROM result_fields f JOIN results r ON r.cursor = f.cursor "
+        f"SELECT {picked} FROM result_fields f JOIN results r ON r.cursor = f.cursor "
         "WHERE f.group_id = ? ORDER BY f.cursor LIMIT ?"
     )
-    return [json.loads(raw) for (raw,) in db.execute(sql, (group_id, limit))]
+    rows = db.execute(sql, (group_id, limit))
+    return [
+        {**dict(zip(GROUP_FIELDS, row, strict=True)), "messages": json.loads(row[-1] or "[]")}
+        for row in rows
+    ]
 
 
 @dataclass(frozen=True)

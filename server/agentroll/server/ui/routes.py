@@ -12,7 +12,7 @@ from importlib import resources
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import HTMLResponse, Response
 from jinja2 import Environment, PackageLoader
 
@@ -20,6 +20,7 @@ from agentroll.server.ui import queries, tokens
 from agentroll.server.ui.render import grpo_advantages, histogram_svg
 from agentroll.server.ui.source import ViewerUnavailable
 from agentroll.server.ui.viewer import Viewer
+from agentroll.trainer_clients.exports.messages import content_text, tool_calls
 
 T = TypeVar("T")
 router = APIRouter(prefix="/ui", include_in_schema=False)
@@ -87,6 +88,10 @@ async def live_fragment(request: Request) -> HTMLResponse:
     return _page("live_fragment.html", **await _live_context(_viewer(request)))
 
 
+SQLITE_MAX_INT = 2**63 - 1
+"""SQLite's integers are 64-bit: a larger one in a query is refused by the driver."""
+
+
 def _number(value: str, kind: type[float] | type[int], name: str) -> Any:
     if not value.strip():
         return None
@@ -96,6 +101,8 @@ def _number(value: str, kind: type[float] | type[int], name: str) -> Any:
         raise HTTPException(400, f"{name} must be a number, not {value!r}") from None
     if not math.isfinite(number):
         raise HTTPException(400, f"{name} must be finite")
+    if kind is int and abs(number) > SQLITE_MAX_INT:
+        raise HTTPException(400, f"{name} is too large")
     return number
 
 
@@ -109,7 +116,7 @@ async def results_page(
     reward_min: str = "",
     reward_max: str = "",
     policy_version: str = "",
-    before: int | None = Query(None, ge=0),
+    before: str = "",
 ) -> HTMLResponse:
     viewer = _viewer(request)
     filters = queries.Filters(
@@ -121,7 +128,8 @@ async def results_page(
         _number(reward_max, float, "reward_max"),
         _number(policy_version, int, "policy_version"),
     )
-    page = await _read(viewer, queries.results_page, filters, before)
+    cursor = _number(before, int, "before")
+    page = await _read(viewer, queries.results_page, filters, cursor)
     counts = await _read(viewer, queries.reward_counts, filters)
     tasks_total, tasks = await _read(viewer, queries.task_pass_rates, filters)
     handlers = await _read(viewer, queries.handler_choices)
@@ -135,7 +143,7 @@ async def results_page(
         filters=filters,
         rows=page.rows,
         older=older,
-        newest="?" + urlencode(items) if before is not None else None,
+        newest="?" + urlencode(items) if cursor is not None else None,
         histograms=[(h, histogram_svg(h, c)) for h, c in sorted(counts.items())],
         tasks=tasks,
         tasks_total=tasks_total,
@@ -162,9 +170,12 @@ async def export_rollout(request: Request, job_id: str) -> Response:
 @router.get("/rollout/{job_id}", response_class=HTMLResponse)
 async def rollout_page(request: Request, job_id: str) -> HTMLResponse:
     viewer = _viewer(request)
-    result = json.loads(await _result(viewer, job_id))
+    # Parsed on the reader's thread: a policy sets how long its trajectory is.
+    result = await _read(viewer, queries.result, job_id)
+    if result is None:
+        raise HTTPException(404, f"no result for job {job_id!r}")
     decoder = tokens.TokenDecoder(await _read(viewer, queries.backend_specs))
-    chains = [tokens.render_chain(c, decoder) for c in tokens.chains_of(result)]
+    chains = tokens.render_chains(tokens.chains_of(result), decoder)
     return _page(
         "rollout.html",
         page="rollout",
@@ -172,27 +183,34 @@ async def rollout_page(request: Request, job_id: str) -> HTMLResponse:
         r=result,
         chains=chains,
         messages=[_message(m) for m in result.get("messages", [])],
-        pretty=lambda value: json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True),
+        pretty=_pretty,
     )
 
 
-def _message(message: dict[str, Any]) -> dict[str, Any]:
-    """A message's role, text and tool calls, whatever shape its content has."""
-    content = message.get("content")
-    if isinstance(content, list):
-        texts = [p.get("text", "") if isinstance(p, dict) else str(p) for p in content]
-        content = "\n".join(t for t in texts if isinstance(t, str))
-    elif content is not None and not isinstance(content, str):
-        content = json.dumps(content, ensure_ascii=False)
-    calls = []
-    for call in message.get("tool_calls") or []:
-        function = call.get("function", {}) if isinstance(call, dict) else {}
-        calls.append({"name": function.get("name"), "arguments": function.get("arguments")})
+TEXT_SHOWN = 100_000
+"""Characters of one JSON field (grader info, metadata) a rollout page shows: metadata holds
+every side chain's token ids, whose length the policy sets."""
+
+
+def _pretty(value: Any) -> str:
+    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+    if len(text) <= TEXT_SHOWN:
+        return text
+    left_out = len(text) - TEXT_SHOWN
+    return f"{text[:TEXT_SHOWN]}\n… {left_out:,} characters not shown: export.json holds them all"
+
+
+def _message(message: Any) -> dict[str, Any]:
+    """A message's role, text and tool calls, whatever shape the harness gave it (read as
+    every export reads it)."""
+    message = message if isinstance(message, dict) else {"content": message}
+    calls = [{"name": c.name, "arguments": c.arguments_text()} for c in tool_calls(message)]
+    name = message.get("name") or message.get("tool_call_id")
     return {
         "role": str(message.get("role", "?")),
-        "content": content or "",
+        "content": content_text(message.get("content")),
         "tool_calls": calls,
-        "name": message.get("name") or message.get("tool_call_id"),
+        "name": None if name is None else str(name),
     }
 
 
@@ -214,7 +232,7 @@ async def group_page(request: Request, group_id: str) -> HTMLResponse:
 
 
 def _last_reply(result: dict[str, Any]) -> str:
-    for message in reversed(result.get("messages", [])):
-        if message.get("role") == "assistant":
+    for message in reversed(result.get("messages") or []):
+        if isinstance(message, dict) and message.get("role") == "assistant":
             return str(_message(message)["content"])[-1500:]
     return ""

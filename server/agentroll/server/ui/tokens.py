@@ -18,6 +18,10 @@ from tokenizers import Tokenizer
 log = logging.getLogger("agentroll.server")
 LOGPROB_SHADES = 5
 """Shades of a trained token's colour: `lp0` (probability near 0) to `lp4` (near 1)."""
+TOKENS_SHOWN = 20_000
+"""Token spans one rollout page holds over all its chains (response tokens first). A policy
+sets its trajectory's length, and a live server renders pages on its event loop: a page
+costs the same bounded work however long the rollout; the rest is in its export."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,9 @@ class TokenDecoder:
                 self._loaded[path] = None
         return self._loaded[path]
 
+    def decodes(self, backend_id: str | None) -> bool:
+        return self._tokenizer(backend_id) is not None
+
     def texts(self, ids: Sequence[int], backend_id: str | None) -> list[str] | None:
         tokenizer = self._tokenizer(backend_id)
         if tokenizer is None or not ids:
@@ -103,25 +110,43 @@ def _span(classes: str, text: str, title: str, mask: str) -> str:
 def _boundary(segment: dict[str, Any]) -> str:
     version = segment.get("policy_version")
     label = f"v{version} · {segment.get('backend_id')} · {segment.get('finish_reason')}"
+    span = f"segment [{segment.get('start')}, {segment.get('end')})"
     return (
-        f'<span class="seg" data-version="{escape(str(version))}" '
-        f'title="segment [{segment.get("start")}, {segment.get("end")})">{escape(label)}</span>'
+        f'<span class="seg" data-version="{escape(str(version))}" title="{escape(span)}">'
+        f"{escape(label)}</span>"
     )
 
 
-def render_chain(chain: Chain, decoder: TokenDecoder) -> Markup:
-    """The chain's prompt (collapsed) and response tokens as spans; `data-mask` is each
-    response token's loss mask, `lp0..lp4` its logprob shade."""
+def _shown(chain: Chain, room: int) -> tuple[int, int]:
+    """(response tokens, prompt tokens) of `chain` that fit in `room` spans."""
+    response = min(len(chain.response_ids), max(room, 0))
+    return response, min(len(chain.prompt_ids), max(room - response, 0))
+
+
+def render_chains(chains: Sequence[Chain], decoder: TokenDecoder) -> list[Markup]:
+    """Each chain rendered, `TOKENS_SHOWN` spans over all of them."""
+    room, out = TOKENS_SHOWN, []
+    for chain in chains:
+        out.append(render_chain(chain, decoder, room))
+        room -= sum(_shown(chain, room))
+    return out
+
+
+def render_chain(chain: Chain, decoder: TokenDecoder, room: int = TOKENS_SHOWN) -> Markup:
+    """The chain's prompt (collapsed) and response tokens as spans, at most `room` of them;
+    `data-mask` is each response token's loss mask, `lp0..lp4` its logprob shade."""
     backend = str(chain.segments[0].get("backend_id")) if chain.segments else None
-    prompt_texts = decoder.texts(chain.prompt_ids, backend)
-    texts = decoder.texts(chain.response_ids, backend)
+    response_n, prompt_n = _shown(chain, room)
+    prompt_ids, response_ids = chain.prompt_ids[:prompt_n], chain.response_ids[:response_n]
+    prompt_texts = decoder.texts(prompt_ids, backend)
+    texts = decoder.texts(response_ids, backend)
     prompt = "".join(
         _span("tok prompt", prompt_texts[i] if prompt_texts else f"#{t} ", f"{i}: id {t}", "")
-        for i, t in enumerate(chain.prompt_ids)
+        for i, t in enumerate(prompt_ids)
     )
     starts = {int(s.get("start", -1)): s for s in chain.segments}
     parts: list[str] = []
-    for i, token in enumerate(chain.response_ids):
+    for i, token in enumerate(response_ids):
         if i in starts:
             parts.append(_boundary(starts[i]))
         mask = int(chain.response_mask[i]) if i < len(chain.response_mask) else 0
@@ -130,7 +155,13 @@ def render_chain(chain: Chain, decoder: TokenDecoder) -> Markup:
         classes = f"tok m{mask}" + (f" lp{_shade(logprob)}" if mask else "")
         title = f"{i}: id {token} · mask {mask}" + (f" · logprob {logprob:.3f}" if mask else "")
         parts.append(_span(classes, text, title, str(mask)))
-    decoded = "decoded" if texts else "ids (no tokenizer on this machine)"
+    left_out = len(chain.prompt_ids) + len(chain.response_ids) - prompt_n - response_n
+    if left_out:
+        parts.append(
+            f'<p class="more">{left_out:,} tokens not shown: the page shows '
+            f"{TOKENS_SHOWN:,} at most; export.json holds them all</p>"
+        )
+    decoded = "decoded" if decoder.decodes(backend) else "ids (no tokenizer on this machine)"
     return Markup(
         f'<section class="chain"><h3>{escape(chain.title)} '
         f"<small>{len(chain.response_ids)} response tokens, "
