@@ -24,6 +24,7 @@ BUILTIN_HANDLERS: dict[str, str] = {
     "solve_verify": "agentroll.handlers.builtin.solve_verify:SolveVerifyHandler",
     "stem": "agentroll.handlers.builtin.stem:StemHandler",
     "swe": "agentroll.handlers.builtin.swe:SweHandler",
+    "verifiers": "agentroll.handlers.builtin.verifiers_env:VerifiersHandler",
 }
 
 

@@ -1,0 +1,180 @@
+"""`verifiers`: a task of a verifiers environment (a v1 `Taskset` package), run unmodified.
+
+Task instance (`verifiers_instances()` makes one per task of the taskset):
+
+    {"environment": {"taskset": "my-env",            # the installed taskset package's id
+                     "packages": ["my-env==0.2"],    # pip requirements that install it
+                     "config": {...},                # the taskset's config fields, if any
+                     "score_timeout_s": 60},
+     "task": {"id": ..., "prompt": ..., ...}}        # the task's data, as the taskset made it
+
+INIT installs (once, cached) the environment's virtual environment (`venv`). RUN prompts the
+policy with the task's `system_prompt` and `prompt` (text, or chat messages) and takes its
+reply. EVAL rebuilds the task from its data in a verifiers worker (`workers`, `worker.py`),
+hands its `@vf.reward` and `@vf.metric` functions the rollout as a verifiers trace, and the
+reward is what verifiers itself would sum: every reward's score times its weight.
+
+Whose fault a failure is:
+- the taskset cannot be imported, its config or the task's data does not validate, or the
+  environment needs what agentroll does not run yet (tool servers, a container runtime, LLM
+  judges): infra_error `verifiers_load_failed` (nothing of the policy's was read);
+- a reward function raises, never returns (`score_timeout_s`), kills its worker, or gives no
+  finite score, on the policy's reply: blamed by a control (`control.py`), the same task
+  scored on an empty reply. If the control is scored, the reply broke the reward code: ok,
+  reward 0, `reason: "reward_failed_on_answer"`. If it fails too, the environment is broken
+  for everyone: infra_error `verifiers_reward_failed`;
+- a worker that cannot start: infra_error `verifiers_worker_unavailable`.
+"""
+
+import math
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentroll.handlers.base import parsed_instance
+from agentroll.handlers.builtin.answer_task import FreeTextAnswerHandler
+from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
+from agentroll.handlers.builtin.verifiers_env.venv import ensure_verifiers_venv
+from agentroll.handlers.builtin.verifiers_env.workers import WorkerFailure, default_workers
+from agentroll.handlers.context import Message, Reward, RolloutContext
+from agentroll.handlers.errors import InfraError
+
+INSTANCE_KEY, PYTHON_KEY, PROMPT_KEY = "verifiers_task", "verifiers_python", "verifiers_prompt"
+MAX_SHOWN_CHARS = 2_000
+MAX_REQUIREMENTS = 32
+
+
+class EnvironmentSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    taskset: str = Field(..., min_length=1, max_length=200)
+    packages: list[str] = Field(default_factory=list, max_length=MAX_REQUIREMENTS)
+    config: dict[str, Any] = Field(default_factory=dict)
+    score_timeout_s: float = Field(60.0, gt=0, le=3600)
+
+    def taskset_config(self) -> dict[str, Any]:
+        return {**self.config, "id": self.taskset}
+
+
+class VerifiersInstance(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    environment: EnvironmentSpec
+    task: dict[str, Any]
+
+
+def prompt_messages(task: dict[str, Any]) -> list[Message]:
+    """The opening messages a task's data describes (`system_prompt`, then `prompt`)."""
+    messages: list[Message] = []
+    if task.get("system_prompt"):
+        messages.append({"role": "system", "content": str(task["system_prompt"])})
+    prompt = task.get("prompt")
+    if isinstance(prompt, str):
+        messages.append({"role": "user", "content": prompt})
+    elif isinstance(prompt, list):
+        messages.extend(dict(m) for m in prompt)
+    if not messages:
+        raise ValueError("the task has no prompt")
+    return messages
+
+
+class ScoreFailure(InfraError):
+    cause = "verifiers_reward_failed"
+
+
+def _scored(reply: dict[str, Any]) -> Reward:
+    """The reward a worker's reply gives; `ScoreFailure` where the reward code failed."""
+    if not reply.get("ok"):
+        if reply.get("stage") == "load":
+            raise InfraError(
+                f"the verifiers environment cannot load: {reply.get('error')}",
+                cause="verifiers_load_failed",
+            )
+        raise ScoreFailure(f"a reward function failed: {reply.get('error')}"[:4000])
+    rewards: dict[str, Any] = reply["rewards"]
+    unscored = [n for n, r in rewards.items() if r is None or not math.isfinite(r["score"])]
+    if unscored:
+        raise ScoreFailure(f"rewards {unscored} gave no finite score")
+    total = sum(r["score"] * r["weight"] for r in rewards.values())
+    info = {
+        "rewards": {n: r["score"] for n, r in rewards.items()},
+        "weights": {n: r["weight"] for n, r in rewards.items()},
+        "metrics": reply.get("metrics", {}),
+    }
+    return Reward(float(total), info)
+
+
+async def score_messages(
+    python: Any, spec: EnvironmentSpec, task: dict[str, Any], messages: list[Message], first: int
+) -> Reward:
+    """The environment's rewards on `messages`, the assistant replies from `first` on being
+    the policy's. `WorkerFailure` or `ScoreFailure` where no reward came."""
+    sampled = [i for i, m in enumerate(messages) if i >= first and m["role"] == "assistant"]
+    request = {
+        "op": "score",
+        "taskset": spec.taskset_config(),
+        "task": task,
+        "messages": messages,
+        "sampled": sampled,
+    }
+    reply = await default_workers().ask(python, request, spec.score_timeout_s)
+    return _scored(reply)
+
+
+class VerifiersHandler(FreeTextAnswerHandler):
+    name = "verifiers"
+    instance_model = VerifiersInstance
+
+    @staticmethod
+    def task(ctx: RolloutContext) -> VerifiersInstance:
+        return parsed_instance(ctx, VerifiersInstance, INSTANCE_KEY)
+
+    def validate_instance(self, instance: dict[str, Any]) -> None:
+        super().validate_instance(instance)
+        prompt_messages(instance["task"])
+
+    async def init(self, ctx: RolloutContext) -> None:
+        venv = await ensure_verifiers_venv(self.task(ctx).environment.packages)
+        ctx.state[PYTHON_KEY] = venv.python
+
+    def plain_messages(self, ctx: RolloutContext) -> list[Message]:
+        messages = prompt_messages(self.task(ctx).task)
+        ctx.state[PROMPT_KEY] = len(messages)  # what follows is the policy's
+        return messages
+
+    def task_prompt(self, ctx: RolloutContext) -> str:
+        return str(prompt_messages(self.task(ctx).task)[-1]["content"])
+
+    async def eval(self, ctx: RolloutContext) -> Reward:
+        job = self.task(ctx)
+        python = ctx.state[PYTHON_KEY]
+        messages = [
+            {"role": m["role"], "content": m.get("content") or ""} for m in ctx.llm.messages
+        ]
+        first = ctx.state.get(PROMPT_KEY, len(messages))
+        shown = {"reply": str(ctx.state.get("final_text", ""))[:MAX_SHOWN_CHARS]}
+        try:
+            reward = await score_messages(python, job.environment, job.task, messages, first)
+        except WorkerFailure as exc:
+            if exc.kind == "unavailable":
+                raise InfraError(str(exc), cause="verifiers_worker_unavailable") from exc
+            failure = ScoreFailure(f"the reward code {exc.kind} on the reply: {exc}")
+        except ScoreFailure as exc:
+            failure = exc
+        else:
+            reward.info = {**shown, **reward.info}
+            return reward
+
+        async def control() -> ControlResult:
+            empty = [*messages[:first], {"role": "assistant", "content": ""}]
+            try:
+                got = await score_messages(python, job.environment, job.task, empty, first)
+            except (WorkerFailure, ScoreFailure) as exc:
+                keep = not isinstance(exc, WorkerFailure) or exc.kind == "crashed"
+                return ControlResult(False, f"on an empty reply: {exc}", keep=keep)
+            return ControlResult(True, f"an empty reply was scored: reward {got.value:g}")
+
+        key = content_key(self.name, job.environment.model_dump(mode="json"), job.task)
+        return blamed(
+            failure, "reward_failed_on_answer", await CONTROLS.result(key, control), shown
+        )

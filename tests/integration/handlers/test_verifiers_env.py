@@ -1,0 +1,165 @@
+"""The `verifiers` handler end to end: a real verifiers 0.4.0 taskset package
+(`tests/fixtures/verifiers_env_pkg`, installed into the verifiers environment the handler
+creates), a real `agentroll serve` and the scripted backend (`echo`: the policy repeats what
+the prompt asks). Every rollout's reward is what the environment's own reward functions give
+on the same reply, computed here by verifiers itself in its own interpreter; tokens are the
+backend's, exactly; a reward function the reply breaks is a 0, one broken for everyone is
+infra_error."""
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import ServerFactory
+from tests.integration.handlers.harness import (
+    request_log,
+    rollout_service,
+    run_jobs,
+    scripted_backend,
+)
+
+from agentroll.handlers.builtin.control import CONTROLS
+from agentroll.handlers.builtin.verifiers_env import ensure_verifiers_venv, verifiers_instances
+from agentroll.server.schema import Outcome, Trajectory
+
+# A fresh machine installs verifiers and its dependencies first (about a minute or two).
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
+
+PACKAGE = str(Path(__file__).resolve().parents[2] / "fixtures" / "verifiers_env_pkg")
+TASKSET = "agentroll-vf-echo"
+
+# verifiers' own scoring of a reply to a task of the taskset, in the environment's own
+# interpreter: tasks from the taskset's `load()`, a trace built from verifiers' message types.
+REFERENCE = """
+import asyncio, json, sys
+import verifiers.v1 as vf
+from verifiers.v1.utils.loaders import taskset_class, taskset_config_type
+
+cases = json.load(sys.stdin)
+config = taskset_config_type(sys.argv[1]).model_validate({"id": sys.argv[1]})
+tasks = {t.data.id: t for t in taskset_class(sys.argv[1])(config)}
+out = {}
+for task_id, prompt, reply in cases:
+    task = tasks[task_id]
+    nodes = [vf.MessageNode(message=vf.UserMessage(content=prompt)),
+             vf.MessageNode(parent=0, message=vf.AssistantMessage(content=reply), sampled=True)]
+    trace = vf.Trace(task=vf.TraceTask(type=type(task).__name__, data=task.data),
+                     agent=vf.AgentInfo(config=vf.AgentConfig()), nodes=nodes)
+    asyncio.run(task.score(trace))
+    out[task_id] = trace.reward
+print(json.dumps(out))
+"""
+
+
+async def reference_rewards(cases: list[tuple[str, str, str]]) -> dict[str, float]:
+    venv = await ensure_verifiers_venv([PACKAGE])
+    proc = await asyncio.create_subprocess_exec(
+        str(venv.python),
+        "-I",
+        "-c",
+        REFERENCE,
+        TASKSET,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(json.dumps(cases).encode()), 300)
+    assert proc.returncode == 0
+    result: dict[str, float] = json.loads(out)
+    return result
+
+
+def jobs_for(instances: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [
+        {"job_id": i["task"]["id"], "handler": "verifiers", "instance": i, "group_id": "echo"}
+        for i in instances
+    ]
+
+
+async def run_taskset(
+    agentroll_server: ServerFactory, tmp_path: Path, jobs: list[dict[str, Any]]
+) -> tuple[dict[str, Trajectory], list[dict[str, Any]]]:
+    async with (
+        scripted_backend(wrong_rate=0.0, policy="echo") as backend,
+        rollout_service(agentroll_server, tmp_path, backend) as client,
+    ):
+        results = await run_jobs(client, jobs, timeout_s=600)
+        return results, await request_log(backend)
+
+
+async def test_rows_become_jobs_scored_by_the_environments_own_rewards_with_exact_tokens(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    instances = await verifiers_instances(TASKSET, [PACKAGE], score_timeout_s=30)
+    assert [i["task"]["id"] for i in instances] == [f"echo-{k}" for k in range(7)]
+    assert instances[0]["task"]["prompt"] == "What is 6 times 7? Repeat after me: 42"
+    assert instances[0]["task"]["answer"] == "42"  # the task's own fields travel with it
+    honest = [i for i in instances if i["task"]["id"] in {"echo-0", "echo-1", "echo-2", "echo-3"}]
+
+    results, log = await run_taskset(agentroll_server, tmp_path, jobs_for(honest))
+
+    replies = {j: t.messages[-1]["content"] for j, t in results.items()}
+    assert replies == {
+        "echo-0": "42",
+        "echo-1": "41",
+        "echo-2": "7",
+        "echo-3": "seventeen and a bit more than that",
+    }
+    prompts = {i["task"]["id"]: i["task"]["prompt"] for i in honest}
+    expected = await reference_rewards([(j, prompts[j], r) for j, r in replies.items()])
+    assert {j: t.reward for j, t in results.items()} == expected
+    # correct (weight 1) + brief (weight 0.5): right and short, wrong and short, ..., long
+    assert expected == {"echo-0": 1.5, "echo-1": 0.5, "echo-2": 1.5, "echo-3": 0.0}
+    assert all(t.outcome is Outcome.ok for t in results.values())
+    right = results["echo-0"]
+    assert right.reward_info["rewards"] == {"correct": 1.0, "brief": 1.0}
+    assert right.reward_info["weights"] == {"correct": 1.0, "brief": 0.5}
+    assert right.reward_info["metrics"] == {"reply_chars": 2.0}
+
+    # Tokens exact: each trajectory is the backend's one call, ids and logprobs verbatim.
+    by_prompt = {tuple(c["prompt_token_ids"]): c for c in log}
+    assert len(log) == len(results)
+    for t in results.values():
+        call = by_prompt[tuple(t.prompt_ids)]
+        assert t.response_ids == list(call["token_ids"])
+        assert t.response_logprobs == pytest.approx(list(call["logprobs"]))
+        assert all(t.response_mask)
+
+
+async def test_reward_code_a_reply_breaks_is_zero_and_reward_code_broken_for_all_is_infra(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """Blame by a control: the reward functions raise on `CRASH` and never return on `HANG`
+    (the worker is killed at `score_timeout_s`); scored again on an empty reply they work, so
+    the reply broke them: 0 with the reason. A task whose reward code fails on every reply is
+    the environment's fault; a taskset that is not installed fails before any reply is read."""
+    CONTROLS.clear()
+    instances = await verifiers_instances(TASKSET, [PACKAGE], score_timeout_s=10)
+    broken = [i for i in instances if i["task"]["id"] in {"echo-4", "echo-5", "echo-6"}]
+    missing = json.loads(json.dumps(broken[0]))
+    missing["environment"]["taskset"] = "agentroll-vf-not-installed"
+    missing["task"]["id"] = "not-installed"
+    honest = next(i for i in instances if i["task"]["id"] == "echo-0")
+
+    results, _ = await run_taskset(agentroll_server, tmp_path, jobs_for([*broken, missing, honest]))
+
+    outcomes = {j: (t.outcome, t.reward) for j, t in results.items()}
+    assert outcomes == {
+        "echo-4": (Outcome.ok, 0.0),
+        "echo-5": (Outcome.ok, 0.0),
+        "echo-6": (Outcome.infra_error, None),
+        "not-installed": (Outcome.infra_error, None),
+        "echo-0": (Outcome.ok, 1.5),  # the control beside them: still earns its reward
+    }
+    crash, hang = results["echo-4"].reward_info, results["echo-5"].reward_info
+    assert crash["reason"] == hang["reason"] == "reward_failed_on_answer"
+    assert "ValueError: the reply crashed the reward function" in crash["failure"]
+    assert "timeout" in hang["failure"] and hang["control"]["passed"]
+    for_all = results["echo-6"].error
+    assert for_all is not None and for_all.type == "verifiers_reward_failed"
+    assert "this task's reward code is broken" in for_all.message
+    assert "control" in for_all.message
+    load = results["not-installed"].error
+    assert load is not None and load.type == "verifiers_load_failed"
+    assert "agentroll-vf-not-installed" in load.message
