@@ -92,7 +92,7 @@ async def test_rows_become_jobs_scored_by_the_environments_own_rewards_with_exac
     agentroll_server: ServerFactory, tmp_path: Path
 ) -> None:
     instances = await verifiers_instances(TASKSET, [PACKAGE], score_timeout_s=30)
-    assert [i["task"]["id"] for i in instances] == [f"echo-{k}" for k in range(7)]
+    assert [i["task"]["id"] for i in instances] == [f"echo-{k}" for k in range(9)]
     assert instances[0]["task"]["prompt"] == "What is 6 times 7? Repeat after me: 42"
     assert instances[0]["task"]["answer"] == "42"  # the task's own fields travel with it
     honest = [i for i in instances if i["task"]["id"] in {"echo-0", "echo-1", "echo-2", "echo-3"}]
@@ -130,13 +130,14 @@ async def test_rows_become_jobs_scored_by_the_environments_own_rewards_with_exac
 async def test_reward_code_a_reply_breaks_is_zero_and_reward_code_broken_for_all_is_infra(
     agentroll_server: ServerFactory, tmp_path: Path
 ) -> None:
-    """Blame by a control: the reward functions raise on `CRASH` and never return on `HANG`
-    (the worker is killed at `score_timeout_s`); scored again on an empty reply they work, so
-    the reply broke them: 0 with the reason. A task whose reward code fails on every reply is
+    """Blame by a control: the reward functions raise on `CRASH`, never return on `HANG`
+    (the worker is killed at `score_timeout_s`), score NaN on `NAN` and kill their worker on
+    `EXIT`; scored again on an empty reply they work, so the reply broke them: 0 with the
+    reason. A task whose reward code fails on every reply is
     the environment's fault; a taskset that is not installed fails before any reply is read."""
     CONTROLS.clear()
     instances = await verifiers_instances(TASKSET, [PACKAGE], score_timeout_s=10)
-    broken = [i for i in instances if i["task"]["id"] in {"echo-4", "echo-5", "echo-6"}]
+    broken = [i for i in instances if i["task"]["id"] in {f"echo-{k}" for k in range(4, 9)}]
     missing = json.loads(json.dumps(broken[0]))
     missing["environment"]["taskset"] = "agentroll-vf-not-installed"
     missing["task"]["id"] = "not-installed"
@@ -149,13 +150,18 @@ async def test_reward_code_a_reply_breaks_is_zero_and_reward_code_broken_for_all
         "echo-4": (Outcome.ok, 0.0),
         "echo-5": (Outcome.ok, 0.0),
         "echo-6": (Outcome.infra_error, None),
+        "echo-7": (Outcome.ok, 0.0),
+        "echo-8": (Outcome.ok, 0.0),
         "not-installed": (Outcome.infra_error, None),
         "echo-0": (Outcome.ok, 1.5),  # the control beside them: still earns its reward
     }
-    crash, hang = results["echo-4"].reward_info, results["echo-5"].reward_info
-    assert crash["reason"] == hang["reason"] == "reward_failed_on_answer"
+    crash, hang, nan, exit_ = (results[f"echo-{k}"].reward_info for k in (4, 5, 7, 8))
+    for info in (crash, hang, nan, exit_):
+        assert info["reason"] == "reward_failed_on_answer" and info["control"]["passed"]
     assert "ValueError: the reply crashed the reward function" in crash["failure"]
-    assert "timeout" in hang["failure"] and hang["control"]["passed"]
+    assert "timeout" in hang["failure"]
+    assert "['correct'] gave no finite score" in nan["failure"]
+    assert "crashed" in exit_["failure"] and "exit status 3" in exit_["failure"]
     for_all = results["echo-6"].error
     assert for_all is not None and for_all.type == "verifiers_reward_failed"
     assert "this task's reward code is broken" in for_all.message
