@@ -21,7 +21,11 @@ from tests.integration.handlers.harness import (
 )
 
 from agentroll.handlers.builtin.control import CONTROLS
-from agentroll.handlers.builtin.verifiers_env import ensure_verifiers_venv, verifiers_instances
+from agentroll.handlers.builtin.verifiers_env import (
+    UnsupportedEnvironment,
+    ensure_verifiers_venv,
+    verifiers_instances,
+)
 from agentroll.server.schema import Outcome, Trajectory
 
 # A fresh machine installs verifiers and its dependencies first (about a minute or two).
@@ -169,3 +173,30 @@ async def test_reward_code_a_reply_breaks_is_zero_and_reward_code_broken_for_all
     load = results["not-installed"].error
     assert load is not None and load.type == "verifiers_load_failed"
     assert "agentroll-vf-not-installed" in load.message
+
+
+async def test_an_environment_needing_what_agentroll_does_not_run_is_refused_not_scored(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """A reward that reads the task's runtime would be skipped by verifiers when scored
+    without one, and the other rewards' sum would pass for the score: its taskset makes no
+    jobs, and a job submitted for it anyway is infra_error, never a reward."""
+    taskset = "agentroll-vf-needs-runtime"
+    with pytest.raises(
+        UnsupportedEnvironment, match="reward wrote_answer needs the task's runtime"
+    ):
+        await verifiers_instances(taskset, [PACKAGE])
+    spec = {"taskset": taskset, "packages": [PACKAGE]}
+    task = {"id": "workdir-0", "prompt": "Repeat after me: 42"}
+    job = {
+        "job_id": "runtime",
+        "handler": "verifiers",
+        "instance": {"environment": spec, "task": task},
+    }
+
+    results, _ = await run_taskset(agentroll_server, tmp_path, [job])
+
+    t = results["runtime"]
+    assert t.outcome is Outcome.infra_error and t.reward is None
+    assert t.error is not None and t.error.type == "verifiers_load_failed"
+    assert "needs the task's runtime" in t.error.message
