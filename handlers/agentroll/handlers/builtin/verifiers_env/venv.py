@@ -23,6 +23,7 @@ from agentroll.runtime.images.errors import BuildFailed, BuildTimeout
 from agentroll.runtime.images.proc import run_logged
 from agentroll.runtime.locked_venv import (
     LOCK_PLACEHOLDER,
+    STAMP,
     CachedVenv,
     VenvRecipe,
     ensure_locked_venv,
@@ -85,11 +86,23 @@ async def _run(args: list[str], log: Path, timeout_s: float) -> None:
         raise VerifiersSetupError(f"{' '.join(args[:5])} ...: {exc}") from None
 
 
+_ready: dict[tuple[Path, tuple[str, ...]], CachedVenv] = {}
+"""Environments this process found whole, by cache root and package list: a rollout does not
+hash a local package's files again (a folder edited while the server runs is installed afresh
+by the next server, or by `ensure_verifiers_venv` in a process of its own)."""
+
+
 async def ensure_verifiers_venv(
     packages: Sequence[str], root: Path | None = None, *, timeout_s: float = INSTALL_TIMEOUT_S
 ) -> CachedVenv:
     """The environment holding verifiers and `packages` (pip requirements: names, pins, or
     absolute paths of local folders), installed if it is not cached yet."""
     base = root or cache_root()
+    known = (base, tuple(sorted(packages)))
+    ready = _ready.get(known)
+    if ready is not None and (ready.root / STAMP).exists():
+        return CachedVenv(ready.root, False, 0.0)
     base.mkdir(parents=True, exist_ok=True)
-    return await ensure_locked_venv(recipe(packages), base, timeout_s=timeout_s, run=_run)
+    venv = await ensure_locked_venv(recipe(packages), base, timeout_s=timeout_s, run=_run)
+    _ready[known] = venv
+    return venv

@@ -23,6 +23,7 @@ itself (a reward function may block its event loop): the server kills a worker t
 """
 
 import asyncio
+import functools
 import importlib.util
 import json
 import os
@@ -95,15 +96,22 @@ def list_tasks(envs: Environments, request: dict[str, Any]) -> dict[str, Any]:
     return {"ok": True, "tasks": tasks, "unsupported": unsupported(cls.task_type(), config)}
 
 
+@functools.cache
+def _messages_adapter() -> Any:
+    import verifiers.v1 as vf
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(vf.Messages)
+
+
 def build_trace(task: Any, messages: list[dict[str, Any]], sampled: set[int]) -> Any:
     """The rollout as a verifiers trace: one branch of message nodes, the policy's own
     replies marked sampled (what `trace.last_reply` and `assistant_messages` read)."""
     import verifiers.v1 as vf
-    from pydantic import TypeAdapter
     from verifiers.v1.graph import MessageNode
     from verifiers.v1.trace import AgentInfo, TraceTask
 
-    parsed = TypeAdapter(vf.Messages).validate_python(messages)
+    parsed = _messages_adapter().validate_python(messages)
     nodes = [
         MessageNode(parent=i - 1 if i else None, message=message, sampled=i in sampled)
         for i, message in enumerate(parsed)
@@ -117,7 +125,9 @@ def build_trace(task: Any, messages: list[dict[str, Any]], sampled: set[int]) ->
     )
 
 
-def score(envs: Environments, request: dict[str, Any]) -> dict[str, Any]:
+def score(
+    envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any]
+) -> dict[str, Any]:
     try:
         cls, config = envs.get(request["taskset"])
         task_cls = cls.task_type()
@@ -129,7 +139,7 @@ def score(envs: Environments, request: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:  # the environment or the job is unusable: not the policy's doing
         return {"ok": False, "stage": "load", "error": f"{type(exc).__name__}: {exc}"}
     try:
-        asyncio.run(task.score(trace))
+        loop.run_until_complete(task.score(trace))
     except Exception as exc:
         cause = exc.__cause__ or exc  # verifiers wraps it in a TaskError
         return {"ok": False, "stage": "score", "error": f"{type(cause).__name__}: {cause}"}
@@ -152,6 +162,7 @@ def main() -> None:
     retire_above = (_shared._peak_memory_bytes() + memory_limit) // 2
     _shared._send(replies, {"ready": True, "verifiers": verifiers.__version__})
     envs = Environments()
+    loop = asyncio.new_event_loop()  # one for the worker's life: a loop per request costs
     for line in sys.stdin.buffer:
         request = json.loads(line)
         if request["op"] == "tasks":
@@ -160,7 +171,7 @@ def main() -> None:
             except Exception as exc:
                 reply = {"ok": False, "stage": "load", "error": f"{type(exc).__name__}: {exc}"}
         else:
-            reply = score(envs, request)
+            reply = score(envs, loop, request)
         reply["retire"] = _shared._peak_memory_bytes() > retire_above
         _shared._send(replies, reply)
 
