@@ -96,6 +96,7 @@ BUILTIN_RULES = {
     "verify": "agentroll.testing.scripted_llm.rules.verify:verify_rule",
     "judge": "agentroll.testing.scripted_llm.rules.judge:judge_rule",
     "judge_garbage": "agentroll.testing.scripted_llm.rules.judge:judge_garbage_rule",
+    "openenv_guess": "agentroll.testing.scripted_llm.rules.openenv:openenv_guess_rule",
 }
 
 

@@ -79,7 +79,7 @@ def recipe(packages: Sequence[str]) -> VenvRecipe:
     return VenvRecipe("verifiers", key, lock_text(), steps, check="import verifiers.v1")
 
 
-async def _run(args: list[str], log: Path, timeout_s: float) -> None:
+async def run_install_step(args: list[str], log: Path, timeout_s: float) -> None:
     try:
         await run_logged(args, log_path=log, timeout_s=timeout_s)
     except (BuildFailed, BuildTimeout) as exc:
@@ -103,6 +103,8 @@ async def ensure_verifiers_venv(
     if ready is not None and (ready.root / STAMP).exists():
         return CachedVenv(ready.root, False, 0.0)
     base.mkdir(parents=True, exist_ok=True)
-    venv = await ensure_locked_venv(recipe(packages), base, timeout_s=timeout_s, run=_run)
+    venv = await ensure_locked_venv(
+        recipe(packages), base, timeout_s=timeout_s, run=run_install_step
+    )
     _ready[known] = venv
     return venv
