@@ -57,4 +57,4 @@ class GuessEnv(Environment):
         return self._state
 
 
-app = create_fastapi_app(GuessEnv, GuessAction, GuessObservation, max_concurrent_envs=16)
+app = create_fastapi_app(GuessEnv, GuessAction, GuessObservation, max_concurrent_envs=128)
