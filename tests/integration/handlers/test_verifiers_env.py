@@ -200,3 +200,14 @@ async def test_an_environment_needing_what_agentroll_does_not_run_is_refused_not
     assert t.outcome is Outcome.infra_error and t.reward is None
     assert t.error is not None and t.error.type == "verifiers_load_failed"
     assert "needs the task's runtime" in t.error.message
+
+
+async def test_a_large_taskset_lists_whole_and_its_config_reaches_it() -> None:
+    """Thousands of tasks come back in one listing (one reply line of about a megabyte), and
+    the taskset's own config fields (`repeat`) reach its `load()`."""
+    instances = await verifiers_instances(TASKSET, [PACKAGE], {"repeat": 400}, limit=4000)
+    assert len(instances) == 3600
+    assert instances[-1]["task"]["id"] == "echo-8-r399"
+    assert instances[-1]["environment"]["config"] == {"repeat": 400}
+    window = await verifiers_instances(TASKSET, [PACKAGE], {"repeat": 2}, skip=8, limit=3)
+    assert [i["task"]["id"] for i in window] == ["echo-8", "echo-0-r1", "echo-1-r1"]

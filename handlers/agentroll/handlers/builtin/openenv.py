@@ -117,7 +117,10 @@ class Session:
                 f"the environment's WebSocket dropped during {kind} ({message.type.name})",
                 cause="openenv_connection_lost",
             )
-        answer = json.loads(message.data)
+        try:
+            answer = json.loads(message.data)
+        except ValueError:
+            answer = None
         if not isinstance(answer, dict) or answer.get("type") not in ("observation", "error"):
             raise InfraError(
                 f"unexpected answer to {kind}: {message.data[:300]}", cause="openenv_error"

@@ -30,6 +30,8 @@ DEFAULT_SIZE = max(1, min(4, os.cpu_count() or 1))
 DEFAULT_MEMORY_LIMIT_BYTES = 4 << 30
 DEFAULT_START_TIMEOUT_S = 120.0
 DEFAULT_IDLE_TIMEOUT_S = 60.0
+MAX_REPLY_BYTES = 256 << 20
+"""One reply line at most (a task listing of a large taskset is one line)."""
 
 FailureKind = Literal["timeout", "crashed", "unavailable"]
 
@@ -123,6 +125,7 @@ class VerifiersWorkers:
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 start_new_session=True,
+                limit=MAX_REPLY_BYTES,
             )
         except OSError as exc:
             raise WorkerFailure("unavailable", f"cannot start a verifiers worker: {exc}") from exc
