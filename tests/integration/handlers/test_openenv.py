@@ -91,17 +91,26 @@ async def test_a_dropped_websocket_or_an_unreachable_environment_is_infra_error(
     agentroll_server: ServerFactory, tmp_path: Path
 ) -> None:
     """The environment's process dies at the first step (its WebSocket drops mid-episode),
-    or nothing listens at the URL: nothing the policy did, so never a reward."""
-    async with guess_server() as env:
+    its `step` raises, or nothing listens at the URL: nothing the policy did, so never a
+    reward."""
+    async with guess_server() as env, guess_server() as steady:
         results = await run(
             agentroll_server,
             tmp_path,
             [
+                job("raises", steady.url, {"target": 4, "raise_on_step": True}),
                 job("dropped", env.url, {"target": 4, "crash_on_step": True}),
                 job("unreachable", f"http://127.0.0.1:{free_port()}", {"target": 4}),
             ],
         )
         assert env.process.returncode is not None  # it really died
+        assert steady.process.returncode is None  # a raising step is answered, not fatal
+
+    raises = results["raises"]
+    assert raises.outcome is Outcome.infra_error and raises.reward is None
+    assert raises.error is not None and raises.error.type == "openenv_error"
+    assert "EXECUTION_ERROR" in raises.error.message
+    assert "the guessing game's step is broken" in raises.error.message
 
     dropped = results["dropped"]
     assert dropped.outcome is Outcome.infra_error and dropped.reward is None
