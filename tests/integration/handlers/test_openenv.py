@@ -87,7 +87,7 @@ async def test_episodes_score_what_the_environment_emitted_and_invalid_actions_a
     assert stubborn.reward_info["invalid_actions"] == 3 and stubborn.reward_info["done"] is False
 
 
-async def test_a_dropped_websocket_or_an_unreachable_environment_is_infra_error(
+async def test_a_dropped_websocket_a_failing_step_or_no_server_is_infra_error(
     agentroll_server: ServerFactory, tmp_path: Path
 ) -> None:
     """The environment's process dies at the first step (its WebSocket drops mid-episode),
