@@ -112,7 +112,9 @@ async def test_rows_become_jobs_scored_by_the_environments_own_rewards_with_exac
     }
     prompts = {i["task"]["id"]: i["task"]["prompt"] for i in honest}
     expected = await reference_rewards([(j, prompts[j], r) for j, r in replies.items()])
-    assert {j: t.reward for j, t in results.items()} == expected
+    assert {j: t.reward for j, t in results.items()} == expected, {
+        j: t.reward_info for j, t in results.items()
+    }
     # correct (weight 1) + brief (weight 0.5): right and short, wrong and short, ..., long
     assert expected == {"echo-0": 1.5, "echo-1": 0.5, "echo-2": 1.5, "echo-3": 0.0}
     assert all(t.outcome is Outcome.ok for t in results.values())
@@ -163,9 +165,10 @@ async def test_reward_code_a_reply_breaks_is_zero_and_reward_code_broken_for_all
     for info in (crash, hang, nan, exit_):
         assert info["reason"] == "reward_failed_on_answer" and info["control"]["passed"]
     assert "ValueError: the reply crashed the reward function" in crash["failure"]
-    assert "timeout" in hang["failure"]
+    assert "timeout" in hang["failure"] and hang["scoring_attempts"] == 2
     assert "['correct'] gave no finite score" in nan["failure"]
     assert "crashed" in exit_["failure"] and "exit status 3" in exit_["failure"]
+    assert exit_["scoring_attempts"] == 2 and "scoring_attempts" not in crash
     for_all = results["echo-6"].error
     assert for_all is not None and for_all.type == "verifiers_reward_failed"
     assert "this task's reward code is broken" in for_all.message
@@ -211,3 +214,55 @@ async def test_a_large_taskset_lists_whole_and_its_config_reaches_it() -> None:
     assert instances[-1]["environment"]["config"] == {"repeat": 400}
     window = await verifiers_instances(TASKSET, [PACKAGE], {"repeat": 2}, skip=8, limit=3)
     assert [i["task"]["id"] for i in window] == ["echo-8", "echo-0-r1", "echo-1-r1"]
+
+
+async def test_reward_code_that_runs_the_reply_reaches_nothing_of_the_host(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """A grader that executes the completion (here `exec`, as code tasks do) runs it in the
+    worker's sandbox: the host's files are neither writable nor visible there, and it has no
+    network. Each attempt fails inside, so the reply scores 0 (the control still scores);
+    beside them, code that stays inside runs and earns its reward."""
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the server's secret")
+    secret.chmod(0o644)
+    connections: list[str] = []
+    listener = await asyncio.start_server(
+        lambda r, w: connections.append("connected") or w.close(), "127.0.0.1", 0
+    )
+    port = listener.sockets[0].getsockname()[1]
+    attempts = {
+        "runs": "x = 6 * 7",
+        "writes": f"open('{tmp_path}/escaped.txt', 'w').write('out')",
+        "reads": f"print(open('{secret}').read())",
+        "connects": f"import socket; socket.create_connection(('127.0.0.1', {port}), 5)",
+    }
+    spec = {"taskset": TASKSET, "packages": [PACKAGE], "score_timeout_s": 30}
+    jobs = [
+        {
+            "job_id": name,
+            "handler": "verifiers",
+            "instance": {
+                "environment": spec,
+                "task": {"id": name, "prompt": f"Repeat after me: EXEC:{code}", "answer": "ran"},
+            },
+        }
+        for name, code in attempts.items()
+    ]
+    try:
+        results, _ = await run_taskset(agentroll_server, tmp_path, jobs)
+    finally:
+        listener.close()
+        await listener.wait_closed()
+
+    assert results["runs"].outcome is Outcome.ok and results["runs"].reward == 1.5
+    for name in ("writes", "reads", "connects"):
+        t = results[name]
+        assert (t.outcome, t.reward) == (Outcome.ok, 0.0), name
+        assert t.reward_info["reason"] == "reward_failed_on_answer", name
+    assert "No such file or directory" in results["writes"].reward_info["failure"]
+    assert "No such file or directory" in results["reads"].reward_info["failure"]
+    # its own loopback only: nothing listens there, and nothing reached the host's listener
+    assert "Connection refused" in results["connects"].reward_info["failure"]
+    assert not (tmp_path / "escaped.txt").exists()
+    assert connections == []

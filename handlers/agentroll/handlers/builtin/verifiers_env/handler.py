@@ -19,10 +19,12 @@ Whose fault a failure is:
   environment needs what agentroll does not run yet (tool servers, a container runtime, LLM
   judges): infra_error `verifiers_load_failed` (nothing of the policy's was read);
 - a reward function raises, never returns (`score_timeout_s`), kills its worker, or gives no
-  finite score, on the policy's reply: blamed by a control (`control.py`), the same task
-  scored on an empty reply. If the control is scored, the reply broke the reward code: ok,
-  reward 0, `reason: "reward_failed_on_answer"`. If it fails too, the environment is broken
-  for everyone: infra_error `verifiers_reward_failed`;
+  finite score, on the policy's reply (a timeout or a dead worker counts once it happened
+  twice, the second time in a fresh worker: a loaded node is not the reply's doing): blamed
+  by a control (`control.py`), the same task scored on an empty reply. If the control is
+  scored, the reply broke the reward code: ok, reward 0, `reason: "reward_failed_on_answer"`.
+  If it fails too, the environment is broken for everyone: infra_error
+  `verifiers_reward_failed`;
 - a worker that cannot start: infra_error `verifiers_worker_unavailable`.
 """
 
@@ -42,6 +44,8 @@ from agentroll.handlers.errors import InfraError
 INSTANCE_KEY, PYTHON_KEY, PROMPT_KEY = "verifiers_task", "verifiers_python", "verifiers_prompt"
 MAX_SHOWN_CHARS = 2_000
 MAX_REQUIREMENTS = 32
+SCORING_ATTEMPTS = 2
+"""A scoring that times out or kills its worker is tried once more in a fresh worker."""
 
 
 class EnvironmentSpec(BaseModel):
@@ -152,18 +156,26 @@ class VerifiersHandler(FreeTextAnswerHandler):
             {"role": m["role"], "content": m.get("content") or ""} for m in ctx.llm.messages
         ]
         first = ctx.state.get(PROMPT_KEY, len(messages))
-        shown = {"reply": str(ctx.state.get("final_text", ""))[:MAX_SHOWN_CHARS]}
-        try:
-            reward = await score_messages(python, job.environment, job.task, messages, first)
-        except WorkerFailure as exc:
-            if exc.kind == "unavailable":
-                raise InfraError(str(exc), cause="verifiers_worker_unavailable") from exc
-            failure = ScoreFailure(f"the reward code {exc.kind} on the reply: {exc}")
-        except ScoreFailure as exc:
-            failure = exc
-        else:
+        shown: dict[str, Any] = {"reply": str(ctx.state.get("final_text", ""))[:MAX_SHOWN_CHARS]}
+        failure: ScoreFailure | None = None
+        for attempt in range(1, SCORING_ATTEMPTS + 1):
+            if attempt > 1:
+                shown["scoring_attempts"] = attempt
+            try:
+                reward = await score_messages(python, job.environment, job.task, messages, first)
+            except WorkerFailure as exc:
+                if exc.kind == "unavailable":
+                    raise InfraError(str(exc), cause="verifiers_worker_unavailable") from exc
+                # A worker that timed out or died may have been starved or killed by the
+                # node, not by the reply: scored once more in a fresh one before any blame.
+                failure = ScoreFailure(f"the reward code {exc.kind} on the reply: {exc}")
+                continue
+            except ScoreFailure as exc:
+                failure = exc
+                break
             reward.info = {**shown, **reward.info}
             return reward
+        assert failure is not None
 
         async def control() -> ControlResult:
             empty = [*messages[:first], {"role": "assistant", "content": ""}]

@@ -3,8 +3,10 @@
 Why processes of their own: a verifiers environment's reward functions are task code, but
 they read the policy's work, and the policy is an adversary. They run outside every sandbox
 the policy's commands reach, in an interpreter of the environment's own virtual environment
-(`venv`), never in the server's: a reward function that hangs on an answer, eats memory or
-crashes takes down one worker, never the event loop. The mechanics are the math grading
+(`venv`), never in the server's, and confined in a bubblewrap sandbox of its own without
+network (`confine`): a reward function that runs the reply reaches nothing of the host's, and
+one that hangs on an answer, eats memory or crashes takes down one worker, never the event
+loop. The mechanics are the math grading
 pool's (`grading_pool`: a worker is exec'd afresh in isolated mode, in its own session, dies
 with the server, is killed by its pid when it overruns and reaped before its slot is free);
 here each interpreter (one per environment venv) has up to `size` workers, started on demand
@@ -24,6 +26,7 @@ from typing import Any, Literal
 
 from agentroll.handlers.builtin.grader_launch import isolated_script
 from agentroll.handlers.builtin.grading_pool import REAP_TIMEOUT_S, _Worker, _WorkerGone
+from agentroll.handlers.builtin.verifiers_env.confine import Unconfinable, confined_argv
 
 WORKER_SCRIPT = str(Path(__file__).with_name("worker.py"))
 DEFAULT_SIZE = max(1, min(4, os.cpu_count() or 1))
@@ -118,10 +121,16 @@ class VerifiersWorkers:
         return await self._start(python)
 
     async def _start(self, python: Path) -> _Worker:
-        argv = [str(self.memory_limit_bytes), str(os.getpid())]
+        # Its parent inside the sandbox is bubblewrap's init (PID 1), which dies with us.
+        argv = [str(self.memory_limit_bytes), "1"]
+        try:
+            command = isolated_script(str(python), WORKER_SCRIPT, argv)
+            confined = confined_argv(python, command, Path(WORKER_SCRIPT).parent.parent)
+        except (Unconfinable, OSError) as exc:
+            raise WorkerFailure("unavailable", f"cannot confine a verifiers worker: {exc}") from exc
         try:
             process = await asyncio.create_subprocess_exec(
-                *isolated_script(str(python), WORKER_SCRIPT, argv),
+                *confined,
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 start_new_session=True,
