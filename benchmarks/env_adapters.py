@@ -5,8 +5,9 @@ doing the same task.
   (`Repeat after me: \\boxed{42}`, the scripted `echo` policy), so the same tokens, graded
   `42` against `42` (`math` accepts the same plain number without its math-verify worker; the
   adapter asks a worker of the fixture taskset, `tests/fixtures/verifiers_env_pkg`, whose
-  reward functions compare strings). CPU counted: this process and the verifiers workers
-  (read from /proc before they exit); their start (verifiers imports in seconds) is paid in a
+  reward functions compare strings). CPU counted: this process and the verifiers workers'
+  process trees (bubblewrap and the worker it confines, read from /proc before they exit);
+  their start (verifiers imports in seconds) is paid in a
   warm-up round and reported apart.
 - `openenv` against `native_guess`, the same guessing game written as an agentroll handler (a
   `step` tool answering the same JSON in-process), played by the scripted `openenv_guess`
@@ -18,14 +19,16 @@ Target: <= 10 % added CPU per rollout. A loaded machine adds noise to both sides
 
     .venv/bin/python benchmarks/env_adapters.py [--rollouts 60] [--rounds 3]
 
-Measured (2 shared cores, 60 rollouts x 3 rounds): math 2.7 ms, verifiers 4.0 ms per rollout
-(+1.3 ms: the scoring round trip to the worker, JSON over its pipes, the trace built and
-scored there, 0.4 ms of it in the worker); native_guess 12.0 ms, openenv 14.5 ms per rollout
-(+2.5 ms: a WebSocket session and a `/schema` request per episode, JSON frames; the
-environment server's own 3.1 ms apart). Both miss the 10 % target against rollouts this cheap
-(no sandbox, short replies, in-process grading): the cost is fixed per rollout (per step for
-openenv's frames), not a share of the rollout's own work. An httpx client per rollout cost
-another 14 ms (its creation), so the adapter uses aiohttp for `/schema` as well.
+Measured (2 shared cores, 60 rollouts x 3 rounds, two runs): math 2.5-2.7 ms, verifiers
+3.5-4.0 ms per rollout (+1.0-1.3 ms, +40-50 %: the scoring round trip to the confined worker,
+JSON over its pipes, the trace built and scored there, 0.4 ms of it in the worker);
+native_guess 12.0-12.7 ms, openenv 14.3-14.5 ms per rollout (+1.7-2.5 ms, +13-21 %: a
+WebSocket session and a `/schema` request per episode, JSON frames; the environment server's
+own 3.1-3.3 ms apart). Both miss the 10 % target against rollouts this cheap (no sandbox,
+short replies, in-process grading): the cost is fixed per rollout (per step for openenv's
+frames), not a share of the rollout's own work. An httpx client per rollout cost another 14 ms
+(its creation), so the adapter uses aiohttp for `/schema` as well. Figures are whole clock
+ticks (10 ms) over 60 rollouts: +-0.2 ms.
 """
 
 import argparse
@@ -122,9 +125,19 @@ def verifiers_instance() -> dict[str, Any]:
     return {"environment": environment, "task": task}
 
 
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of `pid` and every live process under it (a confined worker is the
+    grandchild of the bubblewrap process the pool knows)."""
+    total = cpu_seconds(pid)
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            total += tree_cpu(int(child))
+    return total
+
+
 def verifiers_cpu() -> float:
     workers = default_workers().worker_pids
-    return cpu_seconds(os.getpid()) + sum(cpu_seconds(pid) for pid in workers)
+    return cpu_seconds(os.getpid()) + sum(tree_cpu(pid) for pid in workers)
 
 
 def own_cpu() -> float:
