@@ -216,13 +216,26 @@ async def test_a_large_taskset_lists_whole_and_its_config_reaches_it() -> None:
     assert [i["task"]["id"] for i in window] == ["echo-8", "echo-0-r1", "echo-1-r1"]
 
 
+def sleepers() -> list[str]:
+    """Processes running the `sleep 3187` the reply's code started."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and (proc / "cmdline").read_bytes() == b"sleep\x003187\x00":
+                found.append(proc.name)
+        except OSError:
+            continue  # it ended meanwhile
+    return found
+
+
 async def test_reward_code_that_runs_the_reply_reaches_nothing_of_the_host(
     agentroll_server: ServerFactory, tmp_path: Path
 ) -> None:
     """A grader that executes the completion (here `exec`, as code tasks do) runs it in the
     worker's sandbox: the host's files are neither writable nor visible there, and it has no
     network. Each attempt fails inside, so the reply scores 0 (the control still scores);
-    beside them, code that stays inside runs and earns its reward."""
+    beside them, code that stays inside runs and earns its reward, and a process it leaves
+    running does not outlive the grading (the worker is retired with its sandbox)."""
     secret = tmp_path / "secret.txt"
     secret.write_text("the server's secret")
     secret.chmod(0o644)
@@ -233,6 +246,7 @@ async def test_reward_code_that_runs_the_reply_reaches_nothing_of_the_host(
     port = listener.sockets[0].getsockname()[1]
     attempts = {
         "runs": "x = 6 * 7",
+        "leaves-a-process": "import subprocess; subprocess.Popen(['sleep', '3187'])",
         "writes": f"open('{tmp_path}/escaped.txt', 'w').write('out')",
         "reads": f"print(open('{secret}').read())",
         "connects": f"import socket; socket.create_connection(('127.0.0.1', {port}), 5)",
@@ -250,12 +264,21 @@ async def test_reward_code_that_runs_the_reply_reaches_nothing_of_the_host(
         for name, code in attempts.items()
     ]
     try:
-        results, _ = await run_taskset(agentroll_server, tmp_path, jobs)
+        async with (
+            scripted_backend(wrong_rate=0.0, policy="echo") as backend,
+            rollout_service(agentroll_server, tmp_path, backend) as client,
+        ):
+            results = await run_jobs(client, jobs, timeout_s=600)
+            # While the server (and its idle workers) still run: nothing the reply started.
+            left_running = sleepers()
     finally:
         listener.close()
         await listener.wait_closed()
 
     assert results["runs"].outcome is Outcome.ok and results["runs"].reward == 1.5
+    # It ran (scored), and what it started died with its worker's sandbox.
+    assert results["leaves-a-process"].reward == 1.5
+    assert left_running == []
     for name in ("writes", "reads", "connects"):
         t = results[name]
         assert (t.outcome, t.reward) == (Outcome.ok, 0.0), name

@@ -16,6 +16,9 @@ space and serves requests, one JSON object per line, until stdin closes:
     -> {"ok": true, "rewards": {"name": {"score": 1.0, "weight": 1.0} | null},
         "metrics": {"name": 1.0 | null}, "retire": false}
 
+`retire` asks for a fresh worker: this one grew past half its memory limit, or a process it
+did not start itself (one the reply's code left running) shares its sandbox.
+
 A failure is `{"ok": false, "stage": "load" | "score", "error": "Type: message", "retire"}`:
 `load` while the taskset or its task was built (before the policy's work was seen), `score`
 while the environment's reward and metric functions ran on it. The worker never bounds time
@@ -150,6 +153,14 @@ def score(
     return {"ok": True, "rewards": rewards, "metrics": dict(trace.metrics)}
 
 
+def strays() -> bool:
+    """Whether a process besides this worker and its sandbox's init lives in its PID
+    namespace (code a reward function ran started one): then the worker is retired, and its
+    sandbox dies with it, so nothing outlives the grading that started it."""
+    ours = {1, os.getpid()}
+    return any(name.isdigit() and int(name) not in ours for name in os.listdir("/proc"))
+
+
 def main() -> None:
     memory_limit, parent_pid = int(sys.argv[1]), int(sys.argv[2])
     _shared._die_with(parent_pid)
@@ -172,7 +183,7 @@ def main() -> None:
                 reply = {"ok": False, "stage": "load", "error": f"{type(exc).__name__}: {exc}"}
         else:
             reply = score(envs, loop, request)
-        reply["retire"] = _shared._peak_memory_bytes() > retire_above
+        reply["retire"] = _shared._peak_memory_bytes() > retire_above or strays()
         _shared._send(replies, reply)
 
 
