@@ -26,6 +26,7 @@ from agentroll.handlers.builtin.verifiers_env import (
     ensure_verifiers_venv,
     verifiers_instances,
 )
+from agentroll.runtime.cgroup import SandboxCgroup
 from agentroll.server.schema import Outcome, Trajectory
 
 # A fresh machine installs verifiers and its dependencies first (about a minute or two).
@@ -216,12 +217,13 @@ async def test_a_large_taskset_lists_whole_and_its_config_reaches_it() -> None:
     assert [i["task"]["id"] for i in window] == ["echo-8", "echo-0-r1", "echo-1-r1"]
 
 
-def sleepers() -> list[str]:
-    """Processes running the `sleep 3187` the reply's code started."""
+def sleepers(seconds: str) -> list[str]:
+    """Processes running a `sleep SECONDS` the reply's code started."""
+    cmdline = f"sleep\x00{seconds}\x00".encode()
     found = []
     for proc in Path("/proc").iterdir():
         try:
-            if proc.name.isdigit() and (proc / "cmdline").read_bytes() == b"sleep\x003187\x00":
+            if proc.name.isdigit() and (proc / "cmdline").read_bytes() == cmdline:
                 found.append(proc.name)
         except OSError:
             continue  # it ended meanwhile
@@ -235,7 +237,8 @@ async def test_reward_code_that_runs_the_reply_reaches_nothing_of_the_host(
     worker's sandbox: the host's files are neither writable nor visible there, and it has no
     network. Each attempt fails inside, so the reply scores 0 (the control still scores);
     beside them, code that stays inside runs and earns its reward, and a process it leaves
-    running does not outlive the grading (the worker is retired with its sandbox)."""
+    running does not outlive the grading (the worker is retired with its sandbox). A fork
+    storm stops at the worker's process limit (its cgroup's `pids.max`)."""
     secret = tmp_path / "secret.txt"
     secret.write_text("the server's secret")
     secret.chmod(0o644)
@@ -247,10 +250,13 @@ async def test_reward_code_that_runs_the_reply_reaches_nothing_of_the_host(
     attempts = {
         "runs": "x = 6 * 7",
         "leaves-a-process": "import subprocess; subprocess.Popen(['sleep', '3187'])",
+        "forks": "import subprocess; [subprocess.Popen(['sleep', '3188']) for _ in range(400)]",
         "writes": f"open('{tmp_path}/escaped.txt', 'w').write('out')",
         "reads": f"print(open('{secret}').read())",
         "connects": f"import socket; socket.create_connection(('127.0.0.1', {port}), 5)",
     }
+    if "pids" not in SandboxCgroup.controllers():  # the limit needs a writable cgroup
+        del attempts["forks"]
     spec = {"taskset": TASKSET, "packages": [PACKAGE], "score_timeout_s": 30}
     jobs = [
         {
@@ -270,7 +276,7 @@ async def test_reward_code_that_runs_the_reply_reaches_nothing_of_the_host(
         ):
             results = await run_jobs(client, jobs, timeout_s=600)
             # While the server (and its idle workers) still run: nothing the reply started.
-            left_running = sleepers()
+            left_running = sleepers("3187") + sleepers("3188")
     finally:
         listener.close()
         await listener.wait_closed()
@@ -279,7 +285,7 @@ async def test_reward_code_that_runs_the_reply_reaches_nothing_of_the_host(
     # It ran (scored), and what it started died with its worker's sandbox.
     assert results["leaves-a-process"].reward == 1.5
     assert left_running == []
-    for name in ("writes", "reads", "connects"):
+    for name in ("writes", "reads", "connects", *(["forks"] if "forks" in attempts else [])):
         t = results[name]
         assert (t.outcome, t.reward) == (Outcome.ok, 0.0), name
         assert t.reward_info["reason"] == "reward_failed_on_answer", name
@@ -287,5 +293,7 @@ async def test_reward_code_that_runs_the_reply_reaches_nothing_of_the_host(
     assert "No such file or directory" in results["reads"].reward_info["failure"]
     # its own loopback only: nothing listens there, and nothing reached the host's listener
     assert "Connection refused" in results["connects"].reward_info["failure"]
+    if "forks" in attempts:
+        assert "Resource temporarily unavailable" in results["forks"].reward_info["failure"]
     assert not (tmp_path / "escaped.txt").exists()
     assert connections == []

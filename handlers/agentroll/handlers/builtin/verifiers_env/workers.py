@@ -3,14 +3,15 @@
 Why processes of their own: a verifiers environment's reward functions are task code, but
 they read the policy's work, and the policy is an adversary. They run outside every sandbox
 the policy's commands reach, in an interpreter of the environment's own virtual environment
-(`venv`), never in the server's, and confined in a bubblewrap sandbox of its own without
-network (`confine`): a reward function that runs the reply reaches nothing of the host's, and
-one that hangs on an answer, eats memory or crashes takes down one worker, never the event
-loop. The mechanics are the math grading
-pool's (`grading_pool`: a worker is exec'd afresh in isolated mode, in its own session, dies
-with the server, is killed by its pid when it overruns and reaped before its slot is free);
-here each interpreter (one per environment venv) has up to `size` workers, started on demand
-(verifiers imports in seconds) and kept while there is work.
+(`venv`), never in the server's, confined in a bubblewrap sandbox of its own without network
+(`confine`) and, where the server can make one, a cgroup of its own (`MAX_PROCESSES`, the
+memory limit in all): a reward function that runs the reply reaches nothing of the host's,
+and one that hangs on an answer, eats memory or crashes takes down one worker, never the event
+loop. The mechanics are the math grading pool's (`grading_pool`: a worker is exec'd afresh in
+isolated mode, in its own session, dies with the server, is killed by its pid when it
+overruns and reaped before its slot is free); here each interpreter (one per environment
+venv) has up to `size` workers, started on demand (verifiers imports in seconds) and kept
+while there is work.
 
 `ask()` returns the worker's reply, or raises `WorkerFailure`: `timeout` (the request ran past
 its deadline: the worker is killed), `crashed` (the worker died mid-request), `unavailable`
@@ -19,6 +20,7 @@ its deadline: the worker is killed), `crashed` (the worker died mid-request), `u
 
 import asyncio
 import os
+import uuid
 import weakref
 from collections import defaultdict
 from pathlib import Path
@@ -27,6 +29,8 @@ from typing import Any, Literal
 from agentroll.handlers.builtin.grader_launch import isolated_script
 from agentroll.handlers.builtin.grading_pool import REAP_TIMEOUT_S, _Worker, _WorkerGone
 from agentroll.handlers.builtin.verifiers_env.confine import Unconfinable, confined_argv
+from agentroll.runtime.base import Limits
+from agentroll.runtime.cgroup import SandboxCgroup
 
 WORKER_SCRIPT = str(Path(__file__).with_name("worker.py"))
 DEFAULT_SIZE = max(1, min(4, os.cpu_count() or 1))
@@ -35,6 +39,11 @@ DEFAULT_START_TIMEOUT_S = 120.0
 DEFAULT_IDLE_TIMEOUT_S = 60.0
 MAX_REPLY_BYTES = 256 << 20
 """One reply line at most (a task listing of a large taskset is one line)."""
+
+MAX_PROCESSES = 256
+"""Processes and threads in one worker's sandbox (its cgroup's `pids.max`, where the server
+can create cgroups): code a reward function runs cannot fork-bomb the node."""
+CGROUP_REMOVE_TRIES = 10
 
 FailureKind = Literal["timeout", "crashed", "unavailable"]
 
@@ -64,6 +73,7 @@ class VerifiersWorkers:
         self._idle: defaultdict[Path, list[_Worker]] = defaultdict(list)
         self._workers: set[_Worker] = set()
         self._reaping: set[asyncio.Task[int]] = set()
+        self._cgroups: dict[_Worker, SandboxCgroup] = {}
         self._closed = False
 
     @property
@@ -123,23 +133,26 @@ class VerifiersWorkers:
     async def _start(self, python: Path) -> _Worker:
         # Its parent inside the sandbox is bubblewrap's init (PID 1), which dies with us.
         argv = [str(self.memory_limit_bytes), "1"]
+        limits = Limits(max_processes=MAX_PROCESSES, max_total_memory_bytes=self.memory_limit_bytes)
+        cgroup = SandboxCgroup.create(f"verifiers-{uuid.uuid4().hex[:12]}", limits)
         try:
             command = isolated_script(str(python), WORKER_SCRIPT, argv)
             confined = confined_argv(python, command, Path(WORKER_SCRIPT).parent.parent)
-        except (Unconfinable, OSError) as exc:
-            raise WorkerFailure("unavailable", f"cannot confine a verifiers worker: {exc}") from exc
-        try:
             process = await asyncio.create_subprocess_exec(
-                *confined,
+                *in_cgroup(cgroup, confined),
                 stdin=asyncio.subprocess.PIPE,
                 stdout=asyncio.subprocess.PIPE,
                 start_new_session=True,
                 limit=MAX_REPLY_BYTES,
             )
-        except OSError as exc:
+        except (Unconfinable, OSError) as exc:
+            if cgroup is not None:
+                cgroup.remove()
             raise WorkerFailure("unavailable", f"cannot start a verifiers worker: {exc}") from exc
         worker = _Worker(process)
         self._workers.add(worker)
+        if cgroup is not None:
+            self._cgroups[worker] = cgroup
         try:
             async with asyncio.timeout(self.start_timeout_s):
                 await worker.receive()  # {"ready": true, ...}
@@ -171,10 +184,30 @@ class VerifiersWorkers:
         reaping = asyncio.ensure_future(worker.process.wait())
         self._reaping.add(reaping)
         reaping.add_done_callback(self._reaping.discard)
+        cgroup = self._cgroups.pop(worker, None)
+        if cgroup is not None:
+            reaping.add_done_callback(lambda _: _remove_later(cgroup, CGROUP_REMOVE_TRIES))
         return reaping
 
     async def _retire(self, worker: _Worker) -> None:
         await asyncio.wait({self._discard(worker)}, timeout=REAP_TIMEOUT_S)
+
+
+def in_cgroup(cgroup: SandboxCgroup | None, argv: list[str]) -> list[str]:
+    """`argv` started by a shell that first moves itself into `cgroup` (each hierarchy's
+    `cgroup.procs`), so bubblewrap and everything under it are counted from the start."""
+    if cgroup is None:
+        return argv
+    join = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 111; shift; done; shift; exec "$@"'
+    files = [str(f) for f in cgroup.procs_files()]
+    return ["/bin/sh", "-c", join, "sh", *files, "--", *argv]
+
+
+def _remove_later(cgroup: SandboxCgroup, tries: int) -> None:
+    """Remove a dead worker's cgroup; its sandbox's last processes may take a moment to go."""
+    if cgroup.remove() or tries <= 1:
+        return
+    asyncio.get_running_loop().call_later(0.5, _remove_later, cgroup, tries - 1)
 
 
 _default: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, VerifiersWorkers]" = (
