@@ -6,12 +6,13 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml tests/fixtures/*/pyproject.toml tests/requirements-verl.txt | sha1sum | cut -c1-12)
 
-.PHONY: demo test lint typecheck pytest setup system-deps engine clean
+.PHONY: demo test lint typecheck docs pytest setup system-deps engine clean
 
+# `make demo DEMO_ARGS=--keep-serving` keeps the demo's servers up for its viewer until Ctrl-C.
 demo: $(STAMP) system-deps
-	$(BIN)/agentroll demo
+	$(BIN)/agentroll demo $(DEMO_ARGS)
 
-test: $(STAMP) system-deps lint typecheck engine pytest
+test: $(STAMP) system-deps lint typecheck docs engine pytest
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
@@ -19,6 +20,11 @@ lint: $(STAMP)
 
 typecheck: $(STAMP)
 	$(BIN)/mypy -p agentroll.server -p agentroll.handlers -p agentroll.runtime -p agentroll.trainer_clients -p agentroll.testing
+
+# The docs site into site/ (offline: open site/index.html). --strict: a warning (a broken link
+# or anchor, a page left out of the nav, a docstring the reference cannot render) fails it.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 pytest: $(STAMP)
 	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
@@ -28,7 +34,7 @@ setup: $(STAMP) system-deps
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e ".[dev,verl-check]" -e tests/fixtures/external_handler_pkg
+	$(BIN)/pip install -q -e ".[dev,verl-check,docs]" -e tests/fixtures/external_handler_pkg
 	@# verl's wheel also ships top-level `tests` and `scripts` packages: in site-packages its
 	@# `tests` would shadow this repository's tests/. So it goes to a folder of its own, and
 	@# only its `verl` package is linked into site-packages.

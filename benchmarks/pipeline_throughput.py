@@ -11,6 +11,8 @@ import argparse
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from _common import cpu_seconds, report
@@ -48,6 +50,23 @@ def run(client: RolloutClient, n: int, tag: str, after: int) -> tuple[float, int
     return time.perf_counter() - started, cursor, outcomes
 
 
+@contextmanager
+def served(env: dict[str, str]) -> Iterator[tuple[RolloutClient, int]]:
+    """A scripted vLLM backend and an agentroll server (processes of their own), the
+    backend registered: a client of the server, and the server's pid."""
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        with (
+            agentroll_process(["scripted-llm", "--port", "0"], work, "llm") as llm,
+            agentroll_process(
+                ["serve", "--port", "0", "--db", str(work / "a.db")], work, "server", env=env
+            ) as server,
+            RolloutClient(server.url, token=server.token, timeout_s=60) as client,
+        ):
+            client.add_backend({"id": "llm", "base_url": llm.url})
+            yield client, server.pid
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--jobs", type=int, default=3000)
@@ -59,20 +78,11 @@ def main() -> None:
         "AGENTROLL_POOLS__READY_BUFFER": "512",
         "AGENTROLL_LOG_LEVEL": "warning",
     }
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        with (
-            agentroll_process(["scripted-llm", "--port", "0"], work, "llm") as llm,
-            agentroll_process(
-                ["serve", "--port", "0", "--db", str(work / "a.db")], work, "server", env=env
-            ) as server,
-            RolloutClient(server.url, token=server.token, timeout_s=60) as client,
-        ):
-            client.add_backend({"id": "llm", "base_url": llm.url})
-            _, cursor, _ = run(client, 300, "warmup", 0)  # lazy imports, warm connections
-            cpu0 = cpu_seconds(server.pid)
-            elapsed, _, outcomes = run(client, args.jobs, "bench", cursor)
-            cpu_ms = (cpu_seconds(server.pid) - cpu0) * 1000 / args.jobs
+    with served(env) as (client, server_pid):
+        _, cursor, _ = run(client, 300, "warmup", 0)  # lazy imports, warm connections
+        cpu0 = cpu_seconds(server_pid)
+        elapsed, _, outcomes = run(client, args.jobs, "bench", cursor)
+        cpu_ms = (cpu_seconds(server_pid) - cpu0) * 1000 / args.jobs
     rate = args.jobs / elapsed
     if set(outcomes) != {"ok"}:
         raise SystemExit(f"not every rollout succeeded: {dict(outcomes)}")

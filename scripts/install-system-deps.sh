@@ -19,6 +19,9 @@ command -v npm >/dev/null 2>&1 || missing+=(npm)
 # slurm-wlm + munge: the deployment test runs a real single-node Slurm controller and daemon.
 command -v slurmctld >/dev/null 2>&1 || missing+=(slurm-wlm)
 command -v munged >/dev/null 2>&1 || missing+=(munge)
+# chromium + chromium-driver: the rollout viewer's browser tests drive headless Chromium.
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   if command -v sudo >/dev/null 2>&1; then SUDO=sudo; else

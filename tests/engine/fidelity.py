@@ -6,7 +6,7 @@ from typing import Any
 
 import httpx
 
-from agentroll.server.schema import Trajectory
+from agentroll.server.schema import ChainTrace, Trajectory
 
 LOGPROB_TOLERANCE = 1e-3
 """float32 on CPU: a sampled logprob and its recomputation over a longer prompt differ in
@@ -30,15 +30,11 @@ async def sampled_mismatches(url: str, t: Trajectory) -> list[str]:
     )
 
 
-async def chain_mismatches(url: str, chain: dict[str, Any]) -> list[str]:
-    """`sampled_mismatches` for a recording proxy's chain other than the main one (its token
-    fields travel in `metadata["llm_proxy"]["chains"]`)."""
+async def chain_mismatches(url: str, chain: ChainTrace) -> list[str]:
+    """`sampled_mismatches` for a recording proxy's chain other than the main one (one of
+    the trajectory's `chains`)."""
     return await _mismatches(
-        url,
-        chain["prompt_ids"],
-        chain["response_ids"],
-        chain["response_mask"],
-        chain["response_logprobs"],
+        url, chain.prompt_ids, chain.response_ids, chain.response_mask, chain.response_logprobs
     )
 
 

@@ -62,9 +62,7 @@ def _user_messages(text: str) -> list[dict[str, str]]:
     return [{"role": "user", "content": t.removeprefix("<|im_start|>user\n")} for t in turns[:-1]]
 
 
-def _assert_prompts_are_the_models_template(
-    t: Trajectory, chains: list[dict[str, Any]], model_dir: Path
-) -> None:
+def _assert_prompts_are_the_models_template(t: Trajectory, model_dir: Path) -> None:
     """Each call's prompt is the model's chat template over the harness's conversation (the
     opening messages, then one format-error message per earlier call: mini-swe-agent drops a
     reply without a tool call from its history, so each call starts a chain of its own)."""
@@ -89,8 +87,8 @@ def _assert_prompts_are_the_models_template(
     assert t.messages[2]["content"] == hf.decode(t.response_ids[: t.segments[0].end])
     before = render(opening, False)
     generation_prompt = render(opening, True)[len(before) :]
-    for k, chain in enumerate(chains[1:], start=1):
-        prompt = chain["prompt_ids"]
+    for k, chain in enumerate(t.chains or [], start=1):
+        prompt = chain.prompt_ids
         assert prompt[: len(before)] == before and prompt[-len(generation_prompt) :] == (
             generation_prompt
         )
@@ -130,6 +128,8 @@ async def test_mini_swe_agent_against_the_engine_is_scored_and_exact(
     assert t.num_turns == 1 and [s.backend_id for s in t.segments] == [BACKEND_ID]
     # Every chain's sampled ids and logprobs are what the engine computes for them.
     assert await sampled_mismatches(vllm_engine.url, t) == []
-    for chain in chains[1:]:
+    # The other chains are samples of their own: the loop going on after each rewrite.
+    assert [(c.index, c.kind) for c in t.chains or []] == [(1, "continuation"), (2, "continuation")]
+    for chain in t.chains or []:
         assert await chain_mismatches(vllm_engine.url, chain) == []
-    _assert_prompts_are_the_models_template(t, chains, engine_model_dir)
+    _assert_prompts_are_the_models_template(t, engine_model_dir)

@@ -21,6 +21,7 @@ PACKAGES = (
     "agentroll.runtime.images",
     "agentroll.trainer_clients",
     "agentroll.trainer_clients.adapters",
+    "agentroll.trainer_clients.exports",
 )
 
 

@@ -15,6 +15,7 @@ from agentroll.handlers.context import (
     ProxyStop,
     Reward,
     RolloutContext,
+    SampledTurn,
     Turn,
 )
 from agentroll.handlers.errors import (
@@ -31,12 +32,15 @@ from agentroll.handlers.errors import (
 )
 from agentroll.handlers.plugins import PluginRegistry
 from agentroll.handlers.registry import ENTRY_POINT_GROUP, HandlerRegistry
+from agentroll.server.schema.messages import ChatMessage, ChatToolCall, ToolSpec
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "AgentError",
     "AgentHandler",
     "AgentSession",
+    "ChatMessage",
+    "ChatToolCall",
     "ContextLengthExceeded",
     "DuplicateHandlerError",
     "ErrorDecision",
@@ -54,6 +58,8 @@ __all__ = [
     "RegistryError",
     "Reward",
     "RolloutContext",
+    "SampledTurn",
+    "ToolSpec",
     "Turn",
     "UndeclaredAgent",
     "UnknownHandlerError",

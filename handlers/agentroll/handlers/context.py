@@ -7,15 +7,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
+from agentroll.server.schema.messages import ChatMessage, ToolSpec
+
 if TYPE_CHECKING:
     from agentroll.runtime import Sandbox, SandboxSpec
 
 Message = dict[str, Any]
+"""A message as an untyped dict: the spelling kept for code not yet on `ChatMessage` (the LLM
+proxy's translators) and for plugins written against it. New code uses `ChatMessage`."""
 
 
 @dataclass(frozen=True, slots=True)
-class Turn:
-    """One generation call as the backend answered it."""
+class SampledTurn:
+    """One generation call as the backend answered it: the assistant turn the policy sampled."""
 
     text: str
     token_ids: tuple[int, ...]
@@ -23,6 +27,10 @@ class Turn:
     finish_reason: str
     backend_id: str
     policy_version: int
+
+
+Turn = SampledTurn
+"""The name `SampledTurn` had first; kept for plugins that import it."""
 
 
 @dataclass(slots=True)
@@ -74,17 +82,17 @@ class LLMSession(Protocol):
     """
 
     @property
-    def messages(self) -> Sequence[Message]: ...
+    def messages(self) -> Sequence[ChatMessage]: ...
     @property
     def num_turns(self) -> int: ...
     @property
     def response_tokens(self) -> int: ...
 
-    async def start(self, messages: Sequence[Message], tools: Sequence[Message] = ()) -> None:
+    async def start(self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()) -> None:
         """Tokenize the first prompt (system + task) through the backend."""
         ...
 
-    async def generate(self, *, max_tokens: int | None = None) -> Turn:
+    async def generate(self, *, max_tokens: int | None = None) -> SampledTurn:
         """Sample the next assistant turn from prompt + everything recorded so far.
 
         Raises `ContextLengthExceeded` when nothing more fits, `LLMUnavailable` when no
@@ -92,11 +100,11 @@ class LLMSession(Protocol):
         """
         ...
 
-    async def add_messages(self, messages: Sequence[Message]) -> None:
+    async def add_messages(self, messages: Sequence[ChatMessage]) -> None:
         """Append observations (tool results, user follow-ups) and the next generation prompt."""
         ...
 
-    def describe_last_reply(self, message: Message) -> None:
+    def describe_last_reply(self, message: ChatMessage) -> None:
         """Replace the readable view of the last assistant turn (e.g. with parsed `tool_calls`).
 
         Only `messages` changes; the recorded tokens never do.
@@ -236,7 +244,7 @@ class RolloutContext(Protocol):
 
     async def ask_judge(
         self,
-        messages: Sequence[Message],
+        messages: Sequence[ChatMessage],
         *,
         tag: str,
         policy: str | None = None,

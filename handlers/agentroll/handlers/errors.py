@@ -1,4 +1,6 @@
-"""Exceptions of the handler SDK.
+"""Exceptions of the handler SDK and the built-in handlers, all in this one module. (The
+modules that raise them re-export their names, so older import paths such as
+`agentroll.handlers.builtin.harbor.task.TaskFormatError` keep working.)
 
     HandlerError
     ├── AgentError             the policy broke the protocol -> outcome agent_error
@@ -6,13 +8,35 @@
     │   └── UnservableRequest          a request the policy shaped that no backend is sent
     ├── InfraError             sandbox, backend or judge failed -> outcome infra_error
     │   ├── LLMUnavailable             no backend could serve a generation
-    │   └── UndeclaredAgent(InfraError, KeyError)  `ctx.agents[name]` for an agent the job lacks
-    └── RegistryError(HandlerError, LookupError)
-        ├── UnknownHandlerError(RegistryError, KeyError)
-        └── DuplicateHandlerError(RegistryError, ValueError)
+    │   ├── UndeclaredAgent(InfraError, KeyError)  `ctx.agents[name]` for an agent the job lacks
+    │   ├── VerifierFailed             a verifier gave no usable reward (alias VerifierFailure)
+    │   │   └── SeedFailure            a resources server's `/seed_session` failed
+    │   ├── VerifiersSetupError        a verifiers environment could not be installed
+    │   └── VerifiersRewardFailed      a verifiers taskset's reward code gave no reward
+    ├── RegistryError(HandlerError, LookupError)
+    │   ├── UnknownHandlerError(RegistryError, KeyError)
+    │   ├── DuplicateHandlerError(RegistryError, ValueError)
+    │   ├── UnknownParserError(RegistryError, KeyError)     no tool-call parser of that name
+    │   └── DuplicateParserError(RegistryError, ValueError)
+    ├── TaskFormatError(HandlerError, ValueError)   not a usable Harbor task (400 at submission)
+    ├── RowError(HandlerError, ValueError)          a SWE dataset row that is not an instance
+    ├── OfficialPackageMissing(HandlerError, RuntimeError)   `swebench` is not installed
+    ├── HarborRegistryError(HandlerError, ValueError)   a Harbor registry or dataset unusable
+    ├── UnsupportedEnvironment(HandlerError, ValueError)  a verifiers taskset needing more
+    ├── VerifiersWorkerFailure         a verifiers worker timed out, died or did not start
+    ├── Unconfinable(HandlerError, RuntimeError)   bubblewrap is missing: no worker runs
+    └── UnreadableFile         a file in a sandbox the agent left unreadable (too large, a FIFO)
+        └── MissingFile                no regular file at the path
 
-Each error carries a stable `cause` string that ends up in the trajectory's `error.type`.
+Each error carries a stable `cause` string that ends up in the trajectory's `error.type`
+when it escapes a stage (`classify_error`: AgentError -> agent_error, any other -> infra_error).
 """
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from agentroll.handlers.builtin.harbor.verify import VerifierRun
 
 
 class HandlerError(Exception):
@@ -94,3 +118,93 @@ class UnknownHandlerError(RegistryError, KeyError):
 
 class DuplicateHandlerError(RegistryError, ValueError):
     pass
+
+
+class TaskFormatError(HandlerError, ValueError):
+    """The folder is not a usable Harbor or Terminal-Bench 1 task (a 400 at submission)."""
+
+
+class VerifierFailed(InfraError):
+    """A verifier (a Harbor task's tests, a resources server's `/verify`) did not produce a
+    usable reward: the task or its tests are broken, or the code they ran broke them (the
+    handler's control tells which)."""
+
+    cause = "verifier_failed"
+
+    def __init__(
+        self, message: str, run: "VerifierRun | None" = None, *, cause: str | None = None
+    ) -> None:
+        super().__init__(message, cause=cause)
+        self.run = run
+
+
+VerifierFailure = VerifierFailed
+"""The same failure under the name the resources-server client gave it first."""
+
+
+class SeedFailure(VerifierFailed):
+    """`/seed_session` failed: it saw only the dataset row, never the policy's work."""
+
+
+class UnreadableFile(HandlerError):
+    """The file is missing, not a regular file, too large or cannot be read."""
+
+
+class MissingFile(UnreadableFile):
+    """There is no regular file at the path."""
+
+
+class RowError(HandlerError, ValueError):
+    """A row that cannot become an instance; the message names the row and the field."""
+
+
+class OfficialPackageMissing(HandlerError, RuntimeError):
+    """The `swebench` package is not installed here."""
+
+
+class UnknownParserError(RegistryError, KeyError):
+    def __init__(self, name: str, known: Sequence[str]) -> None:
+        super().__init__(
+            f"unknown tool-call parser {name!r}; known parsers: {', '.join(known) or 'none'}"
+        )
+        self.name = name
+        self.known = list(known)
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0])
+
+
+class DuplicateParserError(RegistryError, ValueError):
+    pass
+
+
+class HarborRegistryError(HandlerError, ValueError):
+    """The registry, the dataset or one of its tasks cannot be used (the message says why)."""
+
+
+class UnsupportedEnvironment(HandlerError, ValueError):
+    """A verifiers taskset needs what the `verifiers` handler does not run yet."""
+
+
+class VerifiersSetupError(InfraError):
+    """The verifiers environment could not be installed (pip failed, timed out, no disk)."""
+
+    cause = "verifiers_setup_failed"
+
+
+class VerifiersRewardFailed(InfraError):
+    """A verifiers taskset's reward code raised, hung, died or gave no finite score."""
+
+    cause = "verifiers_reward_failed"
+
+
+class VerifiersWorkerFailure(HandlerError):
+    """A verifiers worker's request failed: `kind` is `timeout`, `crashed` or `unavailable`."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+
+
+class Unconfinable(HandlerError, RuntimeError):
+    """bubblewrap is not installed: verifiers workers run only confined."""

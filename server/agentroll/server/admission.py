@@ -52,7 +52,7 @@ class AdmissionSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    enabled: bool = True
+    enabled: bool = Field(True, description="Off: INIT never waits for the node.")
     memory_reserve: float = Field(
         0.10, ge=0, le=0.9, description="Fraction of the node's memory kept available."
     )

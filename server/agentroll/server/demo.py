@@ -28,6 +28,7 @@ import time
 from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,6 +49,16 @@ from agentroll.testing.tiny_model import prepare_tiny_engine
 from agentroll.trainer_clients import AsyncRolloutClient
 
 RESULT_TIMEOUT_S = 600.0
+
+
+@dataclass
+class DemoRun:
+    keep_serving: bool = False
+    """After the summary, serve on (the viewer, the API) until Ctrl-C."""
+    status: int | None = None
+    """The demo's exit status, once its rollouts are summed up."""
+
+
 Engine = Literal["scripted", "vllm-cpu"]
 FAMILIES = ("swe", "code", "math", "stem", "solve_verify")
 NEEDS_SANDBOX = ("swe", "code")
@@ -266,10 +277,10 @@ async def _backend(
 
 
 async def _run(
-    groups: int, group_size: int, latency_s: float, workdir: Path, engine: Engine
+    groups: int, group_size: int, latency_s: float, workdir: Path, engine: Engine, run: DemoRun
 ) -> int:
     async with _backend(engine, latency_s, workdir) as (url, name):
-        return await _run_against(groups, group_size, url, name, workdir)
+        return await _run_against(groups, group_size, url, name, workdir, run)
 
 
 def workdir_settings(workdir: Path, **overrides: Any) -> Settings:
@@ -287,7 +298,12 @@ def workdir_settings(workdir: Path, **overrides: Any) -> Settings:
 
 
 async def _run_against(
-    groups: int, group_size: int, backend_url: str, backend_name: str, workdir: Path
+    groups: int,
+    group_size: int,
+    backend_url: str,
+    backend_name: str,
+    workdir: Path,
+    run: DemoRun | None = None,
 ) -> int:
     families = plan_families(shutil.which("bwrap") is not None)
     settings = workdir_settings(workdir)
@@ -329,13 +345,34 @@ async def _run_against(
         )
         _swe_excerpt(results)
         _agents_summary(results)
-        return 0 if all(t.outcome.value in ("ok", "agent_error") for t in results) else 1
+        status = 0 if all(t.outcome.value in ("ok", "agent_error") for t in results) else 1
+        print(f"\nviewer: {server.url}/ui?token={server.token}")
+        run = run or DemoRun()
+        run.status = status
+        if not run.keep_serving:
+            print("(the demo server stops now: `agentroll demo --keep-serving` keeps it up)")
+            return status
+        print("serving the viewer and the API until Ctrl-C", flush=True)
+        await asyncio.Event().wait()  # by design only Ctrl-C ends it (cancelling this task)
+        return status
     finally:
         await server.stop()
 
 
 def run_demo(
-    groups: int = 12, group_size: int = 4, latency_s: float = 0.05, engine: Engine = "scripted"
+    groups: int = 12,
+    group_size: int = 4,
+    latency_s: float = 0.05,
+    engine: Engine = "scripted",
+    keep_serving: bool = False,
 ) -> int:
+    """Runs the demo; with `keep_serving`, its servers stay up after the summary (the viewer's
+    address is printed) until Ctrl-C, and the demo's own status is still what it returns."""
+    run = DemoRun(keep_serving)
     with tempfile.TemporaryDirectory(prefix="agentroll-demo-") as workdir:
-        return asyncio.run(_run(groups, group_size, latency_s, Path(workdir), engine))
+        try:
+            return asyncio.run(_run(groups, group_size, latency_s, Path(workdir), engine, run))
+        except KeyboardInterrupt:
+            if run.status is None:  # interrupted before the rollouts were summed up
+                raise
+            return run.status

@@ -13,7 +13,12 @@ import asyncio
 import re
 from collections.abc import Mapping
 
-from agentroll.server.errors import ServerError
+from agentroll.server.errors import (
+    BodyBudgetSpent,
+    BodyError,  # noqa: F401 (re-exported: its old import path)
+    BodyTooLarge,
+    MalformedBody,
+)
 
 MAX_CHUNK_LINE_BYTES = 1024
 """A chunk-size line: the size, optional extensions, CRLF."""
@@ -26,28 +31,6 @@ AVERAGE_CHUNK_BYTES = 1024
 
 _CHUNK_SIZE = re.compile(rb"[0-9A-Fa-f]{1,16}")
 _MAX_LENGTH_DIGITS = 18  # any longer Content-Length is past every limit (and int() is cheap)
-
-
-class BodyError(ServerError, ValueError):
-    """The body cannot be read; `status` is what a server answers (it then closes)."""
-
-    status = 400
-
-
-class MalformedBody(BodyError):
-    """The body's framing is not valid HTTP/1.1."""
-
-
-class BodyTooLarge(BodyError):
-    """The body would be larger than its limit."""
-
-    status = 413
-
-
-class BodyBudgetSpent(BodyError):
-    """Bodies read earlier and still held leave too little room for this one (retry later)."""
-
-    status = 429
 
 
 class BodyBudget:

@@ -17,7 +17,7 @@ from agentroll.handlers.budget import stop_margin_s
 from agentroll.runtime.cpulimit import GradingUsage, grading_usage
 from agentroll.server.admission import NodeAdmission
 from agentroll.server.context import JobContext
-from agentroll.server.errors import ServerError
+from agentroll.server.errors import Refused, StageTimeout
 from agentroll.server.jobs import LiveJob
 from agentroll.server.limiter import StageLimiter
 from agentroll.server.logs import stage_var
@@ -36,20 +36,6 @@ class Verdict:
     error_type: str | None = None
     error_message: str | None = None
     error_stage: str | None = None
-
-
-class Refused(ServerError):
-    """The job may not start (e.g. its policy is too stale); it ends cancelled with `cause`."""
-
-    def __init__(self, cause: str, message: str) -> None:
-        super().__init__(message)
-        self.cause = cause
-
-
-class StageTimeout(ServerError, TimeoutError):
-    def __init__(self, stage: str, seconds: float) -> None:
-        super().__init__(f"{stage} exceeded its {seconds:g} s timeout")
-        self.stage = stage
 
 
 class _StageFailed(Exception):

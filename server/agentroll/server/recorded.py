@@ -7,7 +7,6 @@ A handler's own `TokenSession` records one, and so does a harness's LLM proxy (i
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from agentroll.handlers import Message
 from agentroll.server.schema import LogprobsInfo, RoutedExperts, Segment
 
 
@@ -30,9 +29,9 @@ class RecordedTokens(Protocol):
     @property
     def num_turns(self) -> int: ...
     @property
-    def messages(self) -> Sequence[Message]: ...
+    def messages(self) -> Sequence[Mapping[str, Any]]: ...
     @property
-    def tools(self) -> Sequence[Message]: ...
+    def tools(self) -> Sequence[Mapping[str, Any]]: ...
     @property
     def llm_s(self) -> float: ...
     @property

@@ -55,6 +55,7 @@ def build_trajectory(
             or (segments[-1].finish_reason if segments else None),
             "logprobs": logprobs_info(segments, request.sampling.model_dump()),
             "routed_experts": llm.routed_experts,
+            "chains": ctx.recorded_chains(request.sampling.model_dump()),
         }
         if llm.retries:
             metadata["llm_retries"] = llm.retries

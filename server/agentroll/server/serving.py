@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import importlib.util
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -121,15 +122,24 @@ async def start_in_loop(
 
 
 def serve_forever(
-    app: Any, host: str, port: int, *, log_level: str = "info", url_file: Path | None = None
+    app: Any,
+    host: str,
+    port: int,
+    *,
+    log_level: str = "info",
+    url_file: Path | None = None,
+    announce: Callable[[str], None] | None = None,
 ) -> uvicorn.Server:
-    """Serve in the foreground until SIGINT/SIGTERM; writes the URL to `url_file` first."""
+    """Serve in the foreground until SIGINT/SIGTERM; writes the URL to `url_file` and tells
+    it to `announce` first."""
     sock = bind(host, port)
     if url_file is not None:
         url_file.parent.mkdir(parents=True, exist_ok=True)
         tmp = url_file.with_suffix(url_file.suffix + ".tmp")
         tmp.write_text(url_of(sock) + "\n")
         tmp.replace(url_file)  # readers never see a half-written file
+    if announce is not None:
+        announce(url_of(sock))
     server = _Server(_config(app, log_level))
     _exit_hook(app, server)
     server.run(sockets=[sock])

@@ -20,17 +20,13 @@ from pydantic_settings import (
 
 from agentroll.runtime.config import BwrapConfig, RuntimeConfig
 from agentroll.server.admission import AdmissionSettings
-from agentroll.server.errors import ServerError
+from agentroll.server.errors import UnsafeSettingsError
 from agentroll.server.logs import LogFormat
 from agentroll.server.proxy import ProxyCaps
 from agentroll.server.schema import PoolSizes
 from agentroll.server.schema.auth import DEFAULT_DB_PATH, is_loopback
 
 _CONFIG_FILE: ContextVar[Path | None] = ContextVar("agentroll_config_file", default=None)
-
-
-class UnsafeSettingsError(ServerError, ValueError):
-    """A combination of settings that would expose the server; refused at start-up."""
 
 
 class Settings(BaseSettings):
@@ -68,7 +64,11 @@ class Settings(BaseSettings):
         "NORMAL",
         description="NORMAL survives a server crash; FULL also survives power loss (slower).",
     )
-    pools: PoolSizes = Field(default_factory=PoolSizes)
+    pools: PoolSizes = Field(
+        default_factory=PoolSizes,
+        description="Workers per stage and the ready buffer (resizable at run time: "
+        "`PATCH /v1/admin/pools`).",
+    )
     admission: AdmissionSettings = Field(
         default_factory=AdmissionSettings,
         description="When INIT waits for the node to have room (memory, threads, CPU).",
@@ -111,7 +111,9 @@ class Settings(BaseSettings):
         description="What each rollout's LLM proxy accepts from its harness (rate, body size, "
         "connections).",
     )
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        "info", description="The server's log level."
+    )
     log_format: LogFormat = Field(
         "text", description="Log lines as text or JSON; both carry job id, stage and backend."
     )

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from agentroll.server import result_columns
 from agentroll.server.errors import ResultRejected, StoreError
 
 T = TypeVar("T")
@@ -108,6 +109,12 @@ def _migrate(db: sqlite3.Connection) -> None:
             # killing its server is still stopped at the limit.
             db.execute("UPDATE jobs SET attempts = MAX(attempts - 1, 0) WHERE finished_at IS NULL")
         db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+def _backfill_fields(db: sqlite3.Connection) -> None:
+    """The viewer's `result_fields` rows of results stored before the table existed."""
+    (known,) = db.execute("SELECT COALESCE(MAX(cursor), 0) FROM result_fields").fetchone()
+    db.execute(result_columns.BACKFILL.format(schema=""), (known,))
 
 
 @contextlib.contextmanager
@@ -188,9 +195,11 @@ class JobStore:
             db.execute(f"PRAGMA synchronous={self._synchronous}")
             db.execute("PRAGMA busy_timeout=5000")
             db.executescript(_SCHEMA)
+            db.executescript(result_columns.TABLE.format(schema=""))
             _migrate(db)
             with _transaction(db):
                 db.execute(_REPAIR, (time.time(),))
+                _backfill_fields(db)
             (self._last_cursor,) = db.execute(
                 "SELECT COALESCE(MAX(cursor), 0) FROM results"
             ).fetchone()
@@ -336,9 +345,12 @@ class JobStore:
             "INSERT INTO results (cursor, job_id, result_json) VALUES (?, ?, ?)",
             (cursor, job_id, strict_json(result)),
         )
+        finished_at = time.time()
+        fields = result_columns.fields_row(cursor, job_id, result, finished_at)
+        db.execute(result_columns.INSERT, fields)
         db.execute(
             "UPDATE jobs SET state = ?, finished_at = ? WHERE job_id = ?",
-            (state, time.time(), job_id),
+            (state, finished_at, job_id),
         )
         self._last_cursor = cursor
         return cursor

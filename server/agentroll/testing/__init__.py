@@ -9,6 +9,10 @@
 - `redteam`: the red-team suite's attack catalogue and batch runner;
 - `sandboxes`: agentroll's sandboxes seen from outside (their processes, their leases).
 - `netlab`: "the internet" for sandboxes with network, in network namespaces of its own.
+- `atif_schema`: Harbor's ATIF trajectory schema as a validator (Harbor needs Python 3.12);
+- `atropos_api`: atroposlib's own trajectory API server, in a cached environment of its own;
+- `nemo_gym_client`: NeMo RL's side of NeMo Gym's agent `/run` protocol;
+- `prime_env_client`: prime-rl's side of the verifiers v1 env-server protocol (ZMQ).
 
 Production code never imports this package (`tests/unit/test_layering.py`): only the command
 line (`agentroll scripted-llm`) and the demo do, on demand. Importing it is cheap.

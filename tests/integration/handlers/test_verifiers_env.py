@@ -96,7 +96,7 @@ async def run_taskset(
 async def test_rows_become_jobs_scored_by_the_environments_own_rewards_with_exact_tokens(
     agentroll_server: ServerFactory, tmp_path: Path
 ) -> None:
-    instances = await verifiers_instances(TASKSET, [PACKAGE], score_timeout_s=30)
+    instances = await verifiers_instances(TASKSET, [PACKAGE], score_timeout_s=120)
     assert [i["task"]["id"] for i in instances] == [f"echo-{k}" for k in range(9)]
     assert instances[0]["task"]["prompt"] == "What is 6 times 7? Repeat after me: 42"
     assert instances[0]["task"]["answer"] == "42"  # the task's own fields travel with it
@@ -257,7 +257,8 @@ async def test_reward_code_that_runs_the_reply_reaches_nothing_of_the_host(
     }
     if "pids" not in SandboxCgroup.controllers():  # the limit needs a writable cgroup
         del attempts["forks"]
-    spec = {"taskset": TASKSET, "packages": [PACKAGE], "score_timeout_s": 30}
+    # Generous: a loaded node must not time an honest scoring out (a timeout is blamed).
+    spec = {"taskset": TASKSET, "packages": [PACKAGE], "score_timeout_s": 120}
     jobs = [
         {
             "job_id": name,
@@ -287,7 +288,7 @@ async def test_reward_code_that_runs_the_reply_reaches_nothing_of_the_host(
     assert left_running == []
     for name in ("writes", "reads", "connects", *(["forks"] if "forks" in attempts else [])):
         t = results[name]
-        assert (t.outcome, t.reward) == (Outcome.ok, 0.0), name
+        assert (t.outcome, t.reward) == (Outcome.ok, 0.0), (name, t.error)
         assert t.reward_info["reason"] == "reward_failed_on_answer", name
     assert "No such file or directory" in results["writes"].reward_info["failure"]
     assert "No such file or directory" in results["reads"].reward_info["failure"]

@@ -9,6 +9,7 @@ import pytest
 from tests.integration.proxy.proxy_support import Rig, assert_chain_exact, client_for, rig
 
 from agentroll.handlers import ProxyLimits
+from agentroll.server.proxy.recording import chain_traces
 from agentroll.testing.scripted_llm import Conversation, Reply, RuleContext, default_rules
 from agentroll.testing.scripted_llm.rules.steps import call, offered_tools, step
 
@@ -187,12 +188,13 @@ async def test_history_rewrite_starts_a_second_exact_chain_and_reports_why(
     assert second.broken is None
     for chain in (first, second):
         assert_chain_exact(chain, log)
-    # The main chain (most sampled tokens) comes first in the report; the other carries its
-    # full token fields there.
+    # The main chain (most sampled tokens) comes first in the report; the other is a sample
+    # of its own, the loop before or after the rewrite.
     main = proxy.book.main()
     assert report["chains"][0]["main"] and report["chains"][0]["index"] == report["main_chain"]
-    other = report["chains"][1]
-    assert other["response_ids"] == (second if main is first else first).response_ids
+    (other,) = chain_traces(proxy, {})
+    assert other.kind == "continuation" and report["chains"][1]["kind"] == "continuation"
+    assert other.response_ids == (second if main is first else first).response_ids
     assert proxy.trajectory().response_ids == main.response_ids
     await proxy.close()
 

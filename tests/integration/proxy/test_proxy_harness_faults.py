@@ -15,8 +15,9 @@ from tests.integration.handlers.harness import (
     run_jobs,
     scripted_backend,
 )
+from tests.integration.proxy.proxy_support import assert_chain_exact
 
-from agentroll.server.schema import Outcome, Trajectory
+from agentroll.server.schema import Outcome
 
 pytestmark = [
     pytest.mark.integration,
@@ -109,18 +110,6 @@ def job(job_id: str, script: str, **harness: Any) -> dict[str, Any]:
     }
 
 
-def assert_exact(t: Trajectory, chain: dict[str, Any] | None, log: list[dict[str, Any]]) -> None:
-    prompt = t.prompt_ids if chain is None else chain["prompt_ids"]
-    response = t.response_ids if chain is None else chain["response_ids"]
-    mask = t.response_mask if chain is None else chain["response_mask"]
-    segments = t.segments if chain is None else chain["segments"]
-    by_prompt = {tuple(e["prompt_token_ids"]): e for e in log}
-    for seg in segments:
-        start, end = (seg.start, seg.end) if chain is None else (seg["start"], seg["end"])
-        entry = by_prompt[tuple(prompt + response[:start])]
-        assert response[start:end] == entry["token_ids"] and set(mask[start:end]) == {1}
-
-
 @pytest.mark.timeout(120)
 async def test_harness_faults_end_as_the_outcome_taxonomy_says(
     agentroll_server: ServerFactory, tmp_path: Path
@@ -149,14 +138,18 @@ async def test_harness_faults_end_as_the_outcome_taxonomy_says(
         ([0, 1], 2, "history_rewritten")
     ]
     assert t.num_turns == 2 and len(t.segments) == 2
+    # The chain beside the main one is a sample of its own: the loop before its rewrite.
+    assert t.chains is not None and [(c.index, c.kind) for c in t.chains] == [
+        (other["index"], "continuation")
+    ]
     rewrite_log = [
         e
         for e in log
-        if any(e["prompt_token_ids"] == p for p in (t.prompt_ids, other["prompt_ids"]))
+        if any(e["prompt_token_ids"] == p for p in (t.prompt_ids, t.chains[0].prompt_ids))
     ]
     assert len(rewrite_log) == 2  # each chain's first call
-    assert_exact(t, None, log)
-    assert_exact(t, other, log)
+    assert_chain_exact(t, log)
+    assert_chain_exact(t.chains[0], log)
 
     # A harness that loops forever is stopped at its call cap: agent_error, still scored.
     t = done["loop"]
@@ -165,7 +158,7 @@ async def test_harness_faults_end_as_the_outcome_taxonomy_says(
     assert t.reward == 0.0 and t.metadata["llm_proxy"]["calls"] == 4
     assert t.metadata["harness"]["stopped_by_proxy"] == "max_calls"
     assert t.num_turns == 4
-    assert_exact(t, None, log)
+    assert_chain_exact(t, log)
 
     # A harness that crashes: agent_error with its exit code and stderr tail.
     t = done["crash"]

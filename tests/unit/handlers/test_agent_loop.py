@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 
 import pytest
 
-from agentroll.handlers import AgentError, ContextLengthExceeded, Message, Turn
+from agentroll.handlers import AgentError, ContextLengthExceeded, Message, SampledTurn
 from agentroll.handlers.agent import AgentConfig, AgentLoop, SubmitTool, Tool
 from agentroll.runtime import Sandbox
 
@@ -56,13 +56,13 @@ class Session:
     async def start(self, messages: Sequence[Message], tools: Sequence[Message] = ()) -> None:
         self.messages, self.tools = list(messages), list(tools)
 
-    async def generate(self, *, max_tokens: int | None = None) -> Turn:
+    async def generate(self, *, max_tokens: int | None = None) -> SampledTurn:
         if self.num_turns == self.overflow_at:
             raise ContextLengthExceeded("context is full")
         text = self.replies[self.num_turns]
         self.num_turns += 1
         self.messages.append({"role": "assistant", "content": text})
-        return Turn(text, (1,), (0.0,), "stop", "b", 0)
+        return SampledTurn(text, (1,), (0.0,), "stop", "b", 0)
 
     async def add_messages(self, messages: Sequence[Message]) -> None:
         self.messages.extend(messages)

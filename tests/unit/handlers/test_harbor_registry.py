@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from agentroll.handlers.builtin.harbor.handler import HarborInstance, resolve_task
-from agentroll.handlers.builtin.harbor.registry import RegistryError, dataset_instances
+from agentroll.handlers.builtin.harbor.registry import HarborRegistryError, dataset_instances
 from agentroll.handlers.builtin.harbor.source import bundled_task
 
 
@@ -88,13 +88,13 @@ async def test_unknown_names_missing_versions_and_broken_tasks_are_refused(
     local_registry: Path, tmp_path: Path
 ) -> None:
     co = tmp_path / "co"
-    with pytest.raises(RegistryError, match=r"no dataset 'nope' .*datasets: broken, demo"):
+    with pytest.raises(HarborRegistryError, match=r"no dataset 'nope' .*datasets: broken, demo"):
         await dataset_instances(local_registry, "nope@1.0", checkouts=co)
-    with pytest.raises(RegistryError, match=r"name a version: demo@1.0, demo@2.0"):
+    with pytest.raises(HarborRegistryError, match=r"name a version: demo@1.0, demo@2.0"):
         await dataset_instances(local_registry, "demo", checkouts=co)
-    with pytest.raises(RegistryError, match=r"'demo@3.0'"):
+    with pytest.raises(HarborRegistryError, match=r"'demo@3.0'"):
         await dataset_instances(local_registry, "demo@3.0", checkouts=co)
-    with pytest.raises(RegistryError, match=r"broken@1 task 'empty'"):
+    with pytest.raises(HarborRegistryError, match=r"broken@1 task 'empty'"):
         await dataset_instances(local_registry, "broken@1", checkouts=co)
 
 
@@ -138,5 +138,5 @@ async def test_tasks_in_a_git_repository_are_checked_out_at_their_commit_once(
     (folder / "marker").write_text("kept")  # a second resolution reuses the checkout
     (again,) = await dataset_instances(registry, "remote@1", checkouts=co)
     assert again == instance and (folder / "marker").read_text() == "kept"
-    with pytest.raises(RegistryError, match=r"path '../../..' leaves"):
+    with pytest.raises(HarborRegistryError, match=r"path '../../..' leaves"):
         await dataset_instances(registry, "escape@1", checkouts=co)

@@ -30,7 +30,7 @@ def test_a_continuation_appends_glue_and_new_tokens_and_keeps_sampled_ids() -> N
     assert chain.response_mask == [1, 1, 1, 0, 0, 0, 0, 1, 1]
     assert chain.response_logprobs == [-0.5] * 3 + [0.0] * 4 + [-0.5] * 2
     assert [(s.start, s.end) for s in chain.segments] == [(0, 3), (7, 9)]
-    assert (book.extended, book.broken, chain.calls) == (1, 0, [0, 1])
+    assert (book.loop_counts(), chain.calls) == ((1, 0), [0, 1])
 
 
 def test_glue_is_added_whole_when_the_model_did_not_sample_it() -> None:
@@ -61,7 +61,7 @@ def test_rewritten_history_starts_a_chain_and_records_where_it_diverged() -> Non
         "history_rewritten",
         2,
     )
-    assert book.broken == 1
+    assert book.loop_counts() == (0, 1)
 
 
 def test_an_edited_reply_and_a_repeated_request_have_their_own_reasons() -> None:
@@ -97,12 +97,24 @@ def test_returning_to_an_older_chain_marks_the_one_left() -> None:
     assert side.broken is not None and side.broken.reason == "left_for_another_chain"
 
 
+def test_a_failed_return_to_a_chain_keeps_the_break_it_had() -> None:
+    book = ChainBook()
+    start(book, 0, [1, 2], [3])
+    start(book, 1, [7, 7], [8])
+    before = book.chains[0].broken
+    placement = book.place(2, [1, 2, 3, 4], [], None)
+    assert book.chains[0].broken is None  # taken up again: the side call was a detour
+    book.abandon(placement)
+    assert book.chains[0].broken is before is not None
+    assert book.chains[1].broken is None
+
+
 def test_a_failed_call_leaves_the_book_as_it_was() -> None:
     book = ChainBook()
     start(book, 0, [1, 2], [3])
     placement = book.place(1, [5, 5], [], None)
     book.abandon(placement)
-    assert len(book.chains) == 1 and book.chains[0].broken is None and book.broken == 0
+    assert len(book.chains) == 1 and book.chains[0].broken is None
     assert not book.chains[0].busy
     assert not book.place(2, [1, 2, 3, 4], [], None).new  # still extendable
 
@@ -126,3 +138,85 @@ def test_a_paused_call_records_one_segment_per_piece() -> None:
         (2, 3, 1, "stop"),
     ]
     assert chain.last_sampled == [2, 3, 4]
+
+
+# A harness's loop (prompt 1..), a title call beside it (prompt 7..), then a compaction: the
+# loop asks for a summary in its own conversation and goes on from the summary (prompt 5..).
+def compacting_run() -> ChainBook:
+    book = ChainBook()
+    steps = [
+        ([1, 2], [3]),  # the loop's first turn
+        ([7, 7], [8]),  # the title, beside it
+        ([1, 2, 3, 4], [5]),  # the loop again
+        ([1, 2, 3, 4, 5, 6], [60, 61]),  # "summarise": still the loop's chain
+        ([5, 5, 60, 61], [9, 9, 9, 9, 9]),  # history replaced by the summary
+        ([5, 5, 60, 61, 9, 9, 9, 9, 9, 4], [10]),
+    ]
+    for call, (prompt, sampled) in enumerate(steps):
+        placement = book.place(call, prompt, [], None)  # token prompts: literal matching
+        book.commit(call, placement, [piece(sampled)], [])
+    return book
+
+
+def test_a_compacted_loop_is_main_plus_continuation_and_the_title_is_a_side_chain() -> None:
+    book = compacting_run()
+    loop, title, after = book.chains
+    assert book.main() is after  # six sampled tokens against four
+    assert book.kinds() == {loop.index: "continuation", title.index: "side", after.index: "main"}
+    assert book.loop() == [loop, after]
+    # The break is where the loop left its chain for good, not where the title interrupted.
+    assert loop.broken is not None and (loop.broken.by_call, loop.broken.reason) == (
+        4,
+        "history_rewritten",
+    )
+    assert title.broken is not None and title.broken.reason == "left_for_another_chain"
+
+
+def test_prefix_counters_count_the_loop_only() -> None:
+    # Today's count of every new chain would say 2 breaks and 4 extensions: the title is none.
+    assert compacting_run().loop_counts() == (3, 1)
+    book = ChainBook()
+    start(book, 0, [1, 2], [3, 3])
+    start(book, 1, [7, 7], [8])  # a side call
+    start(book, 2, [1, 2, 3, 3, 4], [5])
+    start(book, 3, [9, 9], [8])  # another: the loop is back on its chain in between
+    start(book, 4, [1, 2, 3, 3, 4, 5, 6], [7])
+    assert book.loop_counts() == (2, 0)
+    assert [book.kinds()[c.index] for c in book.chains] == ["main", "side", "side"]
+
+
+def test_a_call_made_while_another_is_sampled_is_a_parallel_chain() -> None:
+    book = ChainBook()
+    first = book.place(0, [1, 2], [], {})
+    second = book.place(1, [7, 7], [], {})
+    book.commit(1, second, [piece([8])], [])
+    book.commit(0, first, [piece([3, 3])], [])
+    assert book.kinds() == {first.chain.index: "main", second.chain.index: "parallel"}
+    assert book.loop_counts() == (0, 0)
+
+
+def called(book: ChainBook, call: int, prompt: list[int], sampled: list[int],
+           system: str, tools: list[dict[str, str]]) -> None:  # fmt: skip
+    placement = book.place(call, prompt, tools, None)
+    book.commit(call, placement, [piece(sampled)], [{"role": "system", "content": system}])
+
+
+def test_a_side_call_before_the_loop_is_a_side_chain_by_its_own_system_prompt_or_tools() -> None:
+    bash = [{"name": "bash"}]
+    # A title first, in a conversation of its own (no tools), then the loop: not a break.
+    book = ChainBook()
+    called(book, 0, [7, 7], [8], "You name tasks.", [])
+    called(book, 1, [1, 2], [3, 3], "You are an agent.", bash)
+    assert [book.kinds()[c.index] for c in book.chains] == ["side", "main"]
+    assert book.loop_counts() == (0, 0)
+    # A router with the loop's system prompt but no tools: the same.
+    book = ChainBook()
+    called(book, 0, [7, 7], [8], "You are an agent.", [])
+    called(book, 1, [1, 2], [3, 3], "You are an agent.", bash)
+    assert [book.kinds()[c.index] for c in book.chains] == ["side", "main"]
+    # Documented limit: a call with the loop's tools and system prompt that the loop never
+    # returns to reads as the loop's start.
+    book = ChainBook()
+    called(book, 0, [7, 7], [8], "You are an agent.", bash)
+    called(book, 1, [1, 2], [3, 3], "You are an agent.", bash)
+    assert [book.kinds()[c.index] for c in book.chains] == ["continuation", "main"]

@@ -14,6 +14,8 @@ Needs only `pip install agentroll[client]` (pydantic + httpx).
   pass-rate record and a seeded sampler that weights tasks by difficulty band.
 - `agentroll.trainer_clients.adapters`: padded numpy batches and verl / NeMo RL / OpenRLHF
   formats (needs numpy; imported only on demand).
+- `agentroll.trainer_clients.samples`: every token chain of a harness run as a sample of its
+  own, chosen by kind (`Group.samples`, `pad_batch(..., chains=...)`).
 - `agentroll.trainer_clients.weights`: push new weights into running vLLM engines between a
   pause and a resume (torch + safetensors for a state dict; imported only on demand).
 """

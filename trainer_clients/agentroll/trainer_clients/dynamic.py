@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from agentroll.trainer_clients.collector import AsyncGroupCollector
-from agentroll.trainer_clients.errors import ClientError
+from agentroll.trainer_clients.errors import BatchShortfall
 from agentroll.trainer_clients.groups import Group, GroupSpec
 
 
@@ -66,20 +66,6 @@ class _Undecided:
 
     def __post_init__(self) -> None:
         self.root = self.root or self.spec.group_id
-
-
-class BatchShortfall(ClientError):
-    """A batch could not be filled: the stream ran out, or `max_refills` groups were dropped.
-    `batch` holds what was kept (usable, though smaller than asked for)."""
-
-    def __init__(self, batch: Batch, size: int, why: str) -> None:
-        zero = sum(1 for g in batch.dropped if g.valid)
-        invalid = len(batch.dropped) - zero
-        super().__init__(
-            f"dynamic sampling kept {len(batch.groups)}/{size} groups after generating "
-            f"{batch.groups_generated} ({zero} with equal rewards, {invalid} invalid): {why}"
-        )
-        self.batch = batch
 
 
 class AsyncDynamicSampler:

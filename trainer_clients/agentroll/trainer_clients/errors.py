@@ -14,14 +14,21 @@ One root, each leaf also the builtin it specialises, so callers can catch either
     ├── FanOutError(ClientError)                       a call sent to every server failed on some
     ├── InfraCircuitOpen(ClientError)                  a run of infra_errors stopped a collector
     ├── BatchShortfall(ClientError)                    dynamic sampling could not fill a batch
-    └── WeightPushError(ClientError)                   an inference engine refused new weights
+    ├── WeightPushError(ClientError)                   an inference engine refused new weights
+    └── AtroposError(ClientError)                      an Atropos API refused what was sent
 
 Outside the tree stay the builtins for the caller's own mistakes and waits: `ValueError` for
 arguments a call cannot use, `RuntimeError` for a collector used before it is started,
 `TimeoutError` for a wait (for results, groups or the pool's loop thread) that ran out.
 """
 
-from typing import Any
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+from agentroll.server.schema import Trajectory
+
+if TYPE_CHECKING:
+    from agentroll.trainer_clients.dynamic import Batch
 
 
 class ClientError(Exception):
@@ -125,3 +132,57 @@ def error_from_response(status: int, body: Any) -> ApiError:
     if status in (400, 413, 422):
         return InvalidRequest(*args, detail)
     return ApiError(*args, detail)
+
+
+def _cause(trajectory: Trajectory) -> str:
+    error = trajectory.error
+    if error is None:
+        return "unknown"
+    return error.type if error.stage is None else f"{error.type} at {error.stage}"
+
+
+class InfraCircuitOpen(ClientError):
+    """`count` tries in a row ended `infra_error`: the collector stopped.
+
+    `causes`: how many of them had each cause (`<type> at <stage>`); `backends`: the
+    inference backends their sampled turns came from (empty when none sampled a token);
+    `last_message`: the most common cause's latest error message.
+    """
+
+    def __init__(self, failures: list[Trajectory]) -> None:
+        self.count = len(failures)
+        self.causes: Counter[str] = Counter(_cause(t) for t in failures)
+        self.backends = sorted({s.backend_id for t in failures for s in t.segments})
+        top = self.causes.most_common(1)[0][0]
+        latest = [t for t in failures if _cause(t) == top][-1]
+        self.last_message = latest.error.message if latest.error is not None else ""
+        self.job_ids = [t.job_id for t in failures[-3:]]
+        causes = ", ".join(f"{cause} x{n}" for cause, n in self.causes.most_common())
+        where = f"backends {', '.join(self.backends)}" if self.backends else "no backend reached"
+        super().__init__(
+            f"circuit breaker open: {self.count} infra_errors in a row ({causes}; {where}); "
+            f"latest {top}: {self.last_message!r} (jobs ..., {', '.join(self.job_ids)}). "
+            "Fix the backend or sandbox, then start a new collector"
+        )
+
+
+class BatchShortfall(ClientError):
+    """A batch could not be filled: the stream ran out, or `max_refills` groups were dropped.
+    `batch` holds what was kept (usable, though smaller than asked for)."""
+
+    def __init__(self, batch: "Batch", size: int, why: str) -> None:
+        zero = sum(1 for g in batch.dropped if g.valid)
+        invalid = len(batch.dropped) - zero
+        super().__init__(
+            f"dynamic sampling kept {len(batch.groups)}/{size} groups after generating "
+            f"{batch.groups_generated} ({zero} with equal rewards, {invalid} invalid): {why}"
+        )
+        self.batch = batch
+
+
+class AtroposError(ClientError):
+    """The Atropos API refused or could not read what was sent (`status`, its answer)."""
+
+    def __init__(self, status: int, answer: str) -> None:
+        super().__init__(f"Atropos API answered {status}: {answer[:500]}")
+        self.status = status

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentroll.server.schema import JobRequest, Trajectory
+from agentroll.trainer_clients.samples import MAIN_ONLY, ChainSelection, samples
 
 MAX_ID = 128  # the server's IDENTIFIER pattern allows at most 128 characters
 
@@ -85,6 +86,12 @@ class Group:
     def rewards(self) -> list[float]:
         """The usable samples' rewards, in sample order (a missing reward counts as 0)."""
         return [t.reward if t.reward is not None else 0.0 for t in self.trajectories]
+
+    def samples(self, chains: ChainSelection = MAIN_ONLY) -> list[Trajectory]:
+        """The usable samples' chosen token chains, in sample order, each a trajectory of its
+        own with its episode's reward (`agentroll.trainer_clients.samples`); `rewards` and
+        `zero_variance` stay per episode."""
+        return [s for t in self.trajectories for s in samples(t, chains)]
 
 
 @dataclass

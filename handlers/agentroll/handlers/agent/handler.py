@@ -24,9 +24,10 @@ from agentroll.handlers.agent.config import AgentConfig
 from agentroll.handlers.agent.loop import STATE_KEY, AgentLoop, AgentRun
 from agentroll.handlers.agent.tools import SubmitTool, Tool, build_tools
 from agentroll.handlers.base import AgentHandler
-from agentroll.handlers.context import Message, RolloutContext
+from agentroll.handlers.context import RolloutContext
 from agentroll.handlers.toolcalls import get_parser
 from agentroll.runtime import Limits, SandboxSpec
+from agentroll.server.schema.messages import ChatMessage
 
 MiB = 1 << 20
 WARM_TOOLS = ("python",)
@@ -86,7 +87,7 @@ class ToolAgentHandler(AgentHandler):
     def tools(self, ctx: RolloutContext, config: AgentConfig) -> list[Tool]:
         return build_tools(config.tool_names(self.default_tools), self.submit_tool(ctx))
 
-    def first_messages(self, ctx: RolloutContext, config: AgentConfig) -> list[Message]:
+    def first_messages(self, ctx: RolloutContext, config: AgentConfig) -> list[ChatMessage]:
         return [
             {"role": "system", "content": config.system_prompt or self.system_prompt},
             {"role": "user", "content": self.task_prompt(ctx)},

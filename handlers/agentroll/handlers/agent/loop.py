@@ -26,7 +26,7 @@ from typing import Any, NoReturn
 from agentroll.handlers.agent.config import AgentConfig
 from agentroll.handlers.agent.tools import Tool, check_arguments
 from agentroll.handlers.budget import run_budget
-from agentroll.handlers.context import Message, RolloutContext
+from agentroll.handlers.context import RolloutContext
 from agentroll.handlers.errors import AgentError, ContextLengthExceeded
 from agentroll.handlers.toolcalls import (
     ParsedReply,
@@ -39,6 +39,7 @@ from agentroll.handlers.toolcalls import (
     tool_message,
 )
 from agentroll.runtime.action.errors import ActionRequestError
+from agentroll.server.schema.messages import ChatMessage
 
 STATE_KEY = "agent"
 MIN_TOOL_TIMEOUT_S = 1.0
@@ -79,7 +80,7 @@ class AgentLoop:
             parser = parser.with_tools(self.schemas)
         self.parser: ToolCallParser = parser
 
-    async def run(self, ctx: RolloutContext, messages: Sequence[Message]) -> AgentRun:
+    async def run(self, ctx: RolloutContext, messages: Sequence[ChatMessage]) -> AgentRun:
         run = AgentRun()
         ctx.state[STATE_KEY] = run
         config = self.config
@@ -166,10 +167,10 @@ class AgentLoop:
         reply: ParsedReply,
         deadline: float,
         budget: float,
-    ) -> tuple[list[Message], int]:
+    ) -> tuple[list[ChatMessage], int]:
         """Run the reply's calls in order, each only while the budget lasts; returns the
         observations and how many ran."""
-        observations: list[Message] = []
+        observations: list[ChatMessage] = []
         executed = 0
         for call in reply.calls:
             tool = self.tools.get(ALIASES.get(call.name, call.name))

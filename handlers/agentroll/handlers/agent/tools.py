@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from agentroll.runtime import Sandbox
+from agentroll.server.schema.messages import ToolSpec
 
 JSON_TYPES: dict[str, tuple[type, ...]] = {
     "string": (str,),
@@ -54,7 +55,7 @@ class Tool:
         acts in an outside environment, once that environment says it is done.)"""
         return self.ends_episode
 
-    def schema(self) -> dict[str, Any]:
+    def schema(self) -> ToolSpec:
         return {
             "type": "function",
             "function": {

@@ -12,7 +12,8 @@ Two ways to run, chosen per job:
 from typing import Any, ClassVar
 
 from agentroll.handlers.agent import STATE_KEY, SubmitTool, ToolAgentHandler
-from agentroll.handlers.context import Message, Reward, RolloutContext
+from agentroll.handlers.context import Reward, RolloutContext
+from agentroll.server.schema.messages import ChatMessage
 
 MAX_FOLLOW_UPS = 1
 
@@ -47,7 +48,7 @@ class AnswerTaskHandler(ToolAgentHandler):
         if self.uses_tools(ctx):
             await super().init(ctx)
 
-    def plain_messages(self, ctx: RolloutContext) -> list[Message]:
+    def plain_messages(self, ctx: RolloutContext) -> list[ChatMessage]:
         """The first prompt of the plain path."""
         return [
             {"role": "system", "content": self.plain_system_prompt},

@@ -25,7 +25,7 @@ from typing import Any
 from jinja2 import StrictUndefined, Template, TemplateError
 from jinja2.sandbox import SandboxedEnvironment
 
-from agentroll.handlers.context import Message
+from agentroll.server.schema.messages import ChatMessage
 
 SYSTEM_PROMPT = (
     "You are a strict grader. You are given a question, possibly a reference answer, and a "
@@ -74,7 +74,9 @@ def check_rubric(rubric: str, *, has_reference: bool) -> None:
         raise ValueError(f"rubric: {type(exc).__name__}: {exc}") from exc
 
 
-def judge_messages(rubric: str, question: str, reference: str | None, answer: str) -> list[Message]:
+def judge_messages(
+    rubric: str, question: str, reference: str | None, answer: str
+) -> list[ChatMessage]:
     """The judge's conversation for one answer, under a fresh nonce."""
     tag = f"answer-{secrets.token_hex(8)}"
     values: Mapping[str, Any] = {

@@ -62,7 +62,8 @@ from agentroll.handlers.builtin.resources_client import (
     verify_remotely,
 )
 from agentroll.handlers.builtin.responses_output import response_object
-from agentroll.handlers.context import Message, Reward, RolloutContext
+from agentroll.handlers.context import Reward, RolloutContext
+from agentroll.server.schema.messages import ChatMessage, Role
 
 DEFAULT_POLICY_FAILURE_KINDS = (
     "agent_error",
@@ -80,7 +81,12 @@ READ_FIELDS = frozenset(
 )
 STATE_KEY, PROMPT_KEY, INSTANCE_KEY = "remote_verify", "remote_verify_prompt", "remote_verify_task"
 TEXT_PARTS = frozenset({"input_text", "output_text", "text"})
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES: dict[str, Role] = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+}
 
 
 class VerifierSpec(BaseModel):
@@ -105,12 +111,12 @@ def _text(content: Any, where: str) -> str:
     raise ValueError(f"{where}: only text content is supported")
 
 
-def row_messages(row: Mapping[str, Any]) -> list[Message]:
+def row_messages(row: Mapping[str, Any]) -> list[ChatMessage]:
     """The prompt a row's `responses_create_params` describes; `ValueError` if unsupported."""
     params = row.get("responses_create_params")
     if not isinstance(params, dict):
         raise ValueError("row.responses_create_params must be an object")
-    messages: list[Message] = []
+    messages: list[ChatMessage] = []
     instructions = params.get("instructions")
     if instructions:
         messages.append({"role": "system", "content": _text(instructions, "instructions")})
@@ -220,17 +226,17 @@ class RemoteVerifyHandler(FreeTextAnswerHandler):
     def task(ctx: RolloutContext) -> RemoteVerifyInstance:
         return parsed_instance(ctx, RemoteVerifyInstance, INSTANCE_KEY)
 
-    def prompt(self, ctx: RolloutContext, default_system: str) -> list[Message]:
+    def prompt(self, ctx: RolloutContext, default_system: str) -> list[ChatMessage]:
         messages = row_messages(self.task(ctx).row)
         if messages[0]["role"] != "system":
             messages.insert(0, {"role": "system", "content": default_system})
         ctx.state[PROMPT_KEY] = len(messages)  # what follows is the policy's work
         return messages
 
-    def plain_messages(self, ctx: RolloutContext) -> list[Message]:
+    def plain_messages(self, ctx: RolloutContext) -> list[ChatMessage]:
         return self.prompt(ctx, self.plain_system_prompt)
 
-    def first_messages(self, ctx: RolloutContext, config: AgentConfig) -> list[Message]:
+    def first_messages(self, ctx: RolloutContext, config: AgentConfig) -> list[ChatMessage]:
         return self.prompt(ctx, config.system_prompt or self.system_prompt)
 
     def task_prompt(self, ctx: RolloutContext) -> str:

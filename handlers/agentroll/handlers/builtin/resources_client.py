@@ -25,19 +25,11 @@ from typing import Any
 
 import httpx
 
-from agentroll.handlers.errors import InfraError
+from agentroll.handlers.errors import SeedFailure, VerifierFailure
 
 MAX_ANSWER_BYTES = 1 << 20
 CLOSE_TIMEOUT_S = 10.0
 MAX_EXCERPT_CHARS = 500
-
-
-class VerifierFailure(InfraError):
-    cause = "verifier_failed"
-
-
-class SeedFailure(VerifierFailure):
-    """`/seed_session` failed: it saw only the dataset row, never the policy's work."""
 
 
 @dataclass(frozen=True, slots=True)

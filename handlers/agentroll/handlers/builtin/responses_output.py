@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from typing import Any
 
-from agentroll.handlers.context import Message
+from agentroll.server.schema.messages import ChatMessage
 
 
 def message_item(text: str, index: int) -> dict[str, Any]:
@@ -34,7 +34,7 @@ def message_item(text: str, index: int) -> dict[str, Any]:
     }
 
 
-def _items(messages: Sequence[Message], counter: Iterator[int]) -> Iterator[dict[str, Any]]:
+def _items(messages: Sequence[ChatMessage], counter: Iterator[int]) -> Iterator[dict[str, Any]]:
     for message in messages:
         role, content = message.get("role"), message.get("content")
         if role == "assistant":
@@ -59,7 +59,7 @@ def _items(messages: Sequence[Message], counter: Iterator[int]) -> Iterator[dict
 
 
 def response_object(
-    conversation: Sequence[Message], submitted: str | None, answer: str, model: str
+    conversation: Sequence[ChatMessage], submitted: str | None, answer: str, model: str
 ) -> dict[str, Any]:
     """`conversation`: the policy's messages after its first prompt; `submitted`: the answer
     it submitted, if it did; `answer`: what it answered in the end."""

@@ -6,6 +6,7 @@ device or a folder in its place is an `UnreadableFile` (the agent's doing), neve
 read. A sandbox that fails raises its own `SandboxError` (infrastructure).
 """
 
+from agentroll.handlers.errors import MissingFile, UnreadableFile
 from agentroll.runtime import Sandbox
 
 READ_TIMEOUT_S = 60.0
@@ -17,14 +18,6 @@ _READ_SCRIPT = (
     '[ "$size" -le "$2" ] || { echo "$size"; exit 4; }; '
     'exec head -c "$2" -- "$1"'
 )
-
-
-class UnreadableFile(Exception):
-    """The file is missing, not a regular file, too large or cannot be read."""
-
-
-class MissingFile(UnreadableFile):
-    """There is no regular file at the path."""
 
 
 async def read_text(sandbox: Sandbox, path: str, *, max_bytes: int) -> str:

@@ -27,6 +27,7 @@ from agentroll.handlers.builtin.answers import MAX_ANSWER_CHARS, answers_match, 
 from agentroll.handlers.builtin.math import FOLLOW_UP
 from agentroll.handlers.builtin.math import SYSTEM_PROMPT as SOLVER_PROMPT
 from agentroll.handlers.context import LLMSession, Reward, RolloutContext
+from agentroll.server.schema.messages import ChatMessage
 
 VERIFIER_PROMPT = (
     "You check a proposed answer to a math question. Work through the question yourself, then "
@@ -101,7 +102,7 @@ class SolveVerifyHandler(AgentHandler):
     async def _verify(
         verifier: LLMSession, question: str, answer: str | None, *, first: bool
     ) -> str | None:
-        request = {"role": "user", "content": verifier_request(question, answer)}
+        request: ChatMessage = {"role": "user", "content": verifier_request(question, answer)}
         if first:
             await verifier.start([{"role": "system", "content": VERIFIER_PROMPT}, request])
         else:

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agentroll.handlers.builtin import swe_official
+from agentroll.handlers.errors import RowError
 
 SOURCES = ("swe-bench", "swe-gym", "swe-smith", "r2e-gym")
 IMAGE_REPO = "/testbed"
@@ -50,10 +51,6 @@ START_MARKER, END_MARKER = ">>>>> Start Test Output", ">>>>> End Test Output"
 _HEREDOC = re.compile(r"<<-?\s*'?\"?(\w+)'?\"?")
 _RUNS_PYTEST = re.compile(r"(^|[\s/])(pytest|py\.test)(\s|$)|-m\s+pytest\b")
 _PASSED = ("PASSED", "XFAIL")
-
-
-class RowError(ValueError):
-    """A row that cannot become an instance; the message names the row and the field."""
 
 
 def detect_source(row: dict[str, Any]) -> str:

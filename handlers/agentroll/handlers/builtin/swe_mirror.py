@@ -29,9 +29,9 @@ from agentroll.handlers.builtin.swe_repo import GRADER_GIT_ENV
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import procs
 from agentroll.runtime.sandbox import spawn
+from agentroll.runtime.settings import CacheSettings, cache_settings
 
-CACHE_ENV = "AGENTROLL_SWE_MIRRORS"
-DEFAULT_CACHE_DIR = "~/.cache/agentroll/swe-mirrors"
+CACHE_ENV = CacheSettings.env_name("swe_mirrors")
 MIRROR_TIMEOUT_S = 600.0
 # A bare copy with HEAD at the commit and no ref: `repack -a -d` keeps what HEAD reaches.
 _STRIP_BARE = """set -e
@@ -46,7 +46,7 @@ git prune --expire=now
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR).expanduser()
+    return cache_settings().swe_mirrors
 
 
 def image_repository(image: Path | None, repo_source: str | None) -> Path | None:

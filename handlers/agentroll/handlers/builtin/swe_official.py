@@ -21,14 +21,12 @@ from collections.abc import Callable
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
+from agentroll.handlers.errors import OfficialPackageMissing
+
 PACKAGE = "swebench"
 INSTALL_HINT = "pip install 'agentroll[swebench]'"
 _LANGUAGES = ("python", "javascript", "c", "go", "java", "php", "ruby", "rust")
 Parser = Callable[[str, Any], dict[str, str]]
-
-
-class OfficialPackageMissing(RuntimeError):
-    """The `swebench` package is not installed here."""
 
 
 def installed() -> bool:

@@ -15,10 +15,10 @@ from agentroll.handlers.context import (
     LimitsView,
     LLMProxy,
     LLMSession,
-    Message,
     ProxyLimits,
     RolloutContext,
 )
+from agentroll.server.schema.messages import ChatMessage
 
 if TYPE_CHECKING:
     from agentroll.runtime import Sandbox, SandboxSpec
@@ -86,7 +86,7 @@ class TaskView:
 
     async def ask_judge(
         self,
-        messages: Sequence[Message],
+        messages: Sequence[ChatMessage],
         *,
         tag: str,
         policy: str | None = None,

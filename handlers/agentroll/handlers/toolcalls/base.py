@@ -22,7 +22,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol, runtime_checkable
 
-from agentroll.handlers.errors import RegistryError
+from agentroll.handlers.errors import (
+    DuplicateParserError,  # noqa: F401 (re-exported: its old import path)
+    UnknownParserError,  # noqa: F401 (re-exported: its old import path)
+)
 
 ToolSchema = Mapping[str, Any]  # OpenAI form {"type": "function", "function": {...}} or bare
 
@@ -80,22 +83,6 @@ class SchemaAwareParser(Protocol):
     """Capability: a parser whose format carries untyped text and can use the tools' schemas."""
 
     def with_tools(self, tools: Sequence[ToolSchema]) -> ToolCallParser: ...
-
-
-class UnknownParserError(RegistryError, KeyError):
-    def __init__(self, name: str, known: Sequence[str]) -> None:
-        super().__init__(
-            f"unknown tool-call parser {name!r}; known parsers: {', '.join(known) or 'none'}"
-        )
-        self.name = name
-        self.known = list(known)
-
-    def __str__(self) -> str:  # KeyError would otherwise quote the message
-        return str(self.args[0])
-
-
-class DuplicateParserError(RegistryError, ValueError):
-    pass
 
 
 def call_id(index: int) -> str:

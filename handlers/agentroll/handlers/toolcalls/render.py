@@ -5,12 +5,12 @@ were, and the observation sent back is tokenized as a new message.
 """
 
 from collections.abc import Iterable
-from typing import Any
 
 from agentroll.handlers.toolcalls.base import ParsedReply, ToolCall
+from agentroll.server.schema.messages import ChatMessage, ChatToolCall
 
 
-def openai_tool_call(call: ToolCall) -> dict[str, Any]:
+def openai_tool_call(call: ToolCall) -> ChatToolCall:
     """`{"id", "type": "function", "function": {"name", "arguments": <JSON string>}}`."""
     return {
         "id": call.id,
@@ -19,15 +19,15 @@ def openai_tool_call(call: ToolCall) -> dict[str, Any]:
     }
 
 
-def assistant_message(reply: ParsedReply) -> dict[str, Any]:
+def assistant_message(reply: ParsedReply) -> ChatMessage:
     """The assistant message for the messages view; `tool_calls` only when there are calls."""
-    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    message: ChatMessage = {"role": "assistant", "content": reply.content}
     if reply.calls:
         message["tool_calls"] = [openai_tool_call(c) for c in reply.calls]
     return message
 
 
-def tool_message(call: ToolCall, content: str) -> dict[str, Any]:
+def tool_message(call: ToolCall, content: str) -> ChatMessage:
     """The observation for one call, as the chat templates expect it."""
     return {"role": "tool", "content": content, "tool_call_id": call.id, "name": call.name}
 

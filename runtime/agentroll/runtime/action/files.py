@@ -19,6 +19,7 @@ from agentroll.runtime.action.errors import ActionRequestError
 from agentroll.runtime.action.protocol import MAX_TRANSFER_BYTES
 from agentroll.runtime.action.regular import open_regular
 from agentroll.runtime.action.truncate import truncate_text
+from agentroll.runtime.errors import PathRefused
 
 MAX_EDIT_BYTES = 16 * 1024 * 1024
 HISTORY_DEPTH = 16
@@ -26,11 +27,7 @@ SNIPPET_CONTEXT = 4
 MAX_LISTING = 1000
 
 
-class PathRefused(ActionRequestError):
-    """A path outside the allowed roots (or otherwise unusable)."""
-
-
-class EditFailed(Exception):
+class _EditFailed(Exception):
     """An editor command the agent got wrong; becomes an ``ok=False`` result."""
 
 
@@ -89,7 +86,7 @@ class FileTools:
             shown, real = self.resolve(path)
             with self._lock:
                 return True, handler(shown, real, args)
-        except (PathRefused, EditFailed) as exc:
+        except (PathRefused, _EditFailed) as exc:
             return False, str(exc)
         except OSError as exc:
             return False, f"{path}: {exc.strerror or exc}"
@@ -98,29 +95,29 @@ class FileTools:
         try:
             st = os.stat(real)
         except FileNotFoundError:
-            raise EditFailed(f"The path {shown} does not exist.") from None
+            raise _EditFailed(f"The path {shown} does not exist.") from None
         if stat.S_ISDIR(st.st_mode):
-            raise EditFailed(f"The path {shown} is a directory; this command needs a file.")
+            raise _EditFailed(f"The path {shown} is a directory; this command needs a file.")
         if st.st_size > MAX_EDIT_BYTES:
-            raise EditFailed(
+            raise _EditFailed(
                 f"{shown} is {st.st_size} bytes, over the {MAX_EDIT_BYTES}-byte limit."
             )
         try:
             fd = open_regular(real, os.O_RDONLY)
         except OSError as exc:
-            raise EditFailed(f"cannot read {shown}: {exc.strerror}") from None
+            raise _EditFailed(f"cannot read {shown}: {exc.strerror}") from None
         with os.fdopen(fd, "rb") as fh:
             data = fh.read(MAX_EDIT_BYTES + 1)
         try:
             return data.decode("utf-8")
         except UnicodeDecodeError:
-            raise EditFailed(f"{shown} is not UTF-8 text (binary file?).") from None
+            raise _EditFailed(f"{shown} is not UTF-8 text (binary file?).") from None
 
     def _write_text(self, real: str, content: str) -> None:
         try:
             fd = open_regular(real, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         except OSError as exc:
-            raise EditFailed(f"cannot write {real}: {exc.strerror}") from None
+            raise _EditFailed(f"cannot write {real}: {exc.strerror}") from None
         with os.fdopen(fd, "wb") as fh:
             fh.write(content.encode("utf-8", errors="surrogateescape"))
 
@@ -139,11 +136,11 @@ class FileTools:
     def _view(self, shown: str, real: str, args: dict[str, Any]) -> str:
         limit = args.get("max_output_chars", 30_000)
         if not isinstance(limit, int):
-            raise EditFailed("max_output_chars must be an integer.")
+            raise _EditFailed("max_output_chars must be an integer.")
         view_range = args.get("view_range")
         if os.path.isdir(real):
             if view_range is not None:
-                raise EditFailed("view_range is not allowed when path is a directory.")
+                raise _EditFailed("view_range is not allowed when path is a directory.")
             return self._listing(shown, real, limit)
         lines = _lines(self._read_text(shown, real))
         first = 1
@@ -153,15 +150,15 @@ class FileTools:
                 or len(view_range) != 2
                 or not all(isinstance(v, int) for v in view_range)
             ):
-                raise EditFailed("view_range must be a list of two integers: [start, end].")
+                raise _EditFailed("view_range must be a list of two integers: [start, end].")
             start, end = view_range
             if not 1 <= start <= max(len(lines), 1):
-                raise EditFailed(
+                raise _EditFailed(
                     f"Invalid view_range {list(view_range)}: start must be between 1 and "
                     f"{len(lines)}."
                 )
             if end != -1 and end < start:
-                raise EditFailed(
+                raise _EditFailed(
                     f"Invalid view_range {list(view_range)}: end must be -1 or >= start."
                 )
             end = len(lines) if end == -1 else min(end, len(lines))
@@ -198,14 +195,14 @@ class FileTools:
     def _create(self, shown: str, real: str, args: dict[str, Any]) -> str:
         text = args.get("file_text")
         if not isinstance(text, str):
-            raise EditFailed("Parameter `file_text` (a string) is required for command: create.")
+            raise _EditFailed("Parameter `file_text` (a string) is required for command: create.")
         existed = os.path.lexists(real)
         if os.path.isdir(real):
-            raise EditFailed(f"The path {shown} is a directory; cannot create a file there.")
+            raise _EditFailed(f"The path {shown} is a directory; cannot create a file there.")
         previous = None
         if existed:
             if not args.get("overwrite", False):
-                raise EditFailed(
+                raise _EditFailed(
                     f"File already exists at: {shown}. Cannot overwrite it with `create` "
                     "(pass overwrite=true, or edit it with str_replace)."
                 )
@@ -220,15 +217,15 @@ class FileTools:
     def _str_replace(self, shown: str, real: str, args: dict[str, Any]) -> str:
         old, new = args.get("old_str"), args.get("new_str", "")
         if not isinstance(old, str) or not old:
-            raise EditFailed(
+            raise _EditFailed(
                 "Parameter `old_str` (a non-empty string) is required for str_replace."
             )
         if not isinstance(new, str):
-            raise EditFailed("Parameter `new_str` must be a string.")
+            raise _EditFailed("Parameter `new_str` must be a string.")
         content = self._read_text(shown, real)
         count = content.count(old)
         if count == 0:
-            raise EditFailed(
+            raise _EditFailed(
                 f"No replacement was performed: old_str `{old}` did not appear verbatim in {shown}."
             )
         if count > 1:
@@ -236,7 +233,7 @@ class FileTools:
             while at != -1:
                 starts.append(content.count("\n", 0, at) + 1)
                 at = content.find(old, at + 1)
-            raise EditFailed(
+            raise _EditFailed(
                 f"No replacement was performed: old_str `{old}` occurs {count} times in {shown} "
                 f"(lines {', '.join(map(str, starts))}). Include more context so it is unique."
             )
@@ -251,14 +248,14 @@ class FileTools:
     def _insert(self, shown: str, real: str, args: dict[str, Any]) -> str:
         line, new = args.get("insert_line"), args.get("new_str")
         if not isinstance(line, int) or isinstance(line, bool):
-            raise EditFailed("Parameter `insert_line` (an integer) is required for insert.")
+            raise _EditFailed("Parameter `insert_line` (an integer) is required for insert.")
         if not isinstance(new, str):
-            raise EditFailed("Parameter `new_str` (a string) is required for insert.")
+            raise _EditFailed("Parameter `new_str` (a string) is required for insert.")
         content = self._read_text(shown, real)
         lines = content.split("\n")
         n_lines = len(_lines(content))
         if not 0 <= line <= n_lines:
-            raise EditFailed(
+            raise _EditFailed(
                 f"Invalid insert_line {line}: it must be between 0 and {n_lines} (the number "
                 f"of lines in {shown})."
             )
@@ -275,7 +272,7 @@ class FileTools:
     def _undo(self, shown: str, real: str, args: dict[str, Any]) -> str:
         history = self._history.get(real)
         if not history:
-            raise EditFailed(f"No edit history found for {shown}.")
+            raise _EditFailed(f"No edit history found for {shown}.")
         previous = history.pop()
         if previous is None:
             os.unlink(real)

@@ -17,8 +17,7 @@ from agentroll.runtime.images.builder import CACHE_MODES, DEFAULT_TIMEOUT_S, bui
 from agentroll.runtime.images.errors import BuildFailed, BuildTimeout, ImageError, TemplateError
 from agentroll.runtime.images.ocistore import OciStore, normalise_image_name, tag_rootfs
 from agentroll.runtime.images.templates import TEMPLATE_FILES
-
-DEFAULT_IMAGES_DIR = Path("~/.cache/agentroll/images")
+from agentroll.runtime.settings import CacheSettings, cache_settings
 
 
 def _param(text: str) -> tuple[str, str]:
@@ -58,11 +57,13 @@ def add_build_image_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="pip constraints file pinning the image's Python packages",
     )
+    images_dir = cache_settings().images_dir  # where the server and harbor-image look too
     parser.add_argument(
         "--output-dir",
         type=Path,
-        default=DEFAULT_IMAGES_DIR,
-        help=f"image cache folder (default {DEFAULT_IMAGES_DIR})",
+        default=images_dir,
+        help=f"image cache folder (default ${CacheSettings.env_name('images_dir')} or "
+        f"{images_dir})",
     )
     parser.add_argument(
         "--templates-dir",

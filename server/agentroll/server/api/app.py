@@ -28,6 +28,8 @@ from agentroll.server.metrics import ServerMetrics
 from agentroll.server.service import JobService
 from agentroll.server.settings import Settings
 from agentroll.server.store import JobStore
+from agentroll.server.ui import Viewer
+from agentroll.server.ui import router as ui_router
 
 log = logging.getLogger("agentroll.server")
 
@@ -78,6 +80,7 @@ def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -
         )
         app.state.service = service
         app.state.backends = backends
+        app.state.viewer = Viewer.over(settings.db_path, service)
         await recovery.recover(service)
         log.info("agentroll server ready (store %s)", settings.db_path)
         try:
@@ -90,6 +93,7 @@ def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -
             if runtime is not None:
                 await runtime.close()
             await http.close()
+            await app.state.viewer.reader.close()
             await store.close()
 
     app = FastAPI(
@@ -118,6 +122,7 @@ def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -
         routes_generation.router,
         routes_admin.router,
         routes_admin.admin_router,
+        ui_router,
     ):
         app.include_router(router)
     return app

@@ -7,13 +7,9 @@ from typing import TypeVar
 
 from starlette.requests import Request
 
-from agentroll.server.errors import ServerError
+from agentroll.server.errors import ClientGone
 
 T = TypeVar("T")
-
-
-class ClientGone(ServerError):
-    """The client disconnected before the answer was ready."""
 
 
 async def unless_disconnected(request: Request, work: Awaitable[T]) -> T:

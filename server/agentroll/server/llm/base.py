@@ -19,48 +19,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from agentroll.handlers import Message
-from agentroll.server.errors import ServerError
+from agentroll.server.errors import (
+    BackendError,  # noqa: F401 (re-exported: its old import path)
+    BackendPaused,  # noqa: F401 (re-exported: its old import path)
+    PauseUnsupported,  # noqa: F401 (re-exported: its old import path)
+)
 from agentroll.server.llm.routed import Routing
 from agentroll.server.schema import LogprobsMode, PauseMode
-
-
-class BackendError(ServerError, RuntimeError):
-    """A backend call failed. `retryable` means no token was committed and another try may work.
-
-    `status` is the HTTP status, None when no answer came; `timed_out` marks a backend that
-    was reachable but too slow (not a reason to route around it: health probes decide that);
-    `sent` is False when no connection was made, so the backend never saw the request.
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        retryable: bool,
-        status: int | None = None,
-        timed_out: bool = False,
-        sent: bool = True,
-    ) -> None:
-        super().__init__(message)
-        self.retryable = retryable
-        self.status = status
-        self.timed_out = timed_out
-        self.sent = sent
-
-
-class BackendPaused(BackendError):
-    """The backend refused a request because generation is paused; retry after resume."""
-
-    def __init__(self, message: str, *, status: int | None = 503) -> None:
-        super().__init__(message, retryable=True, status=status)
-
-
-class PauseUnsupported(BackendError, NotImplementedError):
-    """The backend version has no such pause control (e.g. vLLM 0.11 has no `/pause`)."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, retryable=False)
+from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,8 +63,8 @@ class BackendClient(Protocol):
 
     async def tokenize_messages(
         self,
-        messages: list[Message],
-        tools: list[Message] | None,
+        messages: list[ChatMessage],
+        tools: list[ToolSpec] | None,
         *,
         add_generation_prompt: bool,
         continue_final_message: bool = False,
@@ -135,8 +101,8 @@ class ChatTokenizer(Protocol):
 
     def encode_messages(
         self,
-        messages: Sequence[Message],
-        tools: Sequence[Message] | None,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] | None,
         *,
         add_generation_prompt: bool,
         continue_final_message: bool = False,

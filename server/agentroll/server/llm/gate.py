@@ -19,14 +19,10 @@ from collections.abc import AsyncIterator, Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from agentroll.server.errors import ServerError
+from agentroll.server.errors import GenerationAborted
 from agentroll.server.schema import PauseMode
 
 T = TypeVar("T")
-
-
-class GenerationAborted(ServerError):
-    """A generation call was aborted by a pause before the backend answered."""
 
 
 @dataclass(eq=False)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from agentroll.server.errors import ServerError
+from agentroll.server.errors import HTTPConnectError, HTTPTimeout, HTTPTransportError
 from agentroll.server.http_body import (
     check_length,
     content_length,
@@ -28,18 +28,6 @@ from agentroll.server.http_body import (
 
 MAX_HEADER_BYTES = 64 * 1024
 MAX_BODY_BYTES = 256 * 1024 * 1024
-
-
-class HTTPTransportError(ServerError, OSError):
-    """The exchange failed below HTTP: refused, reset, closed early, malformed, timed out."""
-
-
-class HTTPTimeout(HTTPTransportError, TimeoutError):
-    pass
-
-
-class HTTPConnectError(HTTPTransportError):
-    """No connection could be made: the request was never sent."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,13 +14,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from agentroll.handlers import JudgeReply, LLMUnavailable, Message
+from agentroll.handlers import JudgeReply, LLMUnavailable
 from agentroll.server.llm.base import Completion
 from agentroll.server.llm.gate import GenerationAborted
 from agentroll.server.llm.policies import Policies
 from agentroll.server.llm.pool import Backend, BackendPool
 from agentroll.server.llm.session import TokenSession
 from agentroll.server.schema import DEFAULT_POLICY
+from agentroll.server.schema.messages import ChatMessage
 
 if TYPE_CHECKING:
     from agentroll.server.metrics import ServerMetrics
@@ -51,7 +52,7 @@ class JudgeCaller:
 
     async def ask(
         self,
-        messages: Sequence[Message],
+        messages: Sequence[ChatMessage],
         *,
         tag: str,
         policy: str | None,
@@ -92,7 +93,7 @@ class JudgeCaller:
 
     async def _answer(
         self,
-        messages: Sequence[Message],
+        messages: Sequence[ChatMessage],
         tag: str,
         policy: str,
         max_tokens: int,

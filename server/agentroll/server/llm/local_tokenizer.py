@@ -22,14 +22,10 @@ from jinja2.ext import loopcontrols
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
-from agentroll.handlers import Message
-from agentroll.server.errors import ServerError
+from agentroll.server.errors import TemplateRenderError
+from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
 BOTH_PROMPT_FLAGS = "Cannot set both `continue_final_message` and `add_generation_prompt` to True."
-
-
-class TemplateRenderError(ServerError, ValueError):
-    """The chat template refused the messages (or the final message is not continuable)."""
 
 
 def _tojson(value: Any, indent: int | None = None) -> str:
@@ -96,8 +92,8 @@ class LocalChatTokenizer:
 
     def render(
         self,
-        messages: Sequence[Message],
-        tools: Sequence[Message] | None = None,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] | None = None,
         *,
         add_generation_prompt: bool,
         continue_final_message: bool = False,
@@ -118,7 +114,7 @@ class LocalChatTokenizer:
         return text
 
     @staticmethod
-    def _cut_after_final(text: str, messages: Sequence[Message]) -> str:
+    def _cut_after_final(text: str, messages: Sequence[ChatMessage]) -> str:
         final = messages[-1].get("content") if messages else None
         if isinstance(final, list):  # content parts: the last text part
             final = final[-1].get("text") if final else ""
@@ -132,8 +128,8 @@ class LocalChatTokenizer:
 
     def encode_messages(
         self,
-        messages: Sequence[Message],
-        tools: Sequence[Message] | None,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] | None,
         *,
         add_generation_prompt: bool,
         continue_final_message: bool = False,

@@ -30,14 +30,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentroll.handlers import Message, UnservableRequest
+from agentroll.handlers import UnservableRequest
 from agentroll.server.llm.base import BackendClient, BackendError, BackendPaused
+from agentroll.server.schema.messages import ChatMessage
 
 MAX_TOKEN_ID = 2**31 - 1
 """The largest id any engine can hold (int32 id tensors) when the vocabulary is unknown."""
 CONTROL_PROMPT = [0]
 """A generation control: one id every vocabulary has (sampled for one token)."""
-CONTROL_CONVERSATION: list[Message] = [{"role": "user", "content": "ok"}]
+CONTROL_CONVERSATION: list[ChatMessage] = [{"role": "user", "content": "ok"}]
 """A tokenization control: a conversation every chat template renders."""
 
 

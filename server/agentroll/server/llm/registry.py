@@ -9,7 +9,11 @@ and an unknown kind is refused with the known ones named.
 from typing import Protocol, cast
 
 from agentroll.handlers.plugins import PluginRegistry
-from agentroll.server.errors import ServerError
+from agentroll.server.errors import (
+    BackendKindError,
+    DuplicateBackendKind,
+    UnknownBackendKind,
+)
 from agentroll.server.llm.base import BackendClient, ChatTokenizer
 from agentroll.server.llm.http import HTTPClient
 from agentroll.server.schema import BackendKind
@@ -31,21 +35,6 @@ class ClientFactory(Protocol):
         *,
         tokenizer: ChatTokenizer | None = None,
     ) -> BackendClient: ...
-
-
-class BackendKindError(ServerError, LookupError):
-    pass
-
-
-class UnknownBackendKind(BackendKindError, ValueError):
-    def __init__(self, kind: str, known: list[str]) -> None:
-        super().__init__(f"unknown backend kind {kind!r}; known: {', '.join(known)}")
-        self.kind = kind
-        self.known = known
-
-
-class DuplicateBackendKind(BackendKindError, ValueError):
-    pass
 
 
 def _as_factory(obj: object, origin: str) -> ClientFactory:

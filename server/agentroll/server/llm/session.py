@@ -28,13 +28,13 @@ import asyncio
 import itertools
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from agentroll.handlers import (
     ContextLengthExceeded,
     InfraError,
     Message,
-    Turn,
+    SampledTurn,
 )
 from agentroll.server.llm.base import (
     BackendClient,
@@ -54,6 +54,7 @@ from agentroll.server.llm.pool import Backend, BackendPool
 from agentroll.server.llm.routed import RoutingLog
 from agentroll.server.llm.routing import RoutedCalls
 from agentroll.server.schema import DEFAULT_POLICY, RoutedExperts, Segment
+from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
 if TYPE_CHECKING:
     from agentroll.server.metrics import ServerMetrics
@@ -120,14 +121,14 @@ class TokenSession(RoutedCalls):
         self.segments: list[Segment] = []
         self.routing = RoutingLog()
         """MoE routed experts of the tokens read so far, where the backend returns them."""
-        self._messages: list[Message] = []
-        self.tools: list[Message] = []
+        self._messages: list[ChatMessage] = []
+        self.tools: list[ToolSpec] = []
         self.aborted_calls = 0
         """Generation calls a pause aborted before the backend answered (nothing recorded)."""
         self.mixed_version_segments = 0
         """Segments sampled across a weight update without a per-token version record."""
 
-        self._first_messages: list[Message] = []
+        self._first_messages: list[ChatMessage] = []
         self._probe_closed: list[int] | None = None
         self._closing: list[int] = []
         self._max_model_len: int | None = None
@@ -136,7 +137,7 @@ class TokenSession(RoutedCalls):
 
     # -- LLMSession protocol -------------------------------------------------------------
     @property
-    def messages(self) -> Sequence[Message]:
+    def messages(self) -> Sequence[ChatMessage]:
         return self._messages
 
     @property
@@ -152,14 +153,14 @@ class TokenSession(RoutedCalls):
     def response_tokens(self) -> int:
         return len(self.response_ids)
 
-    async def start(self, messages: Sequence[Message], tools: Sequence[Message] = ()) -> None:
+    async def start(self, messages: Sequence[ChatMessage], tools: Sequence[ToolSpec] = ()) -> None:
         if self._first_messages:
             raise RuntimeError("LLM session already started")
         if not messages:
             raise ValueError("a session starts with at least one message")
-        self._first_messages = [dict(m) for m in messages]
-        self._messages = [dict(m) for m in messages]
-        self.tools = [dict(t) for t in tools]
+        self._first_messages = [m.copy() for m in messages]
+        self._messages = [m.copy() for m in messages]
+        self.tools = [t.copy() for t in tools]
         # The backend this session would use now decides which tokenizer it is pinned to.
         self._tokenizer_key = (await self._choose(frozenset())).tokenizer_key
         key = json.dumps([self._tokenizer_key, self._first_messages, self.tools], sort_keys=True)
@@ -176,7 +177,7 @@ class TokenSession(RoutedCalls):
         self._max_model_len = cached[1]
         self._awaiting_reply = True
 
-    async def generate(self, *, max_tokens: int | None = None) -> Turn:
+    async def generate(self, *, max_tokens: int | None = None) -> SampledTurn:
         """One assistant turn. A pause may split it into several segments: the turn then
         continues from prompt + the tokens sampled so far once generation resumes."""
         if not self._awaiting_reply:
@@ -215,7 +216,7 @@ class TokenSession(RoutedCalls):
         self._awaiting_reply = False
         self._turns += 1
         ids = self.response_ids[turn_start:]
-        return Turn(
+        return SampledTurn(
             text="".join(texts),
             token_ids=tuple(ids),
             logprobs=tuple(self.response_logprobs[turn_start:]),
@@ -257,13 +258,16 @@ class TokenSession(RoutedCalls):
                 )
             )
 
-    async def add_messages(self, messages: Sequence[Message]) -> None:
+    async def add_messages(self, messages: Sequence[ChatMessage]) -> None:
         if self._awaiting_reply:
             raise RuntimeError("add_messages() must follow a generated turn")
         if not messages:
             raise ValueError("add_messages() needs at least one message")
-        new = [dict(m) for m in messages]
-        probe = [*self._first_messages, {"role": "assistant", "content": _PROBE_REPLY}]
+        new = [m.copy() for m in messages]
+        probe: list[ChatMessage] = [
+            *self._first_messages,
+            {"role": "assistant", "content": _PROBE_REPLY},
+        ]
         if self._probe_closed is None:
             await self._render_probe(probe)
         assert self._probe_closed is not None
@@ -306,14 +310,18 @@ class TokenSession(RoutedCalls):
 
     async def tokenize_chat(
         self,
-        messages: Sequence[Message],
-        tools: Sequence[Message] | None,
+        messages: Sequence[ChatMessage] | Sequence[Message],
+        tools: Sequence[ToolSpec] | Sequence[Message] | None,
         *,
         add_generation_prompt: bool,
         continue_final_message: bool = False,
     ) -> TokenizeResult:
         """Server-side chat-template tokenization of a conversation the policy shaped."""
-        shown = list(messages), list(tools) if tools else None
+        # The LLM proxy's translators still hand over untyped dicts of the same shape.
+        shown = (
+            cast(list[ChatMessage], list(messages)),
+            cast(list[ToolSpec], list(tools)) if tools else None,
+        )
         result, _, _ = await self._call_with_backend(
             lambda c: c.tokenize_messages(
                 *shown,
@@ -381,15 +389,15 @@ class TokenSession(RoutedCalls):
         self._gate.load.record(len(prompt_ids), len(completion.token_ids))
         return completion, backend, flight
 
-    def describe_last_reply(self, message: Message) -> None:
+    def describe_last_reply(self, message: ChatMessage) -> None:
         if not self._messages or self._messages[-1].get("role") != "assistant":
             raise RuntimeError("describe_last_reply() needs a generated turn")
         if message.get("role") != "assistant":
             raise ValueError("the last reply is an assistant message")
-        self._messages[-1] = dict(message)
+        self._messages[-1] = message.copy()
 
     # -- internals ------------------------------------------------------------------------
-    async def _render_probe(self, probe: list[Message]) -> None:
+    async def _render_probe(self, probe: list[ChatMessage]) -> None:
         tools = self.tools or None
         opened = await self._call(
             lambda c: c.tokenize_messages(

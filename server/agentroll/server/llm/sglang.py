@@ -19,7 +19,6 @@ import asyncio
 from pathlib import Path
 from typing import Any, Literal
 
-from agentroll.handlers import Message
 from agentroll.server.llm.base import (
     BackendError,
     ChatTokenizer,
@@ -31,6 +30,7 @@ from agentroll.server.llm.http import HTTPClient
 from agentroll.server.llm.local_tokenizer import LocalChatTokenizer, TemplateRenderError
 from agentroll.server.llm.wire import check_logprobs, exchange, raise_for_status, sampled_logprob
 from agentroll.server.schema import LogprobsMode, PauseMode
+from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
 SGLangFamily = Literal["0.5.2", "0.5.23"]
 """0.5.2: `/get_model_info` only, no `/tokenize`, pause always aborts. 0.5.23: `/model_info`,
@@ -149,8 +149,8 @@ class SGLangClient:
     # -- data plane -----------------------------------------------------------------------
     async def tokenize_messages(
         self,
-        messages: list[Message],
-        tools: list[Message] | None,
+        messages: list[ChatMessage],
+        tools: list[ToolSpec] | None,
         *,
         add_generation_prompt: bool,
         continue_final_message: bool = False,

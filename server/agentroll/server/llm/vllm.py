@@ -14,7 +14,6 @@ What differs per release, and is handled here (docs/protocol.md §1, §7, §8):
 import re
 from typing import Any, Literal, get_args
 
-from agentroll.handlers import Message
 from agentroll.server.llm.base import (
     BackendError,
     BackendPaused,
@@ -33,6 +32,7 @@ from agentroll.server.llm.wire import (
     sampled_logprob,
 )
 from agentroll.server.schema import LogprobsMode, PauseMode
+from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
 __all__ = [
     "BackendError",
@@ -181,8 +181,8 @@ class VLLMClient:
     # -- data plane -----------------------------------------------------------------------
     async def tokenize_messages(
         self,
-        messages: list[Message],
-        tools: list[Message] | None,
+        messages: list[ChatMessage],
+        tools: list[ToolSpec] | None,
         *,
         add_generation_prompt: bool,
         continue_final_message: bool = False,

@@ -19,7 +19,20 @@ chain when their prompt literally starts with the chain's tokens.
 The main chain — the one mapped onto the trajectory's token fields — is the one with the
 most sampled tokens (ties: the earliest). A harness that runs one agent loop has one chain;
 when it has several, the longest is the loop that did the work, and a short side call
-(a title, a summary) never displaces it. The other chains travel in metadata.
+(a title, a summary) never displaces it. Every other chain gets a kind (`ChainKind`), read
+from how it began and whether the chain in use before it was ever taken up again:
+
+- `continuation`: the agent's loop on the other side of a break from the main chain, with
+  the same tools and system prompt. The chain in use when it began was never extended
+  again (the loop rewrote its history: compacted, truncated, summarised, edited a reply),
+  or the main chain began that way from it. A side call made before the loop's first call
+  with the loop's own tools and system prompt looks the same and reads as one too.
+- `side`: a detour; the chain in use when it began was extended again afterwards (a title,
+  a router or memory call, a sub-agent run in turn).
+- `parallel`: it began while another call was being sampled (parallel calls, sub-agents).
+
+`loop()` is the main chain with its continuations, in order: the prefix counters count
+its calls only, so side calls never read as breaks of the agent's loop.
 """
 
 import asyncio
@@ -27,7 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agentroll.handlers import Message
-from agentroll.server.schema import LogprobsMode, Segment
+from agentroll.server.schema import ChainKind, LogprobsMode, Segment
 
 BreakReason = Literal[
     "history_rewritten", "reply_rewritten", "no_new_messages", "concurrent_call",
@@ -81,7 +94,13 @@ class Chain:
     busy: bool = False
     expectation: "asyncio.Task[Expectation | None] | None" = None
     broken: Break | None = None
+    """Why the call after its last one did not extend it (cleared if it is extended again)."""
     last_sampled: list[int] = field(default_factory=list)
+    first_call: int = 0
+    parent: "Chain | None" = None
+    """The chain the previous call was on when this one began (None for the first)."""
+    concurrent: bool = False
+    """It began while another call was being sampled."""
 
     @property
     def tokens(self) -> list[int]:
@@ -91,9 +110,10 @@ class Chain:
     def sampled_tokens(self) -> int:
         return sum(self.response_mask)
 
-    def summary(self, position: int) -> dict[str, Any]:
+    def summary(self, position: int, kind: ChainKind) -> dict[str, Any]:
         return {
             "index": position,
+            "kind": kind,
             "calls": list(self.calls),
             "prompt_tokens": len(self.prompt_ids),
             "response_tokens": len(self.response_ids),
@@ -127,8 +147,8 @@ class Placement:
     """Tokens to append (mask 0) before sampling: turn-closing glue + new messages."""
     prompt: list[int]
     """Exactly what is sent to the backend."""
-    undo: tuple["Chain | None", "Chain | None", int] = (None, None, 0)
-    """(previous last chain, chain whose break this call recorded, broken-count delta)."""
+    undo: tuple["Chain | None", "Chain | None", "Break | None"] = (None, None, None)
+    """(previous last chain, chain whose break this call recorded, the break it cleared)."""
 
 
 def common_prefix(a: list[int], b: list[int]) -> int:
@@ -147,13 +167,20 @@ def _closing_overlap(sampled: list[int], closing: list[int]) -> int:
     return 0
 
 
+def _system_prompt(chain: Chain) -> Message | None:
+    first = chain.messages[0] if chain.messages else None
+    return first if first is not None and first.get("role") == "system" else None
+
+
+def _same_agent(a: Chain, b: Chain) -> bool:
+    return a.tools == b.tools and _system_prompt(a) == _system_prompt(b)
+
+
 class ChainBook:
     """Every chain of one rollout, and the counts the trajectory reports."""
 
     def __init__(self) -> None:
         self.chains: list[Chain] = []
-        self.extended = 0
-        self.broken = 0
         self._last: Chain | None = None
         self._ids = 0
 
@@ -196,21 +223,24 @@ class ChainBook:
                 glue = exp.closing[_closing_overlap(chain.last_sampled, exp.closing) :]
                 return self._extend(call, chain, glue + canonical[n:])
         prev, marked = self._last, self._note_break(call, canonical, expectations)
+        concurrent = any(c.busy for c in self.chains)
         self._ids += 1
-        chain = Chain(self._ids, list(canonical), list(tools), busy=True)
+        chain = Chain(self._ids, list(canonical), list(tools), busy=True, first_call=call)
+        chain.parent, chain.concurrent = prev, concurrent
         self.chains.append(chain)
         self._last = chain
-        delta = 1 if prev is not None else 0
-        self.broken += delta
-        return Placement(chain, True, [], list(canonical), (prev, marked, delta))
+        return Placement(chain, True, [], list(canonical), (prev, marked, None))
 
     def _extend(self, call: int, chain: Chain, observation: list[int]) -> Placement:
         prev, marked = self._last, None
         if prev is not None and prev is not chain and prev.broken is None:
             prev.broken, marked = Break(call, "left_for_another_chain"), prev
+        # Taken up again: whatever left it was a detour, not where it ended.
+        cleared, chain.broken = chain.broken, None
         chain.busy = True
         self._last = chain
-        return Placement(chain, False, observation, chain.tokens + observation, (prev, marked, 0))
+        undo = (prev, marked, cleared)
+        return Placement(chain, False, observation, chain.tokens + observation, undo)
 
     def _note_break(
         self, call: int, canonical: list[int], expectations: dict[int, Expectation | None] | None
@@ -241,8 +271,6 @@ class ChainBook:
     ) -> None:
         """Record a sampled call: observation (mask 0), then each piece's ids verbatim (mask 1)."""
         chain = placement.chain
-        if not placement.new:
-            self.extended += 1
         chain.response_ids += placement.observation
         chain.response_mask += [0] * len(placement.observation)
         chain.response_logprobs += [0.0] * len(placement.observation)
@@ -271,10 +299,11 @@ class ChainBook:
     def abandon(self, placement: Placement) -> None:
         """The call failed before anything was sampled: the chain is as it was."""
         placement.chain.busy = False
-        prev, marked, delta = placement.undo
+        prev, marked, cleared = placement.undo
         if marked is not None:
             marked.broken = None
-        self.broken -= delta
+        if cleared is not None:
+            placement.chain.broken = cleared
         if self._last is placement.chain:
             self._last = prev
         if placement.new and not placement.chain.calls:
@@ -286,6 +315,50 @@ class ChainBook:
         if not with_calls:
             return None
         return max(with_calls, key=lambda c: (c.sampled_tokens, -c.index))
+
+    def _took_over(self, chain: Chain) -> bool:
+        """`chain` went on where its parent left off for good: the same agent (tools and
+        system prompt: a title or router call has its own), the parent never extended again,
+        and no other call in flight (a continuation, not a detour)."""
+        parent = chain.parent
+        if parent is None or chain.concurrent or not _same_agent(parent, chain):
+            return False
+        return all(call < chain.first_call for call in parent.calls)
+
+    def loop(self) -> list[Chain]:
+        """The agent's loop: the main chain with the chains it continues and that continue
+        it across breaks, in order (empty before any call)."""
+        main = self.main()
+        if main is None:
+            return []
+        line = [main]
+        while self._took_over(line[0]):
+            assert line[0].parent is not None
+            line.insert(0, line[0].parent)
+        while True:
+            tail = line[-1]
+            after = [c for c in self.chains if c.parent is tail and self._took_over(c)]
+            if not after:
+                return line
+            line.append(after[0])
+
+    def kinds(self) -> dict[int, ChainKind]:
+        """Each chain's kind, by `Chain.index` (module docstring)."""
+        main, loop = self.main(), self.loop()
+        out: dict[int, ChainKind] = {}
+        for chain in self.chains:
+            if chain is main:
+                out[chain.index] = "main"
+            elif chain in loop:
+                out[chain.index] = "continuation"
+            else:
+                out[chain.index] = "parallel" if chain.concurrent else "side"
+        return out
+
+    def loop_counts(self) -> tuple[int, int]:
+        """(calls that extended a chain of the loop, breaks within the loop)."""
+        loop = self.loop()
+        return sum(len(c.calls) - 1 for c in loop if c.calls), max(len(loop) - 1, 0)
 
     def close(self) -> None:
         for chain in self.chains:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from agentroll.server.errors import ServerError
+from agentroll.server.errors import BadRequest
 from agentroll.server.http_body import (
     BodyBudget,
     BodyError,
@@ -58,14 +58,6 @@ REASONS = {
     501: "Not Implemented",
     503: "Service Unavailable",
 }
-
-
-class BadRequest(ServerError, ValueError):
-    """The bytes on the wire are not an HTTP/1.1 request we can serve."""
-
-    def __init__(self, message: str, status: int = 400) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 @dataclass(slots=True)

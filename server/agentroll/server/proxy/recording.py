@@ -4,10 +4,13 @@
 session (prompt/response ids, mask, logprobs, segments, messages, tools, timing counters),
 so the token fields keep every trajectory invariant (docs/design.md, invariants 1-4) exactly
 as for a handler-driven rollout.
-`report` is `metadata["llm_proxy"]`: the counts, the reason each chain broke, every chain
-(the main one first; the others with their full token fields, since the trajectory's own
-fields hold only the main chain), and every call with its API and whether it was a side call
-(one outside the main chain: a title, a router or a background memory call).
+`chain_traces` is the trajectory's `chains`: every other chain as a trainable sample of its
+own, with its kind.
+`report` is `metadata["llm_proxy"]`: the counts (over the agent's loop: the main chain and
+its continuations), the kind of each chain and the reason it broke (the main one first; the
+others also with their token fields, as they were before `chains` held them), and
+every call with its API and whether it was a side call (one outside the agent's loop: a title,
+a router or a background memory call).
 """
 
 from collections.abc import Mapping
@@ -16,8 +19,8 @@ from typing import Any, Protocol
 
 from agentroll.handlers import Message, ProxyStop
 from agentroll.server.proxy.chains import ChainBook
-from agentroll.server.recorded import RecordedTokens
-from agentroll.server.schema import RoutedExperts, Segment
+from agentroll.server.recorded import RecordedTokens, logprobs_info
+from agentroll.server.schema import ChainTrace, RoutedExperts, Segment
 
 
 class ProxyRecord(Protocol):
@@ -79,27 +82,53 @@ def trajectory_view(proxy: ProxyRecord, session: RecordedTokens) -> ProxyTraject
     )
 
 
+def chain_traces(proxy: ProxyRecord, sampling: Mapping[str, Any]) -> list[ChainTrace]:
+    """Every chain but the main one, in the order they began (`sampling`: the job's, which
+    every call was sent)."""
+    book = proxy.book
+    main, kinds = book.main(), book.kinds()
+    return [
+        ChainTrace(
+            index=position,
+            kind=kinds[chain.index],
+            calls=list(chain.calls),
+            prompt_ids=list(chain.prompt_ids),
+            response_ids=list(chain.response_ids),
+            response_mask=list(chain.response_mask),
+            response_logprobs=list(chain.response_logprobs),
+            segments=list(chain.segments),
+            policy_versions=sorted({s.policy_version for s in chain.segments}),
+            logprobs=logprobs_info(chain.segments, sampling),
+            num_turns=len(chain.calls),
+        )
+        for position, chain in enumerate(book.chains)
+        if chain is not main and chain.calls
+    ]
+
+
 def report(proxy: ProxyRecord) -> dict[str, Any]:
     book = proxy.book
-    main = book.main()
+    main, kinds = book.main(), book.kinds()
     position = {id(c): i for i, c in enumerate(book.chains)}
     ordered = ([main] if main is not None else []) + [c for c in book.chains if c is not main]
     chains = []
     for chain in ordered:
-        entry = chain.summary(position[id(chain)])
+        entry = chain.summary(position[id(chain)], kinds[chain.index])
         entry["main"] = chain is main
-        if chain is not main:
+        if chain is not main:  # as before `Trajectory.chains`, for readers of these keys
             entry.update(chain.tokens_view())
         chains.append(entry)
+    extended, broken = book.loop_counts()
+    loop = {position[id(c)] for c in book.loop()}
     chain_of = {c.index: position[id(c)] for c in book.chains}
     calls = []
     for call in proxy.calls:
         entry = dict(call)
         if "chain_id" in entry:
             entry["chain"] = chain_of.get(entry.pop("chain_id"))
-        # A call outside the main chain (a title, a router or a background call) is served
+        # A call outside the agent's loop (a title, a router or a background call) is served
         # and kept, but it is not the agent's own conversation.
-        entry["side"] = main is None or entry.get("chain") != position[id(main)]
+        entry["side"] = entry.get("chain") not in loop
         calls.append(entry)
     stop = proxy.stopped
     return {
@@ -107,8 +136,8 @@ def report(proxy: ProxyRecord) -> dict[str, Any]:
         "side_calls": sum(1 for c in calls if c["side"]),
         "num_chains": len(book.chains),
         "main_chain": position[id(main)] if main is not None else None,
-        "prefix_extended": book.extended,
-        "prefix_broken": book.broken,
+        "prefix_extended": extended,
+        "prefix_broken": broken,
         "sampled_tokens": proxy.sampled_tokens,
         "context_overflows": proxy.context_overflows,
         "mixed_version_segments": proxy.mixed_version_segments,

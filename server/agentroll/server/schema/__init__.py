@@ -36,6 +36,8 @@ from agentroll.server.schema.status import (
 from agentroll.server.schema.trajectory import (
     TRAJECTORY_SCHEMA,
     AgentTrace,
+    ChainKind,
+    ChainTrace,
     ErrorInfo,
     LogprobsInfo,
     LogprobsMode,
@@ -59,6 +61,8 @@ __all__ = [
     "BackendView",
     "CancelFilter",
     "CancelResponse",
+    "ChainKind",
+    "ChainTrace",
     "ErrorBody",
     "ErrorEnvelope",
     "ErrorInfo",

@@ -18,9 +18,9 @@ class StageStatus(BaseModel):
 class PoolSizes(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    init: int = Field(32, ge=1, le=100_000)
-    run: int = Field(256, ge=1, le=100_000)
-    eval: int = Field(32, ge=1, le=100_000)
+    init: int = Field(32, ge=1, le=100_000, description="INIT workers (sandboxes starting).")
+    run: int = Field(256, ge=1, le=100_000, description="RUN workers (agent loops).")
+    eval: int = Field(32, ge=1, le=100_000, description="EVAL workers (graders).")
     ready_buffer: int = Field(
         64, ge=1, le=100_000, description="Sandboxes initialising or initialised, awaiting RUN."
     )

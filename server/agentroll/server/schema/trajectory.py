@@ -5,7 +5,10 @@ docs/design.md (invariants 1-4); the length invariant (2), "infrastructure failu
 reward 0" and its converse, "a scored outcome carries a reward" (`ok` and `agent_error` always
 have a finite one), are checked here, so a malformed trajectory cannot even be constructed on
 either side of the wire. A multi-agent job's trajectory adds `agents`, one `AgentTrace` per
-agent, each held to the same invariants; a single-agent one never carries the key.
+agent, each held to the same invariants; a single-agent one never carries the key. A
+harness run whose recording proxy rebuilt several token chains adds `chains`, one `ChainTrace`
+per chain beside the main one (which fills the top-level token fields); a one-chain run never
+carries the key.
 """
 
 import math
@@ -149,11 +152,16 @@ class _Declared(Protocol):
     routed_experts: RoutedExperts | None
 
 
+def check_logprobs_mode(segments: Sequence[Segment], logprobs: LogprobsInfo | None) -> None:
+    """The declared logprobs mode is every segment's."""
+    declared = logprobs.mode if logprobs is not None else None
+    if declared is not None and any(s.logprobs_mode != declared for s in segments):
+        raise ValueError(f"a segment's logprobs are not the declared {declared}")
+
+
 def check_declarations(tokens: _Declared) -> None:
     """The declared logprobs mode is every segment's; routing covers no token never read."""
-    declared = tokens.logprobs.mode if tokens.logprobs is not None else None
-    if declared is not None and any(s.logprobs_mode != declared for s in tokens.segments):
-        raise ValueError(f"a segment's logprobs are not the declared {declared}")
+    check_logprobs_mode(tokens.segments, tokens.logprobs)
     total = len(tokens.prompt_ids) + len(tokens.response_ids)
     routed = tokens.routed_experts
     if routed is not None and routed.positions > total - 1:
@@ -197,6 +205,41 @@ class AgentTrace(BaseModel):
             self.response_ids, self.response_mask, self.response_logprobs, self.segments
         )
         check_declarations(self)
+        return self
+
+
+ChainKind = Literal["main", "continuation", "side", "parallel"]
+"""How a harness's token chain relates to its agent loop (docs/harnesses.md, Chains):
+`main` fills the trajectory's token fields; `continuation` is the loop across a break that
+rewrote its history (context compaction, truncation); `side` a call beside the loop that
+the loop came back from (a title, a router call); `parallel` one made while another was
+being sampled."""
+
+
+class ChainTrace(BaseModel):
+    """One token chain of a harness run other than the main one: a trainable sample of its
+    own, with the trajectory's token fields, meanings and invariants."""
+
+    index: int = Field(ge=0, description="Its position in `metadata.llm_proxy.chains`.")
+    kind: ChainKind
+    calls: list[int] = Field(
+        default_factory=list, description="The proxy calls it holds (`llm_proxy.call_log`)."
+    )
+    prompt_ids: list[int] = Field(default_factory=list)
+    response_ids: list[int] = Field(default_factory=list)
+    response_mask: list[int] = Field(default_factory=list)
+    response_logprobs: list[float] = Field(default_factory=list)
+    segments: list[Segment] = Field(default_factory=list)
+    policy_versions: list[int] = Field(default_factory=list)
+    logprobs: LogprobsInfo | None = None
+    num_turns: int = 0
+
+    @model_validator(mode="after")
+    def _invariants(self) -> "ChainTrace":
+        check_token_fields(
+            self.response_ids, self.response_mask, self.response_logprobs, self.segments
+        )
+        check_logprobs_mode(self.segments, self.logprobs)
         return self
 
 
@@ -248,6 +291,12 @@ class Trajectory(BaseModel):
         exclude_if=lambda agents: agents is None,  # single-agent JSON exactly as before
         description="Multi-agent jobs: one trace per declared agent. The token fields above "
         "then hold only what went through `ctx.llm` (usually nothing).",
+    )
+    chains: list[ChainTrace] | None = Field(
+        None,
+        exclude_if=lambda chains: chains is None,  # one-chain JSON exactly as before
+        description="Harness runs with several token chains: every chain beside the main "
+        "one (which fills the token fields above), each a sample of its own.",
     )
 
     @model_validator(mode="after")

@@ -2,17 +2,16 @@
 
 openenv-core pulls in fastmcp, websockets and (for its web UI) gradio, none of which the
 server's environment holds, so its server runs in a virtual environment of its own, created by
-code from `openenv.lock.txt` and cached beside the verifiers environments
-(`agentroll.runtime.locked_venv`). `guess_server()` starts `uvicorn guess_env:app` there on a
-free loopback port, in its own session, waits for `/health`, and kills its process group on
-exit (or `kill()` earlier, to drop every session at once).
+code from `openenv.lock.txt` and cached beside the engine's (`ensure_venv`). `guess_server()`
+starts `uvicorn guess_env:app` there on a free loopback port, in its own session, waits for
+`/health`, and kills its process group on exit (or `kill()` earlier, to drop every session at
+once).
 """
 
 import asyncio
 import contextlib
 import os
 import signal
-import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -21,28 +20,22 @@ from pathlib import Path
 
 import httpx
 
-from agentroll.handlers.builtin.verifiers_env.venv import cache_root, run_install_step
-from agentroll.runtime.images.cache import cache_key
-from agentroll.runtime.locked_venv import VenvRecipe, ensure_locked_venv
+from agentroll.server.engine.environment import LockedVenv, cache_root, ensure_venv
 from agentroll.server.engine.vllm_server import free_port
 
 HERE = Path(__file__).parent
 START_TIMEOUT_S = 120.0
 
 
-def _lock() -> str:
-    return resources.files(__package__).joinpath("openenv.lock.txt").read_text()
+def openenv_venv() -> LockedVenv:
+    lock = resources.files(__package__).joinpath("openenv.lock.txt").read_text()
+    return LockedVenv("openenv-test", lock, "openenv.core.env_server")
 
 
 async def openenv_python(timeout_s: float = 1200.0) -> Path:
     """The interpreter of the openenv environment, installed if it is not cached yet."""
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    key = cache_key("openenv-test-venv", {"lock": _lock(), "python": version})
-    recipe = VenvRecipe("openenv-test", key, _lock(), check="import openenv.core.env_server")
-    base = cache_root()
-    base.mkdir(parents=True, exist_ok=True)
-    venv = await ensure_locked_venv(recipe, base, timeout_s=timeout_s, run=run_install_step)
-    return venv.python
+    venv, _ = await ensure_venv(openenv_venv(), cache_root(), timeout_s=timeout_s)
+    return venv / "bin" / "python"
 
 
 @dataclass

@@ -40,6 +40,7 @@ from agentroll.testing.scripted_llm.policy import (
 from agentroll.testing.scripted_llm.template import (
     ChatMessage,
     ChatTemplate,
+    PromptTurn,
     get_chat_template,
     parse_chatml,
 )
@@ -57,6 +58,7 @@ __all__ = [
     "DuplicateRuleError",
     "Flavor",
     "Policy",
+    "PromptTurn",
     "ProtocolError",
     "Reply",
     "Rule",

@@ -14,7 +14,7 @@ from agentroll.testing.scripted_llm.engine import Engine
 from agentroll.testing.scripted_llm.errors import ProtocolError
 from agentroll.testing.scripted_llm.policy import Conversation, Reply, RuleContext
 from agentroll.testing.scripted_llm.sampling import Sample, SamplingParams, sample
-from agentroll.testing.scripted_llm.template import ChatMessage, parse_chatml
+from agentroll.testing.scripted_llm.template import PromptTurn, parse_chatml
 from agentroll.testing.scripted_llm.tokenizer import ScriptedTokenizer
 
 THOUGHT = "The user wants this repeated exactly; I will answer with just that."
@@ -27,7 +27,7 @@ def prompt_digest(ids: list[int]) -> str:
 def conversation_of(tok: ScriptedTokenizer, ids: list[int]) -> Conversation:
     """Read the prompt back as ChatML; a prompt without ChatML is one user message."""
     text = tok.decode(ids)
-    messages = parse_chatml(text) if "<|im_start|>" in text else [ChatMessage("user", text)]
+    messages = parse_chatml(text) if "<|im_start|>" in text else [PromptTurn("user", text)]
     return Conversation(tuple(messages), text)
 
 

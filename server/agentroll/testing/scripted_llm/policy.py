@@ -13,23 +13,23 @@ from typing import cast
 
 from agentroll.handlers.plugins import PluginRegistry
 from agentroll.testing.scripted_llm.errors import DuplicateRuleError, UnknownRuleError
-from agentroll.testing.scripted_llm.template import ChatMessage
+from agentroll.testing.scripted_llm.template import PromptTurn
 
 
 @dataclass(frozen=True, slots=True)
 class Conversation:
     """The prompt, read back into ChatML messages."""
 
-    messages: tuple[ChatMessage, ...]
+    messages: tuple[PromptTurn, ...]
     prompt_text: str
 
-    def last(self, role: str) -> ChatMessage | None:
+    def last(self, role: str) -> PromptTurn | None:
         for message in reversed(self.messages):
             if message.role == role:
                 return message
         return None
 
-    def of_role(self, role: str) -> list[ChatMessage]:
+    def of_role(self, role: str) -> list[PromptTurn]:
         return [m for m in self.messages if m.role == role]
 
 
@@ -96,6 +96,7 @@ BUILTIN_RULES = {
     "verify": "agentroll.testing.scripted_llm.rules.verify:verify_rule",
     "judge": "agentroll.testing.scripted_llm.rules.judge:judge_rule",
     "judge_garbage": "agentroll.testing.scripted_llm.rules.judge:judge_garbage_rule",
+    "compaction": "agentroll.testing.scripted_llm.rules.compaction:compaction_rule",
     "openenv_guess": "agentroll.testing.scripted_llm.rules.openenv:openenv_guess_rule",
 }
 
@@ -153,6 +154,7 @@ def default_rules() -> RuleRegistry:
     `mini_swe` (the mini-swe-agent harness), `redteam` and `redteam_budgets` (the attack
     catalogue), `verify`, the verifier agent of `solve_verify` (put it before `math` in a
     chain), `judge` / `judge_garbage`, judge models for `llm_judge` (a backend of their
-    own), and one per coding-agent CLI preset: `claude_code`, `codex`, `gemini_cli`,
-    `opencode`, `qwen_code`."""
+    own), one per coding-agent CLI preset: `claude_code`, `codex`, `gemini_cli`,
+    `opencode`, `qwen_code`, and `compaction` (the title and summary calls of the
+    scripted harness that compacts its context, `rules.compaction`)."""
     return RuleRegistry(BUILTIN_RULES)

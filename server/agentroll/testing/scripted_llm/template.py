@@ -173,7 +173,7 @@ def get_chat_template(style: str = "chatml") -> ChatTemplate:
 
 
 @dataclass(slots=True)
-class ChatMessage:
+class PromptTurn:
     """One turn read back from prompt text."""
 
     role: str
@@ -183,21 +183,26 @@ class ChatMessage:
     """False for the last, still open turn (e.g. the generation prompt)."""
 
 
+ChatMessage = PromptTurn
+"""Its first name, kept for code that imports it (the conversation's `ChatMessage` is the
+typed dict in `agentroll.server.schema.messages`)."""
+
+
 _TOOL_CALL = re.compile(r"<tool_call>\n(.*?)\n</tool_call>", re.S)
 _TOOL_RESPONSE = re.compile(r"\n?<tool_response>\n(.*?)\n</tool_response>", re.S)
 
 
-def parse_chatml(text: str) -> list[ChatMessage]:
+def parse_chatml(text: str) -> list[PromptTurn]:
     """Split ChatML prompt text into messages. Tool-response user turns become `tool`
     messages, tool-call blocks in assistant turns become `tool_calls` (best effort)."""
-    messages: list[ChatMessage] = []
+    messages: list[PromptTurn] = []
     for chunk in text.split("<|im_start|>")[1:]:
         header, _, body = chunk.partition("\n")
         content, closed, _ = body.partition("<|im_end|>")
         role = header.strip()
         responses = _TOOL_RESPONSE.findall(content) if role == "user" else []
         if responses and not _TOOL_RESPONSE.sub("", content).strip():
-            messages.extend(ChatMessage("tool", r, complete=bool(closed)) for r in responses)
+            messages.extend(PromptTurn("tool", r, complete=bool(closed)) for r in responses)
             continue
         calls: list[dict[str, Any]] = []
         if role == "assistant":
@@ -206,5 +211,5 @@ def parse_chatml(text: str) -> list[ChatMessage]:
                     calls.append(json.loads(raw))
                 except ValueError:
                     calls.append({"name": None, "arguments": raw})
-        messages.append(ChatMessage(role, content, calls, complete=bool(closed)))
+        messages.append(PromptTurn(role, content, calls, complete=bool(closed)))
     return messages

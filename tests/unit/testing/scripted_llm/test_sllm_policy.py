@@ -7,9 +7,9 @@ import pytest
 
 from agentroll.handlers.builtin.math import load_math_tasks
 from agentroll.testing.scripted_llm import (
-    ChatMessage,
     Conversation,
     DuplicateRuleError,
+    PromptTurn,
     Reply,
     RuleContext,
     RuleRegistry,
@@ -21,7 +21,7 @@ from agentroll.testing.scripted_llm.rules.math import UNSURE_REPLY, math_rule, w
 
 
 def conv(*turns: tuple[str, str]) -> Conversation:
-    return Conversation(tuple(ChatMessage(role, text) for role, text in turns), "")
+    return Conversation(tuple(PromptTurn(role, text) for role, text in turns), "")
 
 
 def ctx(seed: int = 0, wrong_rate: float = 0.0) -> RuleContext:
@@ -121,8 +121,8 @@ def test_registry_rejects_duplicates_and_names_known_rules() -> None:
         registry.register("echo", lambda c, x: None)
     with pytest.raises(
         UnknownRuleError,
-        match="known rules: claude_code, code, codex, default, echo, gemini_cli, judge, "
-        "judge_garbage, math, mini_swe, opencode, openenv_guess, qwen_code, redteam, "
+        match="known rules: claude_code, code, codex, compaction, default, echo, gemini_cli, "
+        "judge, judge_garbage, math, mini_swe, opencode, openenv_guess, qwen_code, redteam, "
         "redteam_budgets, "
         "redteam_codegrade, stem, "
         "swe, verify",

@@ -22,6 +22,14 @@ the last token). It is None unless every sample carries routing of one shape.
 What cannot be trained on is left out whole, never one sample of a group (that would skew
 the group's baseline): an invalid group, and a group with a sample that carries no reward
 (an `agent_error` the server sent without one). `PaddedBatch.skipped` says which and why.
+
+Harness runs can hold several token chains (`Trajectory.chains`); `chains=` picks which
+kinds become rows (`agentroll.trainer_clients.samples`; default: the main chain only, one
+row per episode). Advantages are computed over episodes, one reward each, and every row of
+an episode gets its episode's: a compaction's continuation or a title call did what the
+episode was rewarded for, and an episode with more chains must not weigh more in its group's
+baseline. Rows of one episode are consecutive; `chain_kinds` and `episode_ids` say what each
+row is.
 """
 
 import base64
@@ -35,6 +43,7 @@ import numpy.typing as npt
 
 from agentroll.server.schema import LogprobsInfo, Outcome, RoutedExperts, Trajectory
 from agentroll.trainer_clients.groups import Group
+from agentroll.trainer_clients.samples import MAIN_ONLY, ChainSelection, kind_samples
 
 log = logging.getLogger("agentroll.trainer_clients")
 Ints = npt.NDArray[np.int64]
@@ -86,6 +95,10 @@ class PaddedBatch:
     reward_components: dict[str, Floats] = field(default_factory=dict)
     """The handlers' named reward components, one (B,) column per name found in the batch
     (NaN for a sample whose handler did not report that name); empty when none did."""
+    chain_kinds: list[str] = field(default_factory=list)
+    """Per row: the kind of token chain it is (`main`, `continuation`, `side`, `parallel`)."""
+    episode_ids: list[str] = field(default_factory=list)
+    """Per row: the job id of its episode (a chain's row has `<job>/chain<i>` in job_ids)."""
 
     @property
     def token_advantages(self) -> Floats:
@@ -138,14 +151,29 @@ def pad_batch(
     pad_id: int = 0,
     scale_advantages: bool = True,
     max_len: int | None = None,
+    chains: ChainSelection = MAIN_ONLY,
 ) -> PaddedBatch:
     """Pad valid groups (or trajectories) into one batch; advantages are normalised per
-    `group_id`. Groups that cannot be trained on are left out whole (`skipped`); nothing left
-    is a `ValueError`."""
+    `group_id` over episodes, and each row of the chosen chain kinds gets its episode's
+    (module docstring). Groups that cannot be trained on are left out whole (`skipped`);
+    nothing left is a `ValueError`."""
     kept, skipped = usable(items)
-    trajectories = single_agent(kept)
-    if not trajectories:
+    episodes = single_agent(kept)
+    if not episodes:
         raise ValueError(f"nothing to batch (left out: {skipped})")
+    episode_advantages = grpo_advantages(
+        [float(t.reward or 0.0) for t in episodes],
+        [t.group_id or t.job_id for t in episodes],
+        scale=scale_advantages,
+    )
+    rows = [
+        (kind, sample, advantage, episode)
+        for episode, advantage in zip(episodes, episode_advantages, strict=True)
+        for kind, sample in kind_samples(episode, chains)
+    ]
+    if not rows:
+        raise ValueError(f"no token chain of the chosen kinds ({chains!r}) in the batch")
+    trajectories = [sample for _, sample, _, _ in rows]
     P = max(len(t.prompt_ids) for t in trajectories)
     R = max(len(t.response_ids) for t in trajectories)
     if max_len is not None and max_len < P + R:
@@ -174,7 +202,7 @@ def pad_batch(
         loss_mask=loss,
         old_logprobs=logprobs,
         rewards=np.asarray(rewards, dtype=np.float32),
-        advantages=grpo_advantages(rewards, group_ids, scale=scale_advantages),
+        advantages=np.asarray([advantage for _, _, advantage, _ in rows], dtype=np.float32),
         prompt_len=P,
         response_len=R,
         job_ids=[t.job_id for t in trajectories],
@@ -185,6 +213,8 @@ def pad_batch(
         logprobs=[t.logprobs for t in trajectories],
         routed_experts=_routed_experts(trajectories, P, R),
         reward_components=reward_component_columns(trajectories),
+        chain_kinds=[kind for kind, _, _, _ in rows],
+        episode_ids=[episode.job_id for _, _, _, episode in rows],
     )
 
 

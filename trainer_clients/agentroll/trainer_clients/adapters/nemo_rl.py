@@ -28,6 +28,13 @@ the token stream exactly:
 NeMo RL groups samples by their *prompt tokens*, not by an id: the samples of a group must
 share their prompt, and two groups in one batch must not (it would pool their baselines,
 even for different tasks behind the same prompt text). Both are refused (`ValueError`).
+With `chains=` (`agentroll.trainer_clients.samples`), a harness's other token chains become
+rows too, after their episode's, with its reward; their `extra_env_info` adds their
+`chain_kind` and `episode_id`. NeMo RL baselines a chain's row against the rows that share
+its prompt, which for a chain are the same-prompt chains of its group's other samples (e.g.
+each sample's title call), not its episode's group; rows of different groups sharing a
+prompt are refused as above.
+
 Concatenating the `token_ids` gives prompt_ids + response_ids; NeMo RL's token loss mask
 (assistant messages that carry `generation_logprobs`) is exactly the response_mask. `content`
 is left empty: the token ids are the data. Convert arrays with `torch.from_numpy` before
@@ -48,6 +55,7 @@ from agentroll.trainer_clients.adapters.batch import (
     usable,
 )
 from agentroll.trainer_clients.groups import Group
+from agentroll.trainer_clients.samples import MAIN_ONLY, ChainSelection, kind_samples
 
 
 def _runs(mask: list[int]) -> list[tuple[int, int, int]]:
@@ -79,13 +87,14 @@ def message_log(trajectory: Trajectory) -> list[dict[str, Any]]:
     return log
 
 
-def _check_prompts(trajectories: list[Trajectory]) -> None:
-    """NeMo RL's groups (by prompt tokens) must be exactly agentroll's (by group id)."""
+def _check_prompts(rows: list[tuple[str, Trajectory]]) -> None:
+    """NeMo RL's groups (by prompt tokens) must be exactly agentroll's (by group id): the
+    main rows of a group share one prompt, and no two groups share a prompt."""
     group_of_prompt: dict[tuple[int, ...], str] = {}
     prompt_of_group: dict[str, tuple[int, ...]] = {}
-    for t in trajectories:
+    for kind, t in rows:
         gid, prompt = t.group_id or t.job_id, tuple(t.prompt_ids)
-        if prompt_of_group.setdefault(gid, prompt) != prompt:
+        if kind == "main" and prompt_of_group.setdefault(gid, prompt) != prompt:
             raise ValueError(f"group {gid}: its samples' prompts differ; NeMo RL would split it")
         if group_of_prompt.setdefault(prompt, gid) != gid:
             other = group_of_prompt[prompt]
@@ -94,13 +103,15 @@ def _check_prompts(trajectories: list[Trajectory]) -> None:
             )
 
 
-def _env_info(t: Trajectory) -> dict[str, Any]:
+def _env_info(t: Trajectory, kind: str, episode_id: str) -> dict[str, Any]:
     info: dict[str, Any] = {
         "job_id": t.job_id,
         "group_id": t.group_id or t.job_id,
         "policy_versions": list(t.policy_versions),
         "logprobs": None if t.logprobs is None else t.logprobs.model_dump(),
     }
+    if kind != "main":  # a harness chain beside its episode's main one
+        info.update(chain_kind=kind, episode_id=episode_id)
     if t.reward_components:
         info["reward_components"] = dict(t.reward_components)
     if t.routed_experts is not None:
@@ -108,10 +119,16 @@ def _env_info(t: Trajectory) -> dict[str, Any]:
     return info
 
 
-def to_nemo_rl(items: Sequence[Trajectory | Group]) -> list[dict[str, Any]]:
-    """One NeMo RL row per trainable sample (tables above)."""
-    trajectories = single_agent(usable(items)[0])
-    _check_prompts(trajectories)
+def to_nemo_rl(
+    items: Sequence[Trajectory | Group], *, chains: ChainSelection = MAIN_ONLY
+) -> list[dict[str, Any]]:
+    """One NeMo RL row per trainable sample of the chosen chain kinds (tables above)."""
+    rows = [
+        (kind, sample, episode.job_id)
+        for episode in single_agent(usable(items)[0])
+        for kind, sample in kind_samples(episode, chains)
+    ]
+    _check_prompts([(kind, t) for kind, t, _ in rows])
     return [
         {
             "message_log": message_log(t),
@@ -120,7 +137,7 @@ def to_nemo_rl(items: Sequence[Trajectory | Group]) -> list[dict[str, Any]]:
             "loss_multiplier": 1.0,
             "truncated": truncated(t),
             "idx": idx,
-            "extra_env_info": _env_info(t),
+            "extra_env_info": _env_info(t, kind, episode_id),
         }
-        for idx, t in enumerate(trajectories)
+        for idx, (kind, t, episode_id) in enumerate(rows)
     ]

@@ -23,7 +23,9 @@ layout with A = R (the longest response).
 |                    |          | where absent), logged by OpenRLHF as stats               |
 
 OpenRLHF groups rewards by `index` into rows of `n_samples_per_prompt`, so every group here
-must have exactly that many samples, consecutive (a `ValueError` otherwise).
+must have exactly that many samples, consecutive (a `ValueError` otherwise). So it takes the
+main chain of each episode only: rows of a harness's other chains (`pad_batch(...,
+chains=...)`) would change a group's size with its episodes' chain counts, and are refused.
 
 Left out on purpose, because OpenRLHF computes them itself: `action_log_probs` (the actor's
 own, recomputed), `base_action_log_probs`, `values`, `kl`, `advantages` and `returns` (from
@@ -41,6 +43,9 @@ from agentroll.trainer_clients.adapters.batch import PaddedBatch
 
 def to_openrlhf(batch: PaddedBatch) -> dict[str, Any]:
     """The batch as `Experience` fields (table above)."""
+    others = sorted(set(batch.chain_kinds) - {"main"})
+    if others:
+        raise ValueError(f"OpenRLHF takes one row per episode: batch without chains {others}")
     sizes = {gid: len(list(run)) for gid, run in groupby(batch.group_ids)}
     if len(sizes) != len(set(batch.group_ids)):
         raise ValueError("OpenRLHF needs the samples of each group consecutive in the batch")

@@ -22,6 +22,7 @@ GRPO / GAE / REINFORCE++, `compute_data_metrics`) and its policy loss (`core_alg
 | non_tensor_batch.reward_components/<name> | (B,) | a named reward component (NaN where absent), |
 |                                     |          | present only when a handler reported components |
 | meta_info.rollout_logprobs          | list     | per sample: what rollout_log_probs are (below)  |
+| meta_info.chain_kinds, episode_ids  | list     | per row: its token chain's kind, its episode    |
 
 `rollout_log_probs` are what the engine returned: raw (before temperature, top-k and top-p)
 or processed, as each sample's declaration says (`mode`, `temperature`, `top_p`, `top_k`).
@@ -37,6 +38,11 @@ ended by context overflow (its last tokens are an observation, mask 0) gets it o
 sampled token, not its last token (where verl's own agent loop would put it, and lose it).
 A sample with no sampled token at all (an empty response) gets it on column 0: GRPO sums the
 row, so the group's baseline still counts it, and nothing of it is trained.
+
+Harness chains (`pad_batch(..., chains=...)`): a chain's row carries its episode's uid and
+reward. verl computes GRPO itself, per uid over rows, so there an episode with more chosen
+chains weighs more in its group's mean; agentroll's own `batch.advantages` (the episode's
+advantage on each of its rows) does not, for an estimator that takes advantages as given.
 
 Left out on purpose, because verl computes them itself: `old_log_probs` (recomputed by the
 actor; `DataProto.union` refuses a batch that already holds a different one: use
@@ -91,6 +97,8 @@ def to_verl(batch: PaddedBatch) -> dict[str, Any]:
         },
         "meta_info": {
             "job_ids": list(batch.job_ids),
+            "chain_kinds": list(batch.chain_kinds),
+            "episode_ids": list(batch.episode_ids),
             "policy_versions": batch.policy_versions,
             "rollout_logprobs": [None if i is None else i.model_dump() for i in batch.logprobs],
         },

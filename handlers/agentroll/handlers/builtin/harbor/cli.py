@@ -19,14 +19,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--images-dir",
         type=Path,
-        default=None,
-        help=f"image cache (default ${source.CACHE_ENV} or {source.DEFAULT_CACHE_DIR})",
+        default=source.cache_dir(),
+        help=f"image cache (default ${source.CACHE_ENV} or {source.cache_dir()})",
     )
     parser.add_argument("--pull", action="store_true", help="pull FROM images missing locally")
 
 
 def run(args: argparse.Namespace) -> int:
-    images_dir = (args.images_dir or source.cache_dir()).expanduser()
+    images_dir = args.images_dir.expanduser()
     status = 0
     for name in args.tasks:
         try:

@@ -27,15 +27,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentroll.handlers.builtin.harbor.source import cache_dir
 from agentroll.handlers.builtin.harbor.task import TaskFormatError, load_task
+from agentroll.handlers.errors import HarborRegistryError
 from agentroll.runtime.images.cache import held
 from agentroll.runtime.images.errors import BuildFailed, BuildTimeout
 from agentroll.runtime.images.proc import run_logged
 
 CLONE_TIMEOUT_S = 600.0
-
-
-class RegistryError(ValueError):
-    """The registry, the dataset or one of its tasks cannot be used (the message says why)."""
 
 
 class RegistryTask(BaseModel):
@@ -60,12 +57,12 @@ def read_registry(path: Path) -> list[RegistryDataset]:
     try:
         rows = json.loads(path.read_text())
         if not isinstance(rows, list):
-            raise RegistryError(f"{path}: a registry is a JSON list of datasets")
+            raise HarborRegistryError(f"{path}: a registry is a JSON list of datasets")
         return [RegistryDataset.model_validate(row) for row in rows]
     except (OSError, ValueError, ValidationError) as exc:
-        if isinstance(exc, RegistryError):
+        if isinstance(exc, HarborRegistryError):
             raise
-        raise RegistryError(f"{path}: {exc}") from exc
+        raise HarborRegistryError(f"{path}: {exc}") from exc
 
 
 def find_dataset(datasets: list[RegistryDataset], ref: str) -> RegistryDataset:
@@ -74,13 +71,13 @@ def find_dataset(datasets: list[RegistryDataset], ref: str) -> RegistryDataset:
     versions = [d for d in datasets if d.name == name]
     if not versions:
         known = ", ".join(sorted({d.name for d in datasets})) or "none"
-        raise RegistryError(f"no dataset {name!r} in the registry (datasets: {known})")
+        raise HarborRegistryError(f"no dataset {name!r} in the registry (datasets: {known})")
     if not version and len(versions) == 1:
         return versions[0]
     chosen = [d for d in versions if d.version == version]
     if not chosen:
         listed = ", ".join(f"{name}@{d.version}" for d in versions)
-        raise RegistryError(f"{ref!r}: name a version: {listed}")
+        raise HarborRegistryError(f"{ref!r}: name a version: {listed}")
     return chosen[0]
 
 
@@ -88,7 +85,7 @@ def _inside(root: Path, relative: str, what: str) -> Path:
     """`root/relative`, refused if it leaves `root` (`..`, an absolute path, a link out)."""
     folder = (root / relative).resolve()
     if not folder.is_relative_to(root.resolve()):
-        raise RegistryError(f"{what}: path {relative!r} leaves {root}")
+        raise HarborRegistryError(f"{what}: path {relative!r} leaves {root}")
     return folder
 
 
@@ -117,7 +114,9 @@ async def _checkout(git_url: str, commit: str | None, base: Path) -> Path:
                 )
             repo.rename(target)
         except (BuildFailed, BuildTimeout) as exc:
-            raise RegistryError(f"cannot check out {git_url} at {commit or 'HEAD'}: {exc}") from exc
+            raise HarborRegistryError(
+                f"cannot check out {git_url} at {commit or 'HEAD'}: {exc}"
+            ) from exc
         finally:
             shutil.rmtree(scratch, ignore_errors=True)
     return target
@@ -142,6 +141,6 @@ async def dataset_instances(
         try:
             load_task(folder)
         except (TaskFormatError, OSError) as exc:
-            raise RegistryError(f"{what}: {exc}") from exc
+            raise HarborRegistryError(f"{what}: {exc}") from exc
         instances.append({"path": str(folder), **fields})
     return instances

@@ -24,18 +24,18 @@ from importlib import resources
 from pathlib import Path
 
 from agentroll.handlers.builtin.harbor.task import TaskFormatError
+from agentroll.runtime.settings import CacheSettings, cache_settings
 
 MAX_ARCHIVE_BYTES = 16 << 20
 MAX_UNPACKED_BYTES = 64 << 20
 MAX_MEMBERS = 10_000
 MAX_NAME_CHARS = 1024
-DEFAULT_CACHE_DIR = Path("~/.cache/agentroll/images")
-CACHE_ENV = "AGENTROLL_IMAGES_DIR"
-"""The image cache (task images, their bases, unpacked uploads); default `DEFAULT_CACHE_DIR`."""
+CACHE_ENV = CacheSettings.env_name("images_dir")
+"""The image cache (task images, their bases, unpacked uploads): `CacheSettings.images_dir`."""
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE_DIR).expanduser()
+    return cache_settings().images_dir
 
 
 def bundled_tasks() -> dict[str, Path]:

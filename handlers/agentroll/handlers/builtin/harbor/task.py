@@ -28,16 +28,14 @@ from typing import Any, Literal
 
 import yaml
 
+from agentroll.handlers.errors import TaskFormatError
+
 MAX_INSTRUCTION_BYTES = 1 << 20
 MAX_CONFIG_BYTES = 1 << 20
 """task.toml / task.yaml: parsing a huge one (YAML above all) would hold the server up."""
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_WORKDIR = "/app"
 TB1_TESTS_SCRIPT = "run-tests.sh"
-
-
-class TaskFormatError(ValueError):
-    """The folder is not a usable Harbor or Terminal-Bench 1 task (a 400 at submission)."""
 
 
 @dataclass(frozen=True)

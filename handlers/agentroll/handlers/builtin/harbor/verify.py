@@ -57,7 +57,7 @@ from typing import Any
 from agentroll.handlers.builtin.harbor.containment import contained, read_report
 from agentroll.handlers.builtin.harbor.task import HarborTask
 from agentroll.handlers.context import Reward
-from agentroll.handlers.errors import InfraError
+from agentroll.handlers.errors import InfraError, VerifierFailed
 from agentroll.runtime import Sandbox
 from agentroll.runtime.cpulimit import grading_wall_s
 
@@ -147,17 +147,6 @@ class VerifierRun:
             "frozen": self.frozen,
             "orphans": self.orphans,
         }
-
-
-class VerifierFailed(InfraError):
-    """The verifier did not produce a usable reward: the task or its tests are broken, or the
-    code they ran broke them (the handler's control tells which)."""
-
-    cause = "verifier_failed"
-
-    def __init__(self, message: str, run: VerifierRun | None = None) -> None:
-        super().__init__(message)
-        self.run = run
 
 
 async def verify(

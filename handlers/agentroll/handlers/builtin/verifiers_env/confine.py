@@ -16,14 +16,11 @@ Without bubblewrap, verifiers environments do not run (a worker that cannot star
 import shutil
 from pathlib import Path
 
+from agentroll.handlers.errors import Unconfinable
 from agentroll.runtime.bwrap import root_args
 
 SANDBOX_UID = 65534
 """The worker's user inside its sandbox (nobody): host files it can read are world-readable."""
-
-
-class Unconfinable(RuntimeError):
-    """bubblewrap is not installed."""
 
 
 def base_prefix(python: Path) -> Path:

@@ -29,7 +29,8 @@ Whose fault a failure is:
 """
 
 import math
-from typing import Any
+from pathlib import Path
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -37,9 +38,10 @@ from agentroll.handlers.base import parsed_instance
 from agentroll.handlers.builtin.answer_task import FreeTextAnswerHandler
 from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
 from agentroll.handlers.builtin.verifiers_env.venv import ensure_verifiers_venv
-from agentroll.handlers.builtin.verifiers_env.workers import WorkerFailure, default_workers
-from agentroll.handlers.context import Message, Reward, RolloutContext
-from agentroll.handlers.errors import InfraError
+from agentroll.handlers.builtin.verifiers_env.workers import default_workers
+from agentroll.handlers.context import Reward, RolloutContext
+from agentroll.handlers.errors import InfraError, VerifiersRewardFailed, VerifiersWorkerFailure
+from agentroll.server.schema.messages import ChatMessage
 
 INSTANCE_KEY, PYTHON_KEY, PROMPT_KEY = "verifiers_task", "verifiers_python", "verifiers_prompt"
 MAX_SHOWN_CHARS = 2_000
@@ -67,38 +69,34 @@ class VerifiersInstance(BaseModel):
     task: dict[str, Any]
 
 
-def prompt_messages(task: dict[str, Any]) -> list[Message]:
+def prompt_messages(task: dict[str, Any]) -> list[ChatMessage]:
     """The opening messages a task's data describes (`system_prompt`, then `prompt`)."""
-    messages: list[Message] = []
+    messages: list[ChatMessage] = []
     if task.get("system_prompt"):
         messages.append({"role": "system", "content": str(task["system_prompt"])})
     prompt = task.get("prompt")
     if isinstance(prompt, str):
         messages.append({"role": "user", "content": prompt})
     elif isinstance(prompt, list):
-        messages.extend(dict(m) for m in prompt)
+        messages.extend(cast(ChatMessage, dict(m)) for m in prompt)
     if not messages:
         raise ValueError("the task has no prompt")
     return messages
 
 
-class ScoreFailure(InfraError):
-    cause = "verifiers_reward_failed"
-
-
 def _scored(reply: dict[str, Any]) -> Reward:
-    """The reward a worker's reply gives; `ScoreFailure` where the reward code failed."""
+    """The reward a worker's reply gives; `VerifiersRewardFailed` where the reward code failed."""
     if not reply.get("ok"):
         if reply.get("stage") == "load":
             raise InfraError(
                 f"the verifiers environment cannot load: {reply.get('error')}",
                 cause="verifiers_load_failed",
             )
-        raise ScoreFailure(f"a reward function failed: {reply.get('error')}"[:4000])
+        raise VerifiersRewardFailed(f"a reward function failed: {reply.get('error')}"[:4000])
     rewards: dict[str, Any] = reply["rewards"]
     unscored = [n for n, r in rewards.items() if r is None or not math.isfinite(r["score"])]
     if unscored:
-        raise ScoreFailure(f"rewards {unscored} gave no finite score")
+        raise VerifiersRewardFailed(f"rewards {unscored} gave no finite score")
     total = sum(r["score"] * r["weight"] for r in rewards.values())
     info = {
         "rewards": {n: r["score"] for n, r in rewards.items()},
@@ -109,10 +107,14 @@ def _scored(reply: dict[str, Any]) -> Reward:
 
 
 async def score_messages(
-    python: Any, spec: EnvironmentSpec, task: dict[str, Any], messages: list[Message], first: int
+    python: Path,
+    spec: EnvironmentSpec,
+    task: dict[str, Any],
+    messages: list[ChatMessage],
+    first: int,
 ) -> Reward:
     """The environment's rewards on `messages`, the assistant replies from `first` on being
-    the policy's. `WorkerFailure` or `ScoreFailure` where no reward came."""
+    the policy's. `VerifiersWorkerFailure` or `VerifiersRewardFailed` where no reward came."""
     sampled = [i for i, m in enumerate(messages) if i >= first and m["role"] == "assistant"]
     request = {
         "op": "score",
@@ -141,7 +143,7 @@ class VerifiersHandler(FreeTextAnswerHandler):
         venv = await ensure_verifiers_venv(self.task(ctx).environment.packages)
         ctx.state[PYTHON_KEY] = venv.python
 
-    def plain_messages(self, ctx: RolloutContext) -> list[Message]:
+    def plain_messages(self, ctx: RolloutContext) -> list[ChatMessage]:
         messages = prompt_messages(self.task(ctx).task)
         ctx.state[PROMPT_KEY] = len(messages)  # what follows is the policy's
         return messages
@@ -152,25 +154,25 @@ class VerifiersHandler(FreeTextAnswerHandler):
     async def eval(self, ctx: RolloutContext) -> Reward:
         job = self.task(ctx)
         python = ctx.state[PYTHON_KEY]
-        messages = [
+        messages: list[ChatMessage] = [
             {"role": m["role"], "content": m.get("content") or ""} for m in ctx.llm.messages
         ]
         first = ctx.state.get(PROMPT_KEY, len(messages))
         shown: dict[str, Any] = {"reply": str(ctx.state.get("final_text", ""))[:MAX_SHOWN_CHARS]}
-        failure: ScoreFailure | None = None
+        failure: VerifiersRewardFailed | None = None
         for attempt in range(1, SCORING_ATTEMPTS + 1):
             if attempt > 1:
                 shown["scoring_attempts"] = attempt
             try:
                 reward = await score_messages(python, job.environment, job.task, messages, first)
-            except WorkerFailure as exc:
+            except VerifiersWorkerFailure as exc:
                 if exc.kind == "unavailable":
                     raise InfraError(str(exc), cause="verifiers_worker_unavailable") from exc
                 # A worker that timed out or died may have been starved or killed by the
                 # node, not by the reply: scored once more in a fresh one before any blame.
-                failure = ScoreFailure(f"the reward code {exc.kind} on the reply: {exc}")
+                failure = VerifiersRewardFailed(f"the reward code {exc.kind} on the reply: {exc}")
                 continue
-            except ScoreFailure as exc:
+            except VerifiersRewardFailed as exc:
                 failure = exc
                 break
             reward.info = {**shown, **reward.info}
@@ -178,11 +180,11 @@ class VerifiersHandler(FreeTextAnswerHandler):
         assert failure is not None
 
         async def control() -> ControlResult:
-            empty = [*messages[:first], {"role": "assistant", "content": ""}]
+            empty: list[ChatMessage] = [*messages[:first], {"role": "assistant", "content": ""}]
             try:
                 got = await score_messages(python, job.environment, job.task, empty, first)
-            except (WorkerFailure, ScoreFailure) as exc:
-                keep = not isinstance(exc, WorkerFailure) or exc.kind == "crashed"
+            except (VerifiersWorkerFailure, VerifiersRewardFailed) as exc:
+                keep = not isinstance(exc, VerifiersWorkerFailure) or exc.kind == "crashed"
                 return ControlResult(False, f"on an empty reply: {exc}", keep=keep)
             return ControlResult(True, f"an empty reply was scored: reward {got.value:g}")
 

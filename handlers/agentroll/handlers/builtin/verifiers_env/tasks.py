@@ -7,12 +7,9 @@ from typing import Any
 from agentroll.handlers.builtin.verifiers_env.handler import EnvironmentSpec
 from agentroll.handlers.builtin.verifiers_env.venv import ensure_verifiers_venv
 from agentroll.handlers.builtin.verifiers_env.workers import default_workers
+from agentroll.handlers.errors import UnsupportedEnvironment
 
 LIST_TIMEOUT_S = 600.0
-
-
-class UnsupportedEnvironment(ValueError):
-    """The taskset needs what the `verifiers` handler does not run yet."""
 
 
 async def verifiers_instances(

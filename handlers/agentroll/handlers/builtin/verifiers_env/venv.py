@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
-from agentroll.handlers.errors import InfraError
+from agentroll.handlers.errors import VerifiersSetupError
 from agentroll.runtime.images.cache import cache_key
 from agentroll.runtime.images.errors import BuildFailed, BuildTimeout
 from agentroll.runtime.images.proc import run_logged
@@ -33,12 +33,6 @@ CACHE_ENV = "AGENTROLL_VERIFIERS_CACHE"
 DEFAULT_CACHE_ROOT = Path("/var/tmp/agentroll-verifiers")
 INSTALL_TIMEOUT_S = 1200.0
 SKIPPED_DIRS = frozenset({"__pycache__", ".git", "build", "dist", ".venv"})
-
-
-class VerifiersSetupError(InfraError):
-    """The verifiers environment could not be installed (pip failed, timed out, no disk)."""
-
-    cause = "verifiers_setup_failed"
 
 
 def cache_root() -> Path:
@@ -79,7 +73,7 @@ def recipe(packages: Sequence[str]) -> VenvRecipe:
     return VenvRecipe("verifiers", key, lock_text(), steps, check="import verifiers.v1")
 
 
-async def run_install_step(args: list[str], log: Path, timeout_s: float) -> None:
+async def _run(args: list[str], log: Path, timeout_s: float) -> None:
     try:
         await run_logged(args, log_path=log, timeout_s=timeout_s)
     except (BuildFailed, BuildTimeout) as exc:
@@ -103,8 +97,6 @@ async def ensure_verifiers_venv(
     if ready is not None and (ready.root / STAMP).exists():
         return CachedVenv(ready.root, False, 0.0)
     base.mkdir(parents=True, exist_ok=True)
-    venv = await ensure_locked_venv(
-        recipe(packages), base, timeout_s=timeout_s, run=run_install_step
-    )
+    venv = await ensure_locked_venv(recipe(packages), base, timeout_s=timeout_s, run=_run)
     _ready[known] = venv
     return venv

@@ -13,9 +13,10 @@ overruns and reaped before its slot is free); here each interpreter (one per env
 venv) has up to `size` workers, started on demand (verifiers imports in seconds) and kept
 while there is work.
 
-`ask()` returns the worker's reply, or raises `WorkerFailure`: `timeout` (the request ran past
-its deadline: the worker is killed), `crashed` (the worker died mid-request), `unavailable`
-(it could not start). Whose fault each is, the handler decides (`handler.py`).
+`ask()` returns the worker's reply, or raises `VerifiersWorkerFailure` of kind `timeout` (the
+request ran past its deadline: the worker is killed), `crashed` (the worker died
+mid-request) or `unavailable` (it could not start). Whose fault each is, the handler decides
+(`handler.py`).
 """
 
 import asyncio
@@ -24,11 +25,12 @@ import uuid
 import weakref
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from agentroll.handlers.builtin.grader_launch import isolated_script
 from agentroll.handlers.builtin.grading_pool import REAP_TIMEOUT_S, _Worker, _WorkerGone
-from agentroll.handlers.builtin.verifiers_env.confine import Unconfinable, confined_argv
+from agentroll.handlers.builtin.verifiers_env.confine import confined_argv
+from agentroll.handlers.errors import Unconfinable, VerifiersWorkerFailure
 from agentroll.runtime.base import Limits
 from agentroll.runtime.cgroup import SandboxCgroup
 
@@ -44,14 +46,6 @@ MAX_PROCESSES = 256
 """Processes and threads in one worker's sandbox (its cgroup's `pids.max`, where the server
 can create cgroups): code a reward function runs cannot fork-bomb the node."""
 CGROUP_REMOVE_TRIES = 10
-
-FailureKind = Literal["timeout", "crashed", "unavailable"]
-
-
-class WorkerFailure(Exception):
-    def __init__(self, kind: FailureKind, detail: str) -> None:
-        super().__init__(detail)
-        self.kind = kind
 
 
 class VerifiersWorkers:
@@ -94,12 +88,16 @@ class VerifiersWorkers:
             except TimeoutError:
                 await self._retire(worker)
                 self._check_open()
-                raise WorkerFailure("timeout", f"no answer within {timeout_s:g} s") from None
+                raise VerifiersWorkerFailure(
+                    "timeout", f"no answer within {timeout_s:g} s"
+                ) from None
             except _WorkerGone:
                 await self._retire(worker)
                 self._check_open()
                 code = worker.process.returncode
-                raise WorkerFailure("crashed", f"the worker died (exit status {code})") from None
+                raise VerifiersWorkerFailure(
+                    "crashed", f"the worker died (exit status {code})"
+                ) from None
             except BaseException:  # cancelled mid-request: the worker's state is unknown
                 self._discard(worker)
                 raise
@@ -119,7 +117,7 @@ class VerifiersWorkers:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise WorkerFailure("unavailable", "the verifiers workers are shut down")
+            raise VerifiersWorkerFailure("unavailable", "the verifiers workers are shut down")
 
     async def _checkout(self, python: Path) -> _Worker:
         idle = self._idle[python]
@@ -148,7 +146,9 @@ class VerifiersWorkers:
         except (Unconfinable, OSError) as exc:
             if cgroup is not None:
                 cgroup.remove()
-            raise WorkerFailure("unavailable", f"cannot start a verifiers worker: {exc}") from exc
+            raise VerifiersWorkerFailure(
+                "unavailable", f"cannot start a verifiers worker: {exc}"
+            ) from exc
         worker = _Worker(process)
         self._workers.add(worker)
         if cgroup is not None:
@@ -159,7 +159,7 @@ class VerifiersWorkers:
         except (TimeoutError, _WorkerGone) as exc:
             await self._retire(worker)
             problem = "was not ready in time" if isinstance(exc, TimeoutError) else "exited"
-            raise WorkerFailure(
+            raise VerifiersWorkerFailure(
                 "unavailable", f"a verifiers worker {problem} (its stderr is in the server log)"
             ) from exc
         except BaseException:
