@@ -153,6 +153,7 @@ async def test_reward_code_a_reply_breaks_is_zero_and_reward_code_broken_for_all
     results, _ = await run_taskset(agentroll_server, tmp_path, jobs_for([*broken, missing, honest]))
 
     outcomes = {j: (t.outcome, t.reward) for j, t in results.items()}
+    errors = {j: t.error for j, t in results.items() if t.error is not None}
     assert outcomes == {
         "echo-4": (Outcome.ok, 0.0),
         "echo-5": (Outcome.ok, 0.0),
@@ -161,7 +162,7 @@ async def test_reward_code_a_reply_breaks_is_zero_and_reward_code_broken_for_all
         "echo-8": (Outcome.ok, 0.0),
         "not-installed": (Outcome.infra_error, None),
         "echo-0": (Outcome.ok, 1.5),  # the control beside them: still earns its reward
-    }
+    }, errors
     crash, hang, nan, exit_ = (results[f"echo-{k}"].reward_info for k in (4, 5, 7, 8))
     for info in (crash, hang, nan, exit_):
         assert info["reason"] == "reward_failed_on_answer" and info["control"]["passed"]
