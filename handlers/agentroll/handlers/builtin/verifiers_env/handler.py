@@ -127,6 +127,32 @@ async def score_messages(
     return _scored(reply)
 
 
+async def score_twice(
+    python: Path,
+    spec: EnvironmentSpec,
+    task: dict[str, Any],
+    messages: list[ChatMessage],
+    first: int,
+    shown: dict[str, Any],
+) -> Reward:
+    """`score_messages`, once more in a fresh worker when the first worker timed out or died
+    (a starved or killed worker is not the reply's doing; a reply that does it does it twice;
+    `shown["scoring_attempts"]` records the second try). `VerifiersRewardFailed` where the
+    reward code failed, `VerifiersWorkerFailure` where no worker could start."""
+    failure: VerifiersRewardFailed | None = None
+    for attempt in range(1, SCORING_ATTEMPTS + 1):
+        if attempt > 1:
+            shown["scoring_attempts"] = attempt
+        try:
+            return await score_messages(python, spec, task, messages, first)
+        except VerifiersWorkerFailure as exc:
+            if exc.kind == "unavailable":
+                raise
+            failure = VerifiersRewardFailed(f"the reward code {exc.kind} on the reply: {exc}")
+    assert failure is not None
+    raise failure
+
+
 class VerifiersHandler(FreeTextAnswerHandler):
     name = "verifiers"
     instance_model = VerifiersInstance
@@ -159,32 +185,24 @@ class VerifiersHandler(FreeTextAnswerHandler):
         ]
         first = ctx.state.get(PROMPT_KEY, len(messages))
         shown: dict[str, Any] = {"reply": str(ctx.state.get("final_text", ""))[:MAX_SHOWN_CHARS]}
-        failure: VerifiersRewardFailed | None = None
-        for attempt in range(1, SCORING_ATTEMPTS + 1):
-            if attempt > 1:
-                shown["scoring_attempts"] = attempt
-            try:
-                reward = await score_messages(python, job.environment, job.task, messages, first)
-            except VerifiersWorkerFailure as exc:
-                if exc.kind == "unavailable":
-                    raise InfraError(str(exc), cause="verifiers_worker_unavailable") from exc
-                # A worker that timed out or died may have been starved or killed by the
-                # node, not by the reply: scored once more in a fresh one before any blame.
-                failure = VerifiersRewardFailed(f"the reward code {exc.kind} on the reply: {exc}")
-                continue
-            except VerifiersRewardFailed as exc:
-                failure = exc
-                break
+        try:
+            reward = await score_twice(python, job.environment, job.task, messages, first, shown)
+        except VerifiersWorkerFailure as exc:  # unavailable: never the reply's doing
+            raise InfraError(str(exc), cause="verifiers_worker_unavailable") from exc
+        except VerifiersRewardFailed as exc:
+            failure = exc
+        else:
             reward.info = {**shown, **reward.info}
             return reward
-        assert failure is not None
 
         async def control() -> ControlResult:
             empty: list[ChatMessage] = [*messages[:first], {"role": "assistant", "content": ""}]
             try:
-                got = await score_messages(python, job.environment, job.task, empty, first)
+                got = await score_twice(python, job.environment, job.task, empty, first, {})
             except (VerifiersWorkerFailure, VerifiersRewardFailed) as exc:
-                keep = not isinstance(exc, VerifiersWorkerFailure) or exc.kind == "crashed"
+                # Not kept when the workers could not start or timed out: that says nothing
+                # lasting about the reward code.
+                keep = isinstance(exc, VerifiersRewardFailed) and "timeout" not in str(exc)
                 return ControlResult(False, f"on an empty reply: {exc}", keep=keep)
             return ControlResult(True, f"an empty reply was scored: reward {got.value:g}")
 
