@@ -10,8 +10,9 @@ import pytest
 from tests.engine.conftest import BACKEND_ID, EngineAgentroll
 from tests.engine.engine_handlers import chat_registry
 
+from agentroll.runtime.locked_venv import STAMP
 from agentroll.server.engine import TOKENIZER_DIR, EngineEnvironment, ensure_environment
-from agentroll.server.engine.environment import STAMP, environment_key
+from agentroll.server.engine.environment import environment_key
 from agentroll.server.engine.vllm_server import EngineStartError, VLLMServer
 from agentroll.testing.scripted_llm import get_tokenizer
 from agentroll.testing.tiny_model import TinyModelParams, build_tiny_model, tiny_model_key

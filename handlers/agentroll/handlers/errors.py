@@ -9,8 +9,10 @@ modules that raise them re-export their names, so older import paths such as
     ├── InfraError             sandbox, backend or judge failed -> outcome infra_error
     │   ├── LLMUnavailable             no backend could serve a generation
     │   ├── UndeclaredAgent(InfraError, KeyError)  `ctx.agents[name]` for an agent the job lacks
-    │   └── VerifierFailed             a verifier gave no usable reward (alias VerifierFailure)
-    │       └── SeedFailure            a resources server's `/seed_session` failed
+    │   ├── VerifierFailed             a verifier gave no usable reward (alias VerifierFailure)
+    │   │   └── SeedFailure            a resources server's `/seed_session` failed
+    │   ├── VerifiersSetupError        a verifiers environment could not be installed
+    │   └── VerifiersRewardFailed      a verifiers taskset's reward code gave no reward
     ├── RegistryError(HandlerError, LookupError)
     │   ├── UnknownHandlerError(RegistryError, KeyError)
     │   ├── DuplicateHandlerError(RegistryError, ValueError)
@@ -19,6 +21,10 @@ modules that raise them re-export their names, so older import paths such as
     ├── TaskFormatError(HandlerError, ValueError)   not a usable Harbor task (400 at submission)
     ├── RowError(HandlerError, ValueError)          a SWE dataset row that is not an instance
     ├── OfficialPackageMissing(HandlerError, RuntimeError)   `swebench` is not installed
+    ├── HarborRegistryError(HandlerError, ValueError)   a Harbor registry or dataset unusable
+    ├── UnsupportedEnvironment(HandlerError, ValueError)  a verifiers taskset needing more
+    ├── VerifiersWorkerFailure         a verifiers worker timed out, died or did not start
+    ├── Unconfinable(HandlerError, RuntimeError)   bubblewrap is missing: no worker runs
     └── UnreadableFile         a file in a sandbox the agent left unreadable (too large, a FIFO)
         └── MissingFile                no regular file at the path
 
@@ -170,3 +176,35 @@ class UnknownParserError(RegistryError, KeyError):
 
 class DuplicateParserError(RegistryError, ValueError):
     pass
+
+
+class HarborRegistryError(HandlerError, ValueError):
+    """The registry, the dataset or one of its tasks cannot be used (the message says why)."""
+
+
+class UnsupportedEnvironment(HandlerError, ValueError):
+    """A verifiers taskset needs what the `verifiers` handler does not run yet."""
+
+
+class VerifiersSetupError(InfraError):
+    """The verifiers environment could not be installed (pip failed, timed out, no disk)."""
+
+    cause = "verifiers_setup_failed"
+
+
+class VerifiersRewardFailed(InfraError):
+    """A verifiers taskset's reward code raised, hung, died or gave no finite score."""
+
+    cause = "verifiers_reward_failed"
+
+
+class VerifiersWorkerFailure(HandlerError):
+    """A verifiers worker's request failed: `kind` is `timeout`, `crashed` or `unavailable`."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(detail)
+        self.kind = kind
+
+
+class Unconfinable(HandlerError, RuntimeError):
+    """bubblewrap is not installed: verifiers workers run only confined."""

@@ -20,10 +20,12 @@ BUILTIN_HANDLERS: dict[str, str] = {
     "harness": "agentroll.handlers.builtin.harness:HarnessHandler",
     "llm_judge": "agentroll.handlers.builtin.llm_judge:LLMJudgeHandler",
     "math": "agentroll.handlers.builtin.math:MathHandler",
+    "openenv": "agentroll.handlers.builtin.openenv:OpenEnvHandler",
     "remote_verify": "agentroll.handlers.builtin.remote_verify:RemoteVerifyHandler",
     "solve_verify": "agentroll.handlers.builtin.solve_verify:SolveVerifyHandler",
     "stem": "agentroll.handlers.builtin.stem:StemHandler",
     "swe": "agentroll.handlers.builtin.swe:SweHandler",
+    "verifiers": "agentroll.handlers.builtin.verifiers_env:VerifiersHandler",
 }
 
 

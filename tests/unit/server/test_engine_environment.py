@@ -8,9 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from agentroll.runtime.locked_venv import STAMP
 from agentroll.server.engine import EngineSetupError, ensure_environment
 from agentroll.server.engine import environment as env_module
-from agentroll.server.engine.environment import FIX_UPS, STAMP, environment_key
+from agentroll.server.engine.environment import FIX_UPS, environment_key
 
 
 class FakePip:

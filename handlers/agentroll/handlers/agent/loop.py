@@ -182,7 +182,7 @@ class AgentLoop:
                 observations.append(tool_message(call, f"Error: {text}"))
                 continue
             executed += 1
-            if self.tools[ALIASES.get(call.name, call.name)].ends_episode:
+            if self.tools[ALIASES.get(call.name, call.name)].episode_over():
                 run.submission = dict(call.arguments)
                 self._end(ctx, run, "submit")
                 break

@@ -50,6 +50,11 @@ class Tool:
     parameters: dict[str, Any]
     ends_episode: ClassVar[bool] = False
 
+    def episode_over(self) -> bool:
+        """After a successful call: does it end the episode? (`submit` always; a tool that
+        acts in an outside environment, once that environment says it is done.)"""
+        return self.ends_episode
+
     def schema(self) -> ToolSpec:
         return {
             "type": "function",

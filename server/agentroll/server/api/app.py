@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from agentroll.handlers import HandlerRegistry
 from agentroll.handlers.builtin.grading_pool import shutdown_default_pool
+from agentroll.handlers.builtin.verifiers_env import shutdown_default_workers
 from agentroll.runtime import Runtime, RuntimeUnavailable
 from agentroll.server import recovery
 from agentroll.server.api import (
@@ -88,6 +89,7 @@ def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -
             health.cancel()
             await service.shutdown(settings.shutdown_grace_s)
             await shutdown_default_pool()  # the math grader's worker processes
+            await shutdown_default_workers()  # the verifiers environments' workers
             if runtime is not None:
                 await runtime.close()
             await http.close()

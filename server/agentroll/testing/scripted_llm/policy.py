@@ -97,6 +97,7 @@ BUILTIN_RULES = {
     "judge": "agentroll.testing.scripted_llm.rules.judge:judge_rule",
     "judge_garbage": "agentroll.testing.scripted_llm.rules.judge:judge_garbage_rule",
     "compaction": "agentroll.testing.scripted_llm.rules.compaction:compaction_rule",
+    "openenv_guess": "agentroll.testing.scripted_llm.rules.openenv:openenv_guess_rule",
 }
 
 

@@ -1,0 +1,248 @@
+"""What an environment adapter adds: CPU per rollout through it against an agentroll handler
+doing the same task.
+
+- `verifiers` against the built-in `math` handler: the same system prompt and question
+  (`Repeat after me: \\boxed{42}`, the scripted `echo` policy), so the same tokens, graded
+  `42` against `42` (`math` accepts the same plain number without its math-verify worker; the
+  adapter asks a worker of the fixture taskset, `tests/fixtures/verifiers_env_pkg`, whose
+  reward functions compare strings). CPU counted: this process and the verifiers workers'
+  process trees (bubblewrap and the worker it confines, read from /proc before they exit);
+  their start (verifiers imports in seconds) is paid in a
+  warm-up round and reported apart.
+- `openenv` against `native_guess`, the same guessing game written as an agentroll handler (a
+  `step` tool answering the same JSON in-process), played by the scripted `openenv_guess`
+  policy to the same four steps. CPU counted: this process; the environment server's own CPU
+  (openenv-core's server, `agentroll.testing.openenv`) is the environment's work, printed apart.
+
+The agentroll server and the scripted backend run in this process, alike for both sides.
+Target: <= 10 % added CPU per rollout. A loaded machine adds noise to both sides: run it alone.
+
+    .venv/bin/python benchmarks/env_adapters.py [--rollouts 60] [--rounds 3]
+
+Measured (2 shared cores, 60 rollouts x 3 rounds, two runs): math 2.5-2.7 ms, verifiers
+3.5-4.0 ms per rollout (+1.0-1.3 ms, +40-50 %: the scoring round trip to the confined worker,
+JSON over its pipes, the trace built and scored there, 0.4 ms of it in the worker);
+native_guess 12.0-12.7 ms, openenv 14.3-14.5 ms per rollout (+1.7-2.5 ms, +13-21 %: a
+WebSocket session and a `/schema` request per episode, JSON frames; the environment server's
+own 3.1-3.3 ms apart). Both miss the 10 % target against rollouts this cheap (no sandbox,
+short replies, in-process grading): the cost is fixed per rollout (per step for openenv's
+frames), not a share of the rollout's own work. An httpx client per rollout cost another 14 ms
+(its creation), so the adapter uses aiohttp for `/schema` as well. Figures are whole clock
+ticks (10 ms) over 60 rollouts: +-0.2 ms.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, ClassVar
+
+from _common import cpu_seconds, report
+
+from agentroll.handlers import HandlerRegistry, Reward, RolloutContext
+from agentroll.handlers.agent import AgentLoop, Tool, ToolAgentHandler
+from agentroll.handlers.builtin.math import SYSTEM_PROMPT
+from agentroll.handlers.builtin.openenv import SYSTEM_PROMPT as OPENENV_SYSTEM_PROMPT
+from agentroll.handlers.builtin.verifiers_env import ensure_verifiers_venv
+from agentroll.handlers.builtin.verifiers_env.workers import default_workers
+from agentroll.runtime import Sandbox
+from agentroll.server.admission import AdmissionSettings
+from agentroll.server.api import create_app
+from agentroll.server.schema import Outcome, PoolSizes
+from agentroll.server.serving import start_in_loop
+from agentroll.server.settings import Settings
+from agentroll.testing.openenv import guess_server
+from agentroll.testing.scripted_llm import ScriptedLLMConfig
+from agentroll.testing.scripted_llm import create_app as create_scripted_app
+from agentroll.trainer_clients import AsyncRolloutClient
+
+PACKAGE = str(Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "verifiers_env_pkg")
+QUESTION = "Repeat after me: \\boxed{42}"
+TARGET_PERCENT = 10.0
+TARGET = 7
+FIRST = {"observation": {"prompt": "Guess the number from 1 to 10.", "feedback": ""}}
+
+
+class NativeStep(Tool):
+    """The guessing game in-process, answering what the OpenEnv server answers."""
+
+    name = "step"
+    description = "Take one action in the environment."
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {"guess": {"type": "integer", "description": "Your guess, 1 to 10."}},
+        "required": ["guess"],
+    }
+
+    def __init__(self) -> None:
+        self.rewards: list[float] = []
+        self.done = False
+
+    def episode_over(self) -> bool:
+        return self.done
+
+    async def call(
+        self, sandbox: Sandbox | None, args: dict[str, Any], *, limit_s: float, max_chars: int
+    ) -> str:
+        guess = int(args["guess"])
+        self.done = guess == TARGET
+        feedback = "correct" if self.done else "higher" if guess < TARGET else "lower"
+        reward = 1.0 if self.done else -0.1
+        self.rewards.append(reward)
+        answer = {"observation": {"prompt": "", "feedback": feedback}, "reward": reward}
+        return json.dumps({**answer, "done": self.done})
+
+
+class NativeGuess(ToolAgentHandler):
+    name: ClassVar[str] = "native_guess"
+    system_prompt = OPENENV_SYSTEM_PROMPT
+    default_tools = ()
+
+    async def init(self, ctx: RolloutContext) -> None:
+        """No sandbox: the game runs in the handler."""
+
+    def task_prompt(self, ctx: RolloutContext) -> str:
+        first = {**FIRST, "reward": None, "done": False}
+        return f"First observation: {json.dumps(first)}"
+
+    async def run(self, ctx: RolloutContext) -> None:
+        tool = ctx.state["game"] = NativeStep()
+        config = self.agent_config(ctx)
+        await AgentLoop([tool], config).run(ctx, self.first_messages(ctx, config))
+
+    async def eval(self, ctx: RolloutContext) -> Reward:
+        return Reward(sum(ctx.state["game"].rewards))
+
+
+def verifiers_instance() -> dict[str, Any]:
+    environment = {"taskset": "agentroll-vf-echo", "packages": [PACKAGE]}
+    task = {"id": "bench", "system_prompt": SYSTEM_PROMPT, "prompt": QUESTION, "answer": "42"}
+    return {"environment": environment, "task": task}
+
+
+def tree_cpu(pid: int) -> float:
+    """CPU seconds of `pid` and every live process under it (a confined worker is the
+    grandchild of the bubblewrap process the pool knows)."""
+    total = cpu_seconds(pid)
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        for child in (task / "children").read_text().split():
+            total += tree_cpu(int(child))
+    return total
+
+
+def verifiers_cpu() -> float:
+    workers = default_workers().worker_pids
+    return cpu_seconds(os.getpid()) + sum(tree_cpu(pid) for pid in workers)
+
+
+def own_cpu() -> float:
+    return cpu_seconds(os.getpid())
+
+
+async def batch(
+    client: AsyncRolloutClient,
+    handler: str,
+    instance: dict[str, Any],
+    tag: str,
+    n: int,
+    cpu: Callable[[], float],
+) -> float:
+    """CPU seconds per rollout of `n` rollouts of `handler`, all `ok`."""
+    jobs = [{"job_id": f"{tag}-{k}", "handler": handler, "instance": instance} for k in range(n)]
+    before = cpu()
+    await client.submit(jobs)
+    done = await client.wait_for([j["job_id"] for j in jobs], 600)
+    after = cpu()
+    bad = [t.job_id for t in done.values() if t.outcome is not Outcome.ok]
+    if bad:
+        raise SystemExit(f"{handler}: rollouts not ok: {bad[:5]}")
+    return (after - before) / n
+
+
+@asynccontextmanager
+async def service(policy: str) -> AsyncIterator[AsyncRolloutClient]:
+    registry = HandlerRegistry()
+    registry.register(NativeGuess)
+    backend = await start_in_loop(
+        create_scripted_app(ScriptedLLMConfig(policy=policy, wrong_rate=0.0))
+    )
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(
+            db_path=Path(tmp) / "a.db",
+            pools=PoolSizes(run=64, init=64, ready_buffer=64),
+            admission=AdmissionSettings(enabled=False),
+        )
+        server = await start_in_loop(create_app(settings, registry=registry))
+        try:
+            async with AsyncRolloutClient(server.url, token=server.token) as client:
+                await client.add_backend({"id": "scripted", "base_url": backend.url})
+                yield client
+        finally:
+            await server.stop()
+            await backend.stop()
+
+
+async def compare(
+    client: AsyncRolloutClient,
+    args: argparse.Namespace,
+    sides: dict[str, tuple[str, dict[str, Any]]],
+    cpu: Callable[[], float],
+) -> dict[str, float]:
+    """Median CPU ms per rollout of each side, rounds alternating, after a warm-up."""
+    for label, (handler, instance) in sides.items():
+        warm = await batch(client, handler, instance, f"warm-{label}", 16, cpu)
+        print(f"  warm-up CPU per rollout, {label}: {warm * 1000:.1f} ms")
+    per: dict[str, list[float]] = {label: [] for label in sides}
+    for r in range(args.rounds):
+        for label, (handler, instance) in sides.items():
+            per[label].append(
+                await batch(client, handler, instance, f"{label}-{r}", args.rollouts, cpu)
+            )
+    return {label: statistics.median(v) * 1000 for label, v in per.items()}
+
+
+def verdict(baseline: str, adapter: str, ms: dict[str, float]) -> None:
+    added = (ms[adapter] - ms[baseline]) / ms[baseline] * 100
+    report(f"{baseline}: CPU per rollout", ms[baseline], "ms", "-", True)
+    report(f"{adapter}: CPU per rollout", ms[adapter], "ms", "-", True)
+    ok = added <= TARGET_PERCENT
+    report(f"{adapter}: added CPU per rollout", added, "%", f"<= {TARGET_PERCENT:g} %", ok)
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    print(f"{os.cpu_count()} cores; {args.rollouts} rollouts x {args.rounds} rounds per side")
+    venv = await ensure_verifiers_venv([PACKAGE])
+    how = "installed now" if venv.installed_now else "cached"
+    print(f"verifiers: environment {venv.root} ({how})")
+    async with service("echo") as client:
+        math_instance = {"question": QUESTION, "answer": "42"}
+        sides = {"math": ("math", math_instance), "verifiers": ("verifiers", verifiers_instance())}
+        ms = await compare(client, args, sides, verifiers_cpu)
+    verdict("math", "verifiers", ms)
+
+    print("openenv: openenv-core's server on loopback")
+    async with guess_server() as env, service("openenv_guess") as client:
+        openenv = {"server": {"url": env.url}, "reset": {"target": TARGET}}
+        sides = {"native_guess": ("native_guess", {}), "openenv": ("openenv", openenv)}
+        env_before = cpu_seconds(env.process.pid)
+        ms = await compare(client, args, sides, own_cpu)
+        env_ms = (cpu_seconds(env.process.pid) - env_before) * 1000
+    verdict("native_guess", "openenv", ms)
+    rollouts = (args.rounds * args.rollouts) + 16
+    print(f"  the environment server's own CPU: {env_ms / rollouts:.1f} ms per rollout")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rollouts", type=int, default=60)
+    parser.add_argument("--rounds", type=int, default=3)
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

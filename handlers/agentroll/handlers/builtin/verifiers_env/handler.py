@@ -1,0 +1,212 @@
+"""`verifiers`: a task of a verifiers environment (a v1 `Taskset` package), run unmodified.
+
+Task instance (`verifiers_instances()` makes one per task of the taskset):
+
+    {"environment": {"taskset": "my-env",            # the installed taskset package's id
+                     "packages": ["my-env==0.2"],    # pip requirements that install it
+                     "config": {...},                # the taskset's config fields, if any
+                     "score_timeout_s": 60},
+     "task": {"id": ..., "prompt": ..., ...}}        # the task's data, as the taskset made it
+
+INIT installs (once, cached) the environment's virtual environment (`venv`). RUN prompts the
+policy with the task's `system_prompt` and `prompt` (text, or chat messages) and takes its
+reply. EVAL rebuilds the task from its data in a verifiers worker (`workers`, `worker.py`),
+hands its `@vf.reward` and `@vf.metric` functions the rollout as a verifiers trace, and the
+reward is what verifiers itself would sum: every reward's score times its weight.
+
+Whose fault a failure is:
+- the taskset cannot be imported, its config or the task's data does not validate, or the
+  environment needs what agentroll does not run yet (tool servers, a container runtime, LLM
+  judges): infra_error `verifiers_load_failed` (nothing of the policy's was read);
+- a reward function raises, never returns (`score_timeout_s`), kills its worker, or gives no
+  finite score, on the policy's reply (a timeout or a dead worker counts once it happened
+  twice, the second time in a fresh worker: a loaded node is not the reply's doing): blamed
+  by a control (`control.py`), the same task scored on an empty reply. If the control is
+  scored, the reply broke the reward code: ok, reward 0, `reason: "reward_failed_on_answer"`.
+  If it fails too, the environment is broken for everyone: infra_error
+  `verifiers_reward_failed`;
+- a worker that cannot start: infra_error `verifiers_worker_unavailable`.
+"""
+
+import math
+from pathlib import Path
+from typing import Any, cast
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentroll.handlers.base import parsed_instance
+from agentroll.handlers.builtin.answer_task import FreeTextAnswerHandler
+from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
+from agentroll.handlers.builtin.verifiers_env.venv import ensure_verifiers_venv
+from agentroll.handlers.builtin.verifiers_env.workers import default_workers
+from agentroll.handlers.context import Reward, RolloutContext
+from agentroll.handlers.errors import InfraError, VerifiersRewardFailed, VerifiersWorkerFailure
+from agentroll.server.schema.messages import ChatMessage
+
+INSTANCE_KEY, PYTHON_KEY, PROMPT_KEY = "verifiers_task", "verifiers_python", "verifiers_prompt"
+MAX_SHOWN_CHARS = 2_000
+MAX_REQUIREMENTS = 32
+SCORING_ATTEMPTS = 2
+"""A scoring that times out or kills its worker is tried once more in a fresh worker."""
+
+
+class EnvironmentSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    taskset: str = Field(..., min_length=1, max_length=200)
+    packages: list[str] = Field(default_factory=list, max_length=MAX_REQUIREMENTS)
+    config: dict[str, Any] = Field(default_factory=dict)
+    score_timeout_s: float = Field(60.0, gt=0, le=3600)
+
+    def taskset_config(self) -> dict[str, Any]:
+        return {**self.config, "id": self.taskset}
+
+
+class VerifiersInstance(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    environment: EnvironmentSpec
+    task: dict[str, Any]
+
+
+def prompt_messages(task: dict[str, Any]) -> list[ChatMessage]:
+    """The opening messages a task's data describes (`system_prompt`, then `prompt`)."""
+    messages: list[ChatMessage] = []
+    if task.get("system_prompt"):
+        messages.append({"role": "system", "content": str(task["system_prompt"])})
+    prompt = task.get("prompt")
+    if isinstance(prompt, str):
+        messages.append({"role": "user", "content": prompt})
+    elif isinstance(prompt, list):
+        messages.extend(cast(ChatMessage, dict(m)) for m in prompt)
+    if not messages:
+        raise ValueError("the task has no prompt")
+    return messages
+
+
+def _scored(reply: dict[str, Any]) -> Reward:
+    """The reward a worker's reply gives; `VerifiersRewardFailed` where the reward code failed."""
+    if not reply.get("ok"):
+        if reply.get("stage") == "load":
+            raise InfraError(
+                f"the verifiers environment cannot load: {reply.get('error')}",
+                cause="verifiers_load_failed",
+            )
+        raise VerifiersRewardFailed(f"a reward function failed: {reply.get('error')}"[:4000])
+    rewards: dict[str, Any] = reply["rewards"]
+    unscored = [n for n, r in rewards.items() if r is None or not math.isfinite(r["score"])]
+    if unscored:
+        raise VerifiersRewardFailed(f"rewards {unscored} gave no finite score")
+    total = sum(r["score"] * r["weight"] for r in rewards.values())
+    info = {
+        "rewards": {n: r["score"] for n, r in rewards.items()},
+        "weights": {n: r["weight"] for n, r in rewards.items()},
+        "metrics": reply.get("metrics", {}),
+    }
+    return Reward(float(total), info)
+
+
+async def score_messages(
+    python: Path,
+    spec: EnvironmentSpec,
+    task: dict[str, Any],
+    messages: list[ChatMessage],
+    first: int,
+) -> Reward:
+    """The environment's rewards on `messages`, the assistant replies from `first` on being
+    the policy's. `VerifiersWorkerFailure` or `VerifiersRewardFailed` where no reward came."""
+    sampled = [i for i, m in enumerate(messages) if i >= first and m["role"] == "assistant"]
+    request = {
+        "op": "score",
+        "taskset": spec.taskset_config(),
+        "task": task,
+        "messages": messages,
+        "sampled": sampled,
+    }
+    reply = await default_workers().ask(python, request, spec.score_timeout_s)
+    return _scored(reply)
+
+
+async def score_twice(
+    python: Path,
+    spec: EnvironmentSpec,
+    task: dict[str, Any],
+    messages: list[ChatMessage],
+    first: int,
+    shown: dict[str, Any],
+) -> Reward:
+    """`score_messages`, once more in a fresh worker when the first worker timed out or died
+    (a starved or killed worker is not the reply's doing; a reply that does it does it twice;
+    `shown["scoring_attempts"]` records the second try). `VerifiersRewardFailed` where the
+    reward code failed, `VerifiersWorkerFailure` where no worker could start."""
+    failure: VerifiersRewardFailed | None = None
+    for attempt in range(1, SCORING_ATTEMPTS + 1):
+        if attempt > 1:
+            shown["scoring_attempts"] = attempt
+        try:
+            return await score_messages(python, spec, task, messages, first)
+        except VerifiersWorkerFailure as exc:
+            if exc.kind == "unavailable":
+                raise
+            failure = VerifiersRewardFailed(f"the reward code {exc.kind} on the reply: {exc}")
+    assert failure is not None
+    raise failure
+
+
+class VerifiersHandler(FreeTextAnswerHandler):
+    name = "verifiers"
+    instance_model = VerifiersInstance
+
+    @staticmethod
+    def task(ctx: RolloutContext) -> VerifiersInstance:
+        return parsed_instance(ctx, VerifiersInstance, INSTANCE_KEY)
+
+    def validate_instance(self, instance: dict[str, Any]) -> None:
+        super().validate_instance(instance)
+        prompt_messages(instance["task"])
+
+    async def init(self, ctx: RolloutContext) -> None:
+        venv = await ensure_verifiers_venv(self.task(ctx).environment.packages)
+        ctx.state[PYTHON_KEY] = venv.python
+
+    def plain_messages(self, ctx: RolloutContext) -> list[ChatMessage]:
+        messages = prompt_messages(self.task(ctx).task)
+        ctx.state[PROMPT_KEY] = len(messages)  # what follows is the policy's
+        return messages
+
+    def task_prompt(self, ctx: RolloutContext) -> str:
+        return str(prompt_messages(self.task(ctx).task)[-1]["content"])
+
+    async def eval(self, ctx: RolloutContext) -> Reward:
+        job = self.task(ctx)
+        python = ctx.state[PYTHON_KEY]
+        messages: list[ChatMessage] = [
+            {"role": m["role"], "content": m.get("content") or ""} for m in ctx.llm.messages
+        ]
+        first = ctx.state.get(PROMPT_KEY, len(messages))
+        shown: dict[str, Any] = {"reply": str(ctx.state.get("final_text", ""))[:MAX_SHOWN_CHARS]}
+        try:
+            reward = await score_twice(python, job.environment, job.task, messages, first, shown)
+        except VerifiersWorkerFailure as exc:  # unavailable: never the reply's doing
+            raise InfraError(str(exc), cause="verifiers_worker_unavailable") from exc
+        except VerifiersRewardFailed as exc:
+            failure = exc
+        else:
+            reward.info = {**shown, **reward.info}
+            return reward
+
+        async def control() -> ControlResult:
+            empty: list[ChatMessage] = [*messages[:first], {"role": "assistant", "content": ""}]
+            try:
+                got = await score_twice(python, job.environment, job.task, empty, first, {})
+            except (VerifiersWorkerFailure, VerifiersRewardFailed) as exc:
+                # Not kept when the workers could not start or timed out: that says nothing
+                # lasting about the reward code.
+                keep = isinstance(exc, VerifiersRewardFailed) and "timeout" not in str(exc)
+                return ControlResult(False, f"on an empty reply: {exc}", keep=keep)
+            return ControlResult(True, f"an empty reply was scored: reward {got.value:g}")
+
+        key = content_key(self.name, job.environment.model_dump(mode="json"), job.task)
+        return blamed(
+            failure, "reward_failed_on_answer", await CONTROLS.result(key, control), shown
+        )

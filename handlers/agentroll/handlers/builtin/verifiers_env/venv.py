@@ -1,0 +1,102 @@
+"""The virtual environment verifiers environments run in, created by code and cached.
+
+verifiers pins packages the server's own environment cannot hold (`mcp==2.0.0`, `openai<3`, a
+newer `transformers`), so its environments never run in the server's interpreter: they run in
+a virtual environment of their own, installed from `verifiers.lock.txt` (every package pinned,
+`--no-deps`) plus the environment packages a job names (installed with their dependencies,
+constrained by the lock so none of verifiers' pins moves), then checked by importing
+verifiers. One folder per lock and package list (`agentroll.runtime.locked_venv`), under
+`$AGENTROLL_VERIFIERS_CACHE` (default /var/tmp/agentroll-verifiers). A package given as a
+local folder is keyed by its files' content, so an edited one is installed afresh.
+"""
+
+import hashlib
+import os
+import sys
+from collections.abc import Sequence
+from importlib import resources
+from pathlib import Path
+
+from agentroll.handlers.errors import VerifiersSetupError
+from agentroll.runtime.images.cache import cache_key
+from agentroll.runtime.images.errors import BuildFailed, BuildTimeout
+from agentroll.runtime.images.proc import run_logged
+from agentroll.runtime.locked_venv import (
+    LOCK_PLACEHOLDER,
+    STAMP,
+    CachedVenv,
+    VenvRecipe,
+    ensure_locked_venv,
+)
+
+CACHE_ENV = "AGENTROLL_VERIFIERS_CACHE"
+DEFAULT_CACHE_ROOT = Path("/var/tmp/agentroll-verifiers")
+INSTALL_TIMEOUT_S = 1200.0
+SKIPPED_DIRS = frozenset({"__pycache__", ".git", "build", "dist", ".venv"})
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE_ROOT)
+
+
+def lock_text() -> str:
+    return resources.files(__package__).joinpath("verifiers.lock.txt").read_text()
+
+
+def _folder_digest(folder: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if path.is_file() and not SKIPPED_DIRS.intersection(relative.parts):
+            if any(part.endswith(".egg-info") for part in relative.parts):
+                continue
+            digest.update(f"{relative}\0".encode() + path.read_bytes() + b"\0")
+    return digest.hexdigest()
+
+
+def requirement_identity(requirement: str) -> str:
+    """What the cache key holds for one package: a local folder's content, else the text."""
+    path = Path(requirement)
+    if path.is_absolute() and path.is_dir():
+        return f"{requirement}@{_folder_digest(path)}"
+    return requirement
+
+
+def recipe(packages: Sequence[str]) -> VenvRecipe:
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+    identities = sorted(requirement_identity(p) for p in packages)
+    key = cache_key(
+        "verifiers-venv",
+        {"lock": lock_text(), "packages": "\n".join(identities), "python": version},
+    )
+    steps = [("install", "-q", "-c", LOCK_PLACEHOLDER, *sorted(packages))] if packages else []
+    return VenvRecipe("verifiers", key, lock_text(), steps, check="import verifiers.v1")
+
+
+async def _run(args: list[str], log: Path, timeout_s: float) -> None:
+    try:
+        await run_logged(args, log_path=log, timeout_s=timeout_s)
+    except (BuildFailed, BuildTimeout) as exc:
+        raise VerifiersSetupError(f"{' '.join(args[:5])} ...: {exc}") from None
+
+
+_ready: dict[tuple[Path, tuple[str, ...]], CachedVenv] = {}
+"""Environments this process found whole, by cache root and package list: a rollout does not
+hash a local package's files again (a folder edited while the server runs is installed afresh
+by the next server, or by `ensure_verifiers_venv` in a process of its own)."""
+
+
+async def ensure_verifiers_venv(
+    packages: Sequence[str], root: Path | None = None, *, timeout_s: float = INSTALL_TIMEOUT_S
+) -> CachedVenv:
+    """The environment holding verifiers and `packages` (pip requirements: names, pins, or
+    absolute paths of local folders), installed if it is not cached yet."""
+    base = root or cache_root()
+    known = (base, tuple(sorted(packages)))
+    ready = _ready.get(known)
+    if ready is not None and (ready.root / STAMP).exists():
+        return CachedVenv(ready.root, False, 0.0)
+    base.mkdir(parents=True, exist_ok=True)
+    venv = await ensure_locked_venv(recipe(packages), base, timeout_s=timeout_s, run=_run)
+    _ready[known] = venv
+    return venv

@@ -1,0 +1,6 @@
+"""A real OpenEnv environment server for tests: openenv-core's own server, serving the
+guessing game of `guess_env.py`, in a virtual environment of its own (`server.py`)."""
+
+from agentroll.testing.openenv.server import GuessServer, guess_server, openenv_python
+
+__all__ = ["GuessServer", "guess_server", "openenv_python"]

@@ -1,0 +1,52 @@
+"""The `openenv_guess` rule: plays the OpenEnv guessing game of `agentroll.testing.openenv`.
+
+When the `step` tool is offered and the task shows an OpenEnv first observation, it reads its
+own earlier guesses and the environment's feedback (`higher` / `lower`) back from the
+conversation and guesses the middle of what is left (1 to 10): a binary search that always
+finds the number. Two task markers make it act badly on purpose: `GUESS 11 FIRST` (its first
+guess is 11, which the environment's action model refuses; then it plays on) and `ALWAYS
+GUESS 11` (it never stops guessing 11).
+"""
+
+import json
+
+from agentroll.testing.scripted_llm.policy import Conversation, Reply, RuleContext
+from agentroll.testing.scripted_llm.rules.steps import call, offered_tools, task_text
+
+FIRST_OBSERVATION = "First observation:"
+INVALID = 11
+
+
+def _guesses(conv: Conversation) -> list[tuple[int, str]]:
+    """(guess, the environment's feedback or '' if refused), in order."""
+    guesses: list[int] = []
+    for message in conv.messages:
+        if message.role == "assistant" and "<tool_call>" in message.content:
+            body = message.content.split("<tool_call>", 1)[1].split("</tool_call>", 1)[0]
+            guesses.append(int(json.loads(body)["arguments"]["guess"]))
+    answers = [m.content for m in conv.messages if m.role == "tool"]
+    out = []
+    for guess, answer in zip(guesses, answers, strict=False):
+        try:
+            feedback = str(json.loads(answer)["observation"]["feedback"])
+        except (ValueError, KeyError, TypeError):
+            feedback = ""  # an error answer: the guess was refused
+        out.append((guess, feedback))
+    return out
+
+
+def openenv_guess_rule(conv: Conversation, ctx: RuleContext) -> Reply | None:
+    task = task_text(conv)
+    if "step" not in offered_tools(conv) or FIRST_OBSERVATION not in task:
+        return None
+    history = _guesses(conv)
+    if "ALWAYS GUESS 11" in task or ("GUESS 11 FIRST" in task and not history):
+        return call("step", {"guess": INVALID}, "Let me try 11.")
+    low, high = 1, 10
+    for guess, feedback in history:
+        if feedback == "higher":
+            low = max(low, guess + 1)
+        elif feedback == "lower":
+            high = min(high, guess - 1)
+    guess = (low + high) // 2
+    return call("step", {"guess": guess}, f"It is between {low} and {high}; I guess {guess}.")
