@@ -5,8 +5,8 @@ from collections.abc import Iterator
 
 from prometheus_client.core import CounterMetricFamily, Metric
 
+from agentroll.server.jobs import JobService
 from agentroll.server.metrics import gauge
-from agentroll.server.service import JobService
 
 
 def live_gauges(service: JobService) -> Iterator[Metric]:

@@ -13,12 +13,9 @@ server is not replayed forever).
 import logging
 from typing import Any
 
-from agentroll.server.jobs import LiveJob
+from agentroll.server.jobs import JobService, LiveJob, Verdict, build_trajectory
 from agentroll.server.llm.policies import Policy
-from agentroll.server.pipeline import Verdict
-from agentroll.server.results import build_trajectory
 from agentroll.server.schema import DEFAULT_POLICY, JobRequest, Outcome
-from agentroll.server.service import JobService
 from agentroll.server.store import JobRow
 
 log = logging.getLogger("agentroll.server")

@@ -2,8 +2,8 @@
 
 from collections import Counter
 
+from agentroll.server.jobs import JobService
 from agentroll.server.schema import AdmissionStatus, JobState, StageStatus, StatusResponse
-from agentroll.server.service import JobService
 
 
 def server_status(service: JobService) -> StatusResponse:

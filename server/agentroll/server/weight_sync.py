@@ -19,11 +19,11 @@ import time
 
 from agentroll.server import recovery
 from agentroll.server.errors import PauseTimeout, UnknownPolicy, VersionConflict
+from agentroll.server.jobs import JobService
 from agentroll.server.llm.base import BackendClient, BackendError
 from agentroll.server.llm.policies import Policy
 from agentroll.server.llm.vllm import VLLMClient
 from agentroll.server.schema import DEFAULT_POLICY, PauseMode, PauseResponse
-from agentroll.server.service import JobService
 
 log = logging.getLogger("agentroll.server.weight_sync")
 BACKEND_CONTROL_TIMEOUT_S = 30.0

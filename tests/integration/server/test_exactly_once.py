@@ -10,9 +10,9 @@ import pytest
 from tests.conftest import ServerFactory
 from tests.integration.server.scripted_handlers import Gates, make_registry
 
-from agentroll.server import service as service_module
+from agentroll.server.jobs import service as service_module
+from agentroll.server.jobs.service import JobService
 from agentroll.server.schema import JobRequest, Outcome
-from agentroll.server.service import JobService
 from agentroll.server.store import JobStore, NewJob
 
 pytestmark = pytest.mark.integration

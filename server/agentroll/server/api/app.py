@@ -21,10 +21,10 @@ from agentroll.server.api import (
 from agentroll.server.api.errors import install_error_handlers
 from agentroll.server.api.middleware import OPEN_PATHS, GuardMiddleware
 from agentroll.server.auth import api_tokens
+from agentroll.server.jobs import JobService
 from agentroll.server.live_metrics import live_gauges
 from agentroll.server.llm import BackendPool, HTTPClient
 from agentroll.server.metrics import ServerMetrics
-from agentroll.server.service import JobService
 from agentroll.server.settings import Settings
 from agentroll.server.store import JobStore
 from agentroll.server.ui import Viewer

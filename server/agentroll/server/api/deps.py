@@ -6,8 +6,8 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Request
 
 from agentroll.server.api.middleware import ADMIN_STATE_KEY
+from agentroll.server.jobs import JobService
 from agentroll.server.llm import BackendPool
-from agentroll.server.service import JobService
 
 
 def get_service(request: Request) -> JobService:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from agentroll.server.ui.source import ResultsReader
 
 if TYPE_CHECKING:  # the live server's service; `agentroll view` has none
-    from agentroll.server.service import JobService
+    from agentroll.server.jobs import JobService
 
 
 @dataclass

@@ -11,7 +11,7 @@ from typing import Any
 from agentroll.handlers import InfraError, JudgeReply, LLMUnavailable, ProxyLimits
 from agentroll.handlers.toolcalls import DEFAULT_PARSER, get_parser
 from agentroll.runtime import Runtime, Sandbox, SandboxError, SandboxSpec
-from agentroll.server.agents import JobAgents
+from agentroll.server.jobs.agents import JobAgents
 from agentroll.server.llm import TokenSession
 from agentroll.server.llm.judge import JudgeCaller
 from agentroll.server.metrics import ServerMetrics

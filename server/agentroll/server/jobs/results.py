@@ -3,9 +3,9 @@
 import time
 from typing import Any
 
-from agentroll.server.context import JobContext
-from agentroll.server.jobs import LiveJob
-from agentroll.server.pipeline import Verdict
+from agentroll.server.jobs.context import JobContext
+from agentroll.server.jobs.live import LiveJob
+from agentroll.server.jobs.pipeline import Verdict
 from agentroll.server.recorded import logprobs_info
 from agentroll.server.schema import ErrorInfo, JobState, Outcome, Trajectory
 

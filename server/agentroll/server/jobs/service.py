@@ -16,9 +16,7 @@ from typing import Any
 from agentroll.handlers import AgentHandler, HandlerRegistry
 from agentroll.runtime import Runtime
 from agentroll.server.admission import NodeAdmission
-from agentroll.server.agents import JobAgent, JobAgents
 from agentroll.server.backends import PersistedBackends
-from agentroll.server.context import JobContext
 from agentroll.server.errors import (
     InvalidInstances,
     JobConflict,
@@ -29,15 +27,18 @@ from agentroll.server.errors import (
     UnknownJob,
 )
 from agentroll.server.fingerprint import request_fingerprint
-from agentroll.server.jobs import LiveJob
+from agentroll.server.jobs.agents import JobAgent, JobAgents
+from agentroll.server.jobs.context import JobContext
+from agentroll.server.jobs.live import LiveJob
+from agentroll.server.jobs.pipeline import Pipeline, Refused, Verdict
+from agentroll.server.jobs.results import SCORED_OUTCOMES, STATUS_BY_OUTCOME, build_trajectory
+from agentroll.server.jobs.versions import stale_reason, stamped
 from agentroll.server.llm import BackendPool, TokenSession
 from agentroll.server.llm.gate import GenerationGate
 from agentroll.server.llm.judge import JudgeCaller
 from agentroll.server.llm.policies import Policies
 from agentroll.server.logs import job_id_var
 from agentroll.server.metrics import ServerMetrics
-from agentroll.server.pipeline import Pipeline, Refused, Verdict
-from agentroll.server.results import SCORED_OUTCOMES, STATUS_BY_OUTCOME, build_trajectory
 from agentroll.server.schema import (
     DEFAULT_POLICY,
     JobRequest,
@@ -51,7 +52,6 @@ from agentroll.server.schema import (
 )
 from agentroll.server.settings import Settings
 from agentroll.server.store import JobRow, JobStore, NewJob
-from agentroll.server.versions import stale_reason, stamped
 
 log = logging.getLogger("agentroll.server")
 TEMPLATE_CHECK_TIMEOUT_S = 10.0
