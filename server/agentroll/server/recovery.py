@@ -13,7 +13,7 @@ server is not replayed forever).
 import logging
 from typing import Any
 
-from agentroll.server.jobs import JobService, LiveJob, Verdict, build_trajectory
+from agentroll.server.jobs import JobService, LiveJob, Verdict, unrun_trajectory
 from agentroll.server.llm.policies import Policy
 from agentroll.server.schema import DEFAULT_POLICY, JobRequest, Outcome
 from agentroll.server.store import JobRow
@@ -90,7 +90,7 @@ async def save_control(service: JobService, policy: Policy, *, paused: bool | No
 async def _fail_all(service: JobService, jobs: list[LiveJob], cause: str, message: str) -> None:
     for job in jobs:
         verdict = Verdict(Outcome.infra_error, None, cause, message)
-        await service.persist(job, build_trajectory(job, None, verdict, {}))
+        await service.persist(job, unrun_trajectory(job, verdict))
     if jobs:
         log.warning("reported %d interrupted jobs as infra_error (%s)", len(jobs), cause)
 

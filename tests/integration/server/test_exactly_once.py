@@ -10,8 +10,7 @@ import pytest
 from tests.conftest import ServerFactory
 from tests.integration.server.scripted_handlers import Gates, make_registry
 
-from agentroll.server.jobs import service as service_module
-from agentroll.server.jobs.service import JobService
+from agentroll.server.jobs import JobService, Rollout
 from agentroll.server.schema import JobRequest, Outcome
 from agentroll.server.store import JobStore, NewJob
 
@@ -50,12 +49,12 @@ async def test_a_cancel_after_the_pipeline_keeps_the_finished_result(
     """Between EVAL and the commit (the template check) a cancel arrives: too late to cancel."""
     in_check, release = asyncio.Event(), asyncio.Event()
 
-    async def slow_check(self: JobService, ctx: Any) -> int | None:
+    async def slow_check(self: Rollout) -> int | None:
         in_check.set()
         await release.wait()
         return None
 
-    monkeypatch.setattr(JobService, "_template_divergence", slow_check)
+    monkeypatch.setattr(Rollout, "_template_divergence", slow_check)
     async with agentroll_server(registry=make_registry(Gates())) as (server, client):
         await client.submit([job("late", reward=1.0)])
         await asyncio.wait_for(in_check.wait(), 10)
@@ -80,14 +79,10 @@ async def test_a_cancel_after_the_pipeline_keeps_the_finished_result(
 async def test_a_trajectory_that_cannot_be_built_still_ends_the_job(
     agentroll_server: ServerFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = service_module.build_trajectory
+    def broken(self: Rollout, verdict: Any, extra: Any) -> Any:
+        raise ValueError("cannot serialise this rollout")
 
-    def broken(job_: Any, ctx: Any, verdict: Any, extra: Any) -> Any:
-        if ctx is not None:
-            raise ValueError("cannot serialise this rollout")
-        return real(job_, ctx, verdict, extra)
-
-    monkeypatch.setattr(service_module, "build_trajectory", broken)
+    monkeypatch.setattr(Rollout, "trajectory", broken)
     async with agentroll_server(registry=make_registry(Gates())) as (server, client):
         await client.submit([job("broken")])
         result = await client.result("broken", wait=10)

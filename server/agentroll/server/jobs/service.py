@@ -11,9 +11,8 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
-from typing import Any
 
-from agentroll.handlers import AgentHandler, HandlerRegistry
+from agentroll.handlers import HandlerRegistry
 from agentroll.runtime import Runtime
 from agentroll.server.admission import NodeAdmission
 from agentroll.server.backends import PersistedBackends
@@ -31,7 +30,9 @@ from agentroll.server.jobs.agents import JobAgent, JobAgents
 from agentroll.server.jobs.context import JobContext
 from agentroll.server.jobs.live import LiveJob
 from agentroll.server.jobs.pipeline import Pipeline, Refused, Verdict
-from agentroll.server.jobs.results import SCORED_OUTCOMES, STATUS_BY_OUTCOME, build_trajectory
+from agentroll.server.jobs.results import STATUS_BY_OUTCOME, unrun_trajectory
+from agentroll.server.jobs.rollout import Rollout
+from agentroll.server.jobs.usage import RolloutUsage
 from agentroll.server.jobs.versions import stale_reason, stamped
 from agentroll.server.llm import BackendPool, TokenSession
 from agentroll.server.llm.gate import GenerationGate
@@ -54,7 +55,6 @@ from agentroll.server.settings import Settings
 from agentroll.server.store import JobRow, JobStore, NewJob
 
 log = logging.getLogger("agentroll.server")
-TEMPLATE_CHECK_TIMEOUT_S = 10.0
 PERSIST_RETRY_MIN_S = 0.2
 PERSIST_RETRY_MAX_S = 5.0
 
@@ -236,6 +236,9 @@ class JobService:
             policy=policy,
         )
 
+    def _rollout(self, job: LiveJob) -> Rollout:
+        return Rollout(job, self.registry.get(job.request.handler), self._context(job))
+
     def _context(self, job: LiveJob) -> JobContext:
         request = job.request
         agents = {
@@ -252,8 +255,8 @@ class JobService:
             deadline=job.started + request.limits.deadline_s,
             agent_clock=job.agent_seconds,
             runtime=self.runtime,
+            usage=RolloutUsage(self.metrics),
             teardowns=self.teardowns,
-            metrics=self.metrics,
             proxy_caps=self.settings.llm_proxy,
             judges=self.judges,
         )
@@ -266,14 +269,13 @@ class JobService:
         so neither a late cancel nor an exception can lose a finished result.
         """
         job_id_var.set(job.job_id)  # this task's own context: every log line names the job
-        handler = self.registry.get(job.request.handler)
-        ctx = self._context(job)
+        rollout = self._rollout(job)
         try:
-            verdict = await self.pipeline.execute(job, handler, ctx)
+            verdict = await rollout.run(self.pipeline)
         except asyncio.CancelledError:
             cause = job.cancel_cause
             if cause is None:
-                ctx.release_sandboxes()
+                rollout.context.release_sandboxes()
                 raise  # not ours (event loop teardown): the job stays unfinished and is recovered
             self._absorb_cancel()
             verdict = Verdict(Outcome.cancelled, None, cause, f"job cancelled ({cause})", None)
@@ -281,8 +283,8 @@ class JobService:
             log.exception("job %s failed in the pipeline", job.job_id)
             verdict = Verdict(Outcome.infra_error, None, "server_error", repr(exc))
         job.finishing = True
-        ctx.release_sandboxes()  # in the background: the result need not wait for it
-        conclusion = asyncio.ensure_future(self._conclude(job, handler, ctx, verdict))
+        rollout.context.release_sandboxes()  # in the background: the result need not wait for it
+        conclusion = asyncio.ensure_future(self._conclude(rollout, verdict))
         while not conclusion.done():
             try:
                 await asyncio.shield(conclusion)
@@ -297,38 +299,10 @@ class JobService:
         assert task is not None
         task.uncancel()
 
-    async def _conclude(
-        self, job: LiveJob, handler: AgentHandler, ctx: JobContext, verdict: Verdict
-    ) -> None:
-        extra: dict[str, Any] = {}
-        try:
-            extra = handler.final_result(ctx)
-        except Exception as exc:
-            log.exception("final_result of %s failed for job %s", job.request.handler, job.job_id)
-            if verdict.outcome in SCORED_OUTCOMES:
-                verdict = Verdict(Outcome.infra_error, None, "final_result_failed", repr(exc))
-        if verdict.outcome in SCORED_OUTCOMES:
-            divergence = await self._template_divergence(ctx)
-            if divergence is not None:
-                extra.setdefault("metadata", {})["template_divergence"] = divergence
-        try:
-            trajectory = build_trajectory(job, ctx, verdict, extra)
-        except Exception as exc:
-            log.exception("could not build the trajectory of job %s", job.job_id)
-            failed = Verdict(Outcome.infra_error, None, "trajectory_failed", repr(exc))
-            trajectory = build_trajectory(job, None, failed, {})
-        await self.persist(job, trajectory)
-
-    async def _template_divergence(self, ctx: JobContext) -> int | None:
-        """Diagnostics only: bounded, and a failure to measure never fails the rollout."""
-        if not self.settings.measure_template_divergence or ctx.llm.num_turns < 2:
-            return None
-        try:
-            async with asyncio.timeout(TEMPLATE_CHECK_TIMEOUT_S):
-                return await ctx.llm.template_divergence()
-        except Exception as exc:
-            log.warning("could not measure template divergence: %r", exc)
-            return None
+    async def _conclude(self, rollout: Rollout, verdict: Verdict) -> None:
+        measure = self.settings.measure_template_divergence
+        trajectory = await rollout.conclude(verdict, measure_divergence=measure)
+        await self.persist(rollout.record, trajectory)
 
     async def persist(self, job: LiveJob, trajectory: Trajectory) -> None:
         """Commit the result, retrying while the store refuses writes (e.g. a full disk).
@@ -349,7 +323,7 @@ class JobService:
                 if not replaced:
                     log.error("job %s: %s; recording infra_error instead", job.job_id, exc)
                     verdict = Verdict(Outcome.infra_error, None, "result_rejected", str(exc))
-                    trajectory = build_trajectory(job, None, verdict, {})
+                    trajectory = unrun_trajectory(job, verdict)
                     state = STATUS_BY_OUTCOME[trajectory.outcome]
                     result, replaced = trajectory.model_dump(mode="json"), True
                     continue
