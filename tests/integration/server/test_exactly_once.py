@@ -12,6 +12,7 @@ from tests.integration.server.scripted_handlers import Gates, make_registry
 
 from agentroll.server.jobs import JobService, Rollout
 from agentroll.server.schema import JobRequest, Outcome
+from agentroll.server.state import ServerState
 from agentroll.server.store import JobStore, NewJob
 
 pytestmark = pytest.mark.integration
@@ -24,6 +25,11 @@ def job(job_id: str, **instance: Any) -> dict[str, Any]:
 def service_of(server: Any) -> JobService:
     svc: JobService = server.server.config.app.state.service
     return svc
+
+
+def state_of(server: Any) -> ServerState:
+    state: ServerState = server.server.config.app.state.server
+    return state
 
 
 async def test_resubmission_with_reordered_keys_is_the_same_job(
@@ -114,12 +120,12 @@ async def test_pause_state_and_policy_version_survive_a_restart(
         await client.resume(policy_version=3)
         await client.pause(mode="keep")
         await client.submit([job("stamped", block=["init"])])
-        row = await service_of(server).store.get_job("stamped")
+        row = await state_of(server).store.get_job("stamped")
         assert row is not None and json.loads(row.request_json)["policy_version"] == 3
     async with agentroll_server(registry=make_registry(Gates())) as (server, client):
         status = await client.status()
         assert (status.paused, status.policy_version) == (True, 3)  # killed mid-sync: paused
-        assert service_of(server).gate.mode == "keep"
+        assert state_of(server).policies.default.gate.mode == "keep"
         resumed = await client.resume(policy_version=4)
         assert (resumed.paused, resumed.policy_version) == (False, 4)
     async with agentroll_server(registry=make_registry(Gates())) as (_, client):

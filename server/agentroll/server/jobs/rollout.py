@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentroll.handlers import AgentHandler
+from agentroll.server.jobs.agents import JobAgent, JobAgents
 from agentroll.server.jobs.context import JobContext
 from agentroll.server.jobs.live import LiveJob
 from agentroll.server.jobs.pipeline import Pipeline, Verdict
@@ -21,8 +22,11 @@ from agentroll.server.jobs.results import (
     trajectory_record,
     unrun_trajectory,
 )
+from agentroll.server.jobs.usage import RolloutUsage
+from agentroll.server.llm import TokenSession
 from agentroll.server.recorded import logprobs_info
-from agentroll.server.schema import Outcome, Trajectory
+from agentroll.server.schema import DEFAULT_POLICY, JobRequest, Outcome, Trajectory
+from agentroll.server.state import ServerState
 
 log = logging.getLogger("agentroll.server")
 TEMPLATE_CHECK_TIMEOUT_S = 10.0
@@ -33,6 +37,32 @@ class Rollout:
     record: LiveJob
     handler: AgentHandler
     context: JobContext
+
+    @classmethod
+    def open(cls, record: LiveJob, state: ServerState) -> "Rollout":
+        """The rollout of `record`: its handler, and a context with a token session per
+        policy it samples from, on the server's backends, runtime and judges."""
+        request = record.request
+        agents = {
+            name: JobAgent(name, spec.policy, spec.trainable, _session(state, request, spec.policy))
+            for name, spec in (request.agents or {}).items()
+        }
+        context = JobContext(
+            job_id=record.job_id,
+            instance=request.instance,
+            limits=request.limits,
+            metadata=request.metadata,
+            llm=_session(state, request, DEFAULT_POLICY),
+            agents=JobAgents(agents),
+            deadline=record.started + request.limits.deadline_s,
+            agent_clock=record.agent_seconds,
+            runtime=state.runtime,
+            usage=RolloutUsage(state.metrics),
+            teardowns=state.teardowns,
+            proxy_caps=state.settings.llm_proxy,
+            judges=state.judges,
+        )
+        return cls(record, state.registry.get(request.handler), context)
 
     @property
     def job_id(self) -> str:
@@ -121,3 +151,18 @@ class Rollout:
             chains=ctx.recorded_chains(sampling),
             **fields,
         )
+
+
+def _session(state: ServerState, request: JobRequest, policy: str) -> TokenSession:
+    return TokenSession(
+        state.backends,
+        sampling=request.sampling.model_dump(exclude_none=True),
+        tags=frozenset(request.backend_tags),
+        max_response_tokens=request.limits.max_response_tokens,
+        max_context_tokens=request.limits.max_context_tokens,
+        gate=state.policies.get(policy).gate,
+        metrics=state.metrics,
+        request_timeout_s=state.settings.llm_request_timeout_s,
+        backend_wait_s=state.settings.backend_wait_s,
+        policy=policy,
+    )
