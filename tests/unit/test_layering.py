@@ -1,7 +1,8 @@
 """docs/design.md (layout): trainer_clients -> server.schema; server -> handlers -> runtime;
 server -> runtime; handlers -> server.schema.messages (the conversation's types, nothing
 else of the server); the test doubles (agentroll.testing) only where tests, the demo and the
-command line ask for them."""
+command line ask for them. Inside the server, a job's life is one package
+(agentroll.server.jobs) that never climbs back up into what uses it."""
 
 import ast
 import subprocess
@@ -78,3 +79,68 @@ def test_client_import_stays_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == ""
+
+
+SERVER = ROOT / "server"
+JOBS = "agentroll.server.jobs"
+
+
+def _server_modules() -> dict[str, Path]:
+    """Every module of `agentroll.server` by dotted name (a package by its own name)."""
+    modules = {}
+    for path in (SERVER / "agentroll/server").rglob("*.py"):
+        parts = path.relative_to(SERVER).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        modules[name] = path
+    return modules
+
+
+def _server_imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """The server modules `path` imports, each with the packages importing it runs first."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
+    found = set()
+    for name in names:
+        parts = name.split(".")
+        found.update(
+            ".".join(parts[:i]) for i in range(3, len(parts) + 1) if ".".join(parts[:i]) in modules
+        )
+    return found
+
+
+def _reach(start: str, graph: dict[str, set[str]]) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for name in graph[todo.pop()] - seen:
+            seen.add(name)
+            todo.append(name)
+    return seen
+
+
+def test_the_job_life_is_one_package_with_no_climbs_back_up() -> None:
+    """`agentroll.server.jobs` (admission, the stages, the rollout, the commit) uses the rest
+    of the server only through modules that never lead back into it; the rest of the server
+    uses it only through the package's surface."""
+    modules = _server_modules()
+    graph = {name: _server_imports(path, modules) for name, path in modules.items()}
+    inside = {name for name in modules if name == JOBS or name.startswith(JOBS + ".")}
+    assert {f"{JOBS}.{m}" for m in ("service", "pipeline", "rollout", "context")} <= inside
+    climbs = sorted(
+        f"{name} imports {used}, which leads back into {JOBS}"
+        for name in inside
+        for used in graph[name] - inside
+        if _reach(used, graph) & inside
+    )
+    assert not climbs, "\n".join(climbs)
+    reaching_in = sorted(
+        f"{name} imports {used}"
+        for name in set(modules) - inside
+        for used in graph[name] & inside
+        if used != JOBS
+    )
+    assert not reaching_in, "\n".join(reaching_in)

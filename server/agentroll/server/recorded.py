@@ -1,7 +1,7 @@
 """`RecordedTokens`: the token stream a trajectory is built from, whoever recorded it.
 
 A handler's own `TokenSession` records one, and so does a harness's LLM proxy (its main chain,
-`proxy.recording.ProxyTrajectory`); `results.build_trajectory` reads nothing else of either.
+`proxy.recording.ProxyTrajectory`); `Rollout.trajectory` reads nothing else of either.
 """
 
 from collections.abc import Mapping, Sequence

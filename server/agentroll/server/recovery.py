@@ -13,48 +13,46 @@ server is not replayed forever).
 import logging
 from typing import Any
 
-from agentroll.server.jobs import LiveJob
-from agentroll.server.llm.policies import Policy
-from agentroll.server.pipeline import Verdict
-from agentroll.server.results import build_trajectory
+from agentroll.server.jobs import JobService, LiveJob, Verdict, unrun_trajectory
+from agentroll.server.llm.policies import Policies, Policy
 from agentroll.server.schema import DEFAULT_POLICY, JobRequest, Outcome
-from agentroll.server.service import JobService
-from agentroll.server.store import JobRow
+from agentroll.server.state import ServerState
+from agentroll.server.store import JobRow, JobStore
 
 log = logging.getLogger("agentroll.server")
 POLICY_KEY_PREFIX = "policy:"
 """Control-table key of a non-default policy's state."""
 
 
-async def recover(service: JobService) -> None:
+async def recover(state: ServerState, jobs: JobService) -> None:
     """Restore control state and backends; requeue (or fail) unfinished jobs."""
-    await restore_control(service)
-    await service.persisted_backends.restore()
-    rows = await service.store.unfinished()
+    await restore_control(state.store, state.policies)
+    await state.persisted_backends.restore()
+    rows = await state.store.unfinished()
     if not rows:
         return
-    jobs = [_revive(row) for row in rows]
-    if service.settings.on_restart == "requeue":
-        limit = service.settings.max_requeues
-        spent = [j for j in jobs if j.attempts > limit]
-        again = [j for j in jobs if j.attempts <= limit]
+    unfinished = [_revive(row) for row in rows]
+    if state.settings.on_restart == "requeue":
+        limit = state.settings.max_requeues
+        spent = [j for j in unfinished if j.attempts > limit]
+        again = [j for j in unfinished if j.attempts <= limit]
         message = f"its attempts started {limit + 1} times or more, each ended by a restart"
-        await _fail_all(service, spent, "requeue_limit", message)
+        await _fail_all(jobs, spent, "requeue_limit", message)
         for job in again:
-            service.launch(job)
+            jobs.launch(job)
         log.warning("requeued %d jobs left unfinished by a previous server", len(again))
         return
-    await _fail_all(service, jobs, "server_restart", "the server restarted mid-rollout")
+    await _fail_all(jobs, unfinished, "server_restart", "the server restarted mid-rollout")
 
 
-async def restore_control(service: JobService) -> None:
+async def restore_control(store: JobStore, policies: Policies) -> None:
     """Each policy's version, pause state and resumed staleness bound as the previous server
     left them."""
-    saved = await service.store.control()
-    _restore(service.policies.default, saved)
+    saved = await store.control()
+    _restore(policies.default, saved)
     for key, state in saved.items():
         if key.startswith(POLICY_KEY_PREFIX) and isinstance(state, dict):
-            _restore(service.policies.get(key.removeprefix(POLICY_KEY_PREFIX)), state)
+            _restore(policies.get(key.removeprefix(POLICY_KEY_PREFIX)), state)
 
 
 def _restore(policy: Policy, saved: dict[str, Any]) -> None:
@@ -72,7 +70,7 @@ def _restore(policy: Policy, saved: dict[str, Any]) -> None:
         )
 
 
-async def save_control(service: JobService, policy: Policy, *, paused: bool | None = None) -> None:
+async def save_control(store: JobStore, policy: Policy, *, paused: bool | None = None) -> None:
     """Persist a policy's version, pause state (or `paused`, about to be in force) and the
     staleness bound a resume set. The default policy keeps the keys it always had; the others
     have one key each, so pausing two policies at once never loses either write. Raises
@@ -87,15 +85,15 @@ async def save_control(service: JobService, policy: Policy, *, paused: bool | No
         state["max_policy_lag"] = policy.max_policy_lag
     if policy.name != DEFAULT_POLICY:
         state = {POLICY_KEY_PREFIX + policy.name: state}
-    await service.store.save_control(state)
+    await store.save_control(state)
 
 
-async def _fail_all(service: JobService, jobs: list[LiveJob], cause: str, message: str) -> None:
-    for job in jobs:
+async def _fail_all(jobs: JobService, failed: list[LiveJob], cause: str, message: str) -> None:
+    for job in failed:
         verdict = Verdict(Outcome.infra_error, None, cause, message)
-        await service.persist(job, build_trajectory(job, None, verdict, {}))
-    if jobs:
-        log.warning("reported %d interrupted jobs as infra_error (%s)", len(jobs), cause)
+        await jobs.persist(job, unrun_trajectory(job, verdict))
+    if failed:
+        log.warning("reported %d interrupted jobs as infra_error (%s)", len(failed), cause)
 
 
 def _revive(row: JobRow) -> LiveJob:

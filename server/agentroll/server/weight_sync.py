@@ -16,14 +16,16 @@ backend resumes first.
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from agentroll.server import recovery
 from agentroll.server.errors import PauseTimeout, UnknownPolicy, VersionConflict
+from agentroll.server.llm import BackendPool
 from agentroll.server.llm.base import BackendClient, BackendError
 from agentroll.server.llm.policies import Policy
 from agentroll.server.llm.vllm import VLLMClient
 from agentroll.server.schema import DEFAULT_POLICY, PauseMode, PauseResponse
-from agentroll.server.service import JobService
+from agentroll.server.state import ServerState
 
 log = logging.getLogger("agentroll.server.weight_sync")
 BACKEND_CONTROL_TIMEOUT_S = 30.0
@@ -51,11 +53,11 @@ async def _pause_backend(client: BackendClient, mode: PauseMode) -> None:
 
 
 async def _forward(
-    service: JobService, policy: Policy, action: str, mode: PauseMode | None = None
+    backends: BackendPool, policy: Policy, action: str, mode: PauseMode | None = None
 ) -> dict[str, str]:
     """Call `pause`/`resume` on every backend of `policy`; returns the failures by backend id."""
     calls = {}
-    for backend in service.backends.all():
+    for backend in backends.all():
         control = getattr(backend.client, action, None)
         if control is None or backend.policy != policy.name:
             continue
@@ -70,13 +72,13 @@ async def _forward(
     return errors
 
 
-def _known_policy(service: JobService, name: str) -> Policy:
+def _known_policy(state: ServerState, name: str) -> Policy:
     """The policy `name`; refused if nothing serves or uses it: a mistyped name must not
     look paused while the policy meant keeps generating and is never versioned."""
-    served = {b.policy for b in service.backends.all()}
-    if name != DEFAULT_POLICY and name not in service.policies and name not in served:
-        raise UnknownPolicy(name, {p.name for p in service.policies} | served)
-    return service.policies.get(name)
+    served = {b.policy for b in state.backends.all()}
+    if name != DEFAULT_POLICY and name not in state.policies and name not in served:
+        raise UnknownPolicy(name, {p.name for p in state.policies} | served)
+    return state.policies.get(name)
 
 
 def _response(policy: Policy, began: float, errors: dict[str, str]) -> PauseResponse:
@@ -93,23 +95,23 @@ def _response(policy: Policy, began: float, errors: dict[str, str]) -> PauseResp
 
 
 async def pause(
-    service: JobService, mode: PauseMode, timeout_s: float, policy_name: str = DEFAULT_POLICY
+    state: ServerState, mode: PauseMode, timeout_s: float, policy_name: str = DEFAULT_POLICY
 ) -> PauseResponse:
     """Close the policy's gate; return once quiet (wait, abort) or once its backends parked
     (keep)."""
     began = time.monotonic()
-    policy = _known_policy(service, policy_name)
+    policy = _known_policy(state, policy_name)
     policy.gate.close(mode)
     # Before anything else: a crash from here on stays paused.
-    await recovery.save_control(service, policy)
+    await recovery.save_control(state.store, policy)
     errors: dict[str, str] = {}
     if mode in ("abort", "keep"):
-        errors = await _forward(service, policy, "pause", mode)
+        errors = await _forward(state.backends, policy, "pause", mode)
     if mode == "abort":
         # Backends that aborted their requests themselves answer them with partial tokens;
         # only calls to the others are cancelled here (their tokens are sampled again).
         done_by_backend = frozenset(
-            b.id for b in service.backends.all() if b.policy == policy.name and b.id not in errors
+            b.id for b in state.backends.all() if b.policy == policy.name and b.id not in errors
         )
         policy.gate.abort_in_flight(spare=done_by_backend)
     if mode != "keep" and not await policy.gate.wait_quiet(timeout_s):
@@ -118,13 +120,16 @@ async def pause(
 
 
 async def resume(
-    service: JobService,
+    state: ServerState,
+    cancel_stale_running: Callable[[], list[str]],
     policy_version: int,
     max_policy_lag: int | None,
     policy_name: str = DEFAULT_POLICY,
 ) -> PauseResponse:
+    """Reopen the policy's gate at `policy_version`; where the settings say so,
+    `cancel_stale_running()` (the job table's) then cancels what now lags too far."""
     began = time.monotonic()
-    policy = _known_policy(service, policy_name)
+    policy = _known_policy(state, policy_name)
     gate = policy.gate
     if policy_version < gate.policy_version:
         raise VersionConflict(
@@ -138,19 +143,19 @@ async def resume(
         # weights under no version anyone can tell: cancelled, it is sampled again.
         labelled = [
             b.id
-            for b in service.backends.all()
+            for b in state.backends.all()
             if b.policy == policy.name and await _says_which_weights_sampled(b.client)
         ]
         gate.abort_in_flight(spare=frozenset(labelled))
     paused_in_backends = gate.mode in ("abort", "keep")
-    errors = await _forward(service, policy, "resume") if paused_in_backends else {}
+    errors = await _forward(state.backends, policy, "resume") if paused_in_backends else {}
     if max_policy_lag is not None:
         policy.max_policy_lag, policy.lag_from_resume = max_policy_lag, True
     # A store that refuses the write leaves the gate closed (the trainer retries resume).
-    await recovery.save_control(service, policy, paused=False)
+    await recovery.save_control(state.store, policy, paused=False)
     gate.open(policy_version)
-    if service.settings.cancel_stale_running:
-        stale = service.cancel_stale_running()
+    if state.settings.cancel_stale_running:
+        stale = cancel_stale_running()
         if stale:
             log.info(
                 "cancelled %d running jobs behind policy %s version %d",

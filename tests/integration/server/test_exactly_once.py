@@ -10,9 +10,9 @@ import pytest
 from tests.conftest import ServerFactory
 from tests.integration.server.scripted_handlers import Gates, make_registry
 
-from agentroll.server import service as service_module
+from agentroll.server.jobs import JobService, Rollout
 from agentroll.server.schema import JobRequest, Outcome
-from agentroll.server.service import JobService
+from agentroll.server.state import ServerState
 from agentroll.server.store import JobStore, NewJob
 
 pytestmark = pytest.mark.integration
@@ -25,6 +25,11 @@ def job(job_id: str, **instance: Any) -> dict[str, Any]:
 def service_of(server: Any) -> JobService:
     svc: JobService = server.server.config.app.state.service
     return svc
+
+
+def state_of(server: Any) -> ServerState:
+    state: ServerState = server.server.config.app.state.server
+    return state
 
 
 async def test_resubmission_with_reordered_keys_is_the_same_job(
@@ -50,12 +55,12 @@ async def test_a_cancel_after_the_pipeline_keeps_the_finished_result(
     """Between EVAL and the commit (the template check) a cancel arrives: too late to cancel."""
     in_check, release = asyncio.Event(), asyncio.Event()
 
-    async def slow_check(self: JobService, ctx: Any) -> int | None:
+    async def slow_check(self: Rollout) -> int | None:
         in_check.set()
         await release.wait()
         return None
 
-    monkeypatch.setattr(JobService, "_template_divergence", slow_check)
+    monkeypatch.setattr(Rollout, "_template_divergence", slow_check)
     async with agentroll_server(registry=make_registry(Gates())) as (server, client):
         await client.submit([job("late", reward=1.0)])
         await asyncio.wait_for(in_check.wait(), 10)
@@ -80,14 +85,10 @@ async def test_a_cancel_after_the_pipeline_keeps_the_finished_result(
 async def test_a_trajectory_that_cannot_be_built_still_ends_the_job(
     agentroll_server: ServerFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = service_module.build_trajectory
+    def broken(self: Rollout, verdict: Any, extra: Any) -> Any:
+        raise ValueError("cannot serialise this rollout")
 
-    def broken(job_: Any, ctx: Any, verdict: Any, extra: Any) -> Any:
-        if ctx is not None:
-            raise ValueError("cannot serialise this rollout")
-        return real(job_, ctx, verdict, extra)
-
-    monkeypatch.setattr(service_module, "build_trajectory", broken)
+    monkeypatch.setattr(Rollout, "trajectory", broken)
     async with agentroll_server(registry=make_registry(Gates())) as (server, client):
         await client.submit([job("broken")])
         result = await client.result("broken", wait=10)
@@ -119,12 +120,12 @@ async def test_pause_state_and_policy_version_survive_a_restart(
         await client.resume(policy_version=3)
         await client.pause(mode="keep")
         await client.submit([job("stamped", block=["init"])])
-        row = await service_of(server).store.get_job("stamped")
+        row = await state_of(server).store.get_job("stamped")
         assert row is not None and json.loads(row.request_json)["policy_version"] == 3
     async with agentroll_server(registry=make_registry(Gates())) as (server, client):
         status = await client.status()
         assert (status.paused, status.policy_version) == (True, 3)  # killed mid-sync: paused
-        assert service_of(server).gate.mode == "keep"
+        assert state_of(server).policies.default.gate.mode == "keep"
         resumed = await client.resume(policy_version=4)
         assert (resumed.paused, resumed.policy_version) == (False, 4)
     async with agentroll_server(registry=make_registry(Gates())) as (_, client):

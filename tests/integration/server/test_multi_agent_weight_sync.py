@@ -16,7 +16,7 @@ from tests.integration.server.multi_agent_support import (
     registry,
     serve_policies,
 )
-from tests.integration.server.test_exactly_once import service_of
+from tests.integration.server.test_exactly_once import state_of
 from tests.integration.server.test_metrics import scrape
 from tests.integration.server.test_weight_sync import assert_exact
 
@@ -127,7 +127,7 @@ async def test_each_policys_pause_and_version_survive_a_restart(
         assert (beta.paused, beta.mode, beta.policy_version) == (True, "keep", 3)
         assert (alpha.paused, alpha.policy_version) == (False, 2)
         assert (status.paused, status.policy_version) == (False, 0)  # default: untouched
-        assert service_of(server).policies.get("beta").gate.mode == "keep"
+        assert state_of(server).policies.get("beta").gate.mode == "keep"
         await client.resume(policy_version=4, policy="beta")
     async with agentroll_server(registry=registry()) as (_, client):
         beta = (await client.status()).policies["beta"]
@@ -184,7 +184,7 @@ async def test_staleness_is_judged_per_trainable_agent(
         fresh = duet_job("fresh", ["a"], ["b"])  # stamped with the current versions
         await client.submit([stale, frozen, fresh])
         done = await client.wait_for(["stale", "frozen", "fresh"], 60)
-        row = await service_of(server).store.get_job("fresh")
+        row = await state_of(server).store.get_job("fresh")
     t = done["stale"]
     assert (t.outcome, t.reward) == (Outcome.cancelled, None)
     assert t.error is not None and t.error.type == "stale_policy"

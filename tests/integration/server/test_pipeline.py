@@ -222,8 +222,8 @@ async def test_jobs_wait_for_the_node_and_say_why(agentroll_server: ServerFactor
     gib = 1 << 30
     node = [NodeReading(10.0, gib // 2, 24 * gib, 500, 30_000)]  # 0.5 of 24 GiB available
     async with agentroll_server(registry=make_registry(gates), admission={}) as (server, client):
-        service = server.server.config.app.state.service
-        service.admission._sample = lambda: node[0]
+        state = server.server.config.app.state.server
+        state.admission._sample = lambda: node[0]
         await asyncio.sleep(SAMPLE_INTERVAL_S)  # readings are at most this old
         await client.submit([job("first", block=["run"])])  # an idle node admits one anyway
         await eventually(lambda: "first" in gates.entered["run"])
@@ -257,8 +257,8 @@ async def test_a_busy_node_keeps_its_live_rollouts_at_its_measured_capacity(
         server,
         client,
     ):
-        service = server.server.config.app.state.service
-        service.admission._sample = lambda: busy
+        state = server.server.config.app.state.server
+        state.admission._sample = lambda: busy
         await asyncio.sleep(SAMPLE_INTERVAL_S)  # readings are at most this old
         await client.submit([job(f"j-{i}", block=["run"]) for i in range(7)])
         async with asyncio.timeout(10):

@@ -22,11 +22,13 @@ from agentroll.server.api import (
 from agentroll.server.api.errors import install_error_handlers
 from agentroll.server.api.middleware import OPEN_PATHS, GuardMiddleware
 from agentroll.server.auth import api_tokens
+from agentroll.server.jobs import JobService
 from agentroll.server.live_metrics import live_gauges
 from agentroll.server.llm import BackendPool, HTTPClient
 from agentroll.server.metrics import ServerMetrics
-from agentroll.server.service import JobService
 from agentroll.server.settings import Settings
+from agentroll.server.state import ServerState
+from agentroll.server.status import server_status
 from agentroll.server.store import JobStore
 from agentroll.server.ui import Viewer
 from agentroll.server.ui import router as ui_router
@@ -68,20 +70,21 @@ def create_app(settings: Settings, *, registry: HandlerRegistry | None = None) -
         http = HTTPClient(timeout_s=settings.llm_request_timeout_s)
         backends = BackendPool(http)
         runtime = await _start_runtime(settings, metrics)
-        service = JobService(settings, store, registry, backends, runtime, metrics)
-        metrics.watch(lambda: live_gauges(service))
+        state = ServerState.build(settings, store, registry, backends, runtime, metrics)
+        service = JobService(state)
+        metrics.watch(lambda: live_gauges(state, service))
         app.state.metrics = metrics
         app.state.begin_shutdown = service.begin_shutdown
         health = asyncio.create_task(
             backends.probe_forever(
-                settings.health_interval_s, lambda b: service.policies.get(b.policy).gate.paused
+                settings.health_interval_s, lambda b: state.policies.get(b.policy).gate.paused
             ),
             name="backend-health",
         )
+        app.state.server = state
         app.state.service = service
-        app.state.backends = backends
-        app.state.viewer = Viewer.over(settings.db_path, service)
-        await recovery.recover(service)
+        app.state.viewer = Viewer.over(settings.db_path, lambda: server_status(state, service))
+        await recovery.recover(state, service)
         log.info("agentroll server ready (store %s)", settings.db_path)
         try:
             yield

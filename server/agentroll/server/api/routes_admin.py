@@ -4,7 +4,7 @@ from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from agentroll.server.api.deps import AdminOnly, Service
+from agentroll.server.api.deps import AdminOnly, Backends, Service, State
 from agentroll.server.schema import PoolSizes, PoolsPatch, StatusResponse
 from agentroll.server.status import server_status
 
@@ -19,9 +19,9 @@ async def healthz() -> dict[str, str]:
 
 
 @router.get("/readyz")
-async def readyz(service: Service) -> JSONResponse:
+async def readyz(service: Service, backends: Backends) -> JSONResponse:
     """Readiness: the store is open and jobs are admitted."""
-    body = {"ready": service.accepting, "backends": len(service.backends)}
+    body = {"ready": service.accepting, "backends": len(backends)}
     return JSONResponse(body, status_code=200 if service.accepting else 503)
 
 
@@ -33,15 +33,14 @@ async def metrics(request: Request) -> Response:
 
 
 @router.get("/v1/status", response_model=StatusResponse)
-async def status(service: Service) -> StatusResponse:
-    return server_status(service)
+async def status(state: State, service: Service) -> StatusResponse:
+    return server_status(state, service)
 
 
 @admin_router.patch("/v1/admin/pools", response_model=PoolSizes)
 async def resize_pools(patch: PoolsPatch, service: Service) -> PoolSizes:
     """Resize stage pools at run time; no job is dropped (shrinking only admits fewer)."""
-    service.resize(patch)
-    return service.settings.pools
+    return service.resize(patch)
 
 
 @admin_router.post("/v1/admin/shutdown", status_code=202)

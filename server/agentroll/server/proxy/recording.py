@@ -1,6 +1,6 @@
 """What a rollout's proxy contributes to its trajectory.
 
-`trajectory_view` maps the main chain onto the fields `build_trajectory` reads from an LLM
+`trajectory_view` maps the main chain onto the fields `Rollout.trajectory` reads from an LLM
 session (prompt/response ids, mask, logprobs, segments, messages, tools, timing counters),
 so the token fields keep every trajectory invariant (docs/design.md, invariants 1-4) exactly
 as for a handler-driven rollout.

@@ -70,10 +70,8 @@ async def static(name: str) -> Response:
 async def _live_context(viewer: Viewer) -> dict[str, Any]:
     stored = await _read(viewer, queries.stored_state)
     status = None
-    if viewer.service is not None:
-        from agentroll.server.status import server_status  # the API's own status
-
-        status = server_status(viewer.service).model_dump(mode="json")
+    if viewer.status is not None:
+        status = viewer.status().model_dump(mode="json")
     return {"viewer": viewer, "stored": stored, "status": status}
 
 

@@ -1,24 +1,25 @@
 """What the viewer's pages read: a result database, and the live server when there is one."""
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from agentroll.server.schema import StatusResponse
 from agentroll.server.ui.source import ResultsReader
 
-if TYPE_CHECKING:  # the live server's service; `agentroll view` has none
-    from agentroll.server.service import JobService
+LiveStatus = Callable[[], StatusResponse]
+"""The live server's `GET /v1/status` (`agentroll view` over a database has none)."""
 
 
 @dataclass
 class Viewer:
     reader: ResultsReader
-    service: "JobService | None" = None
+    status: LiveStatus | None = None
 
     @classmethod
-    def over(cls, db_path: Path, service: "JobService | None" = None) -> "Viewer":
-        return cls(ResultsReader(db_path), service)
+    def over(cls, db_path: Path, status: LiveStatus | None = None) -> "Viewer":
+        return cls(ResultsReader(db_path), status)
 
     @property
     def live(self) -> bool:
-        return self.service is not None
+        return self.status is not None

@@ -3,7 +3,6 @@
 import asyncio
 import logging
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -11,10 +10,10 @@ from typing import Any
 from agentroll.handlers import InfraError, JudgeReply, LLMUnavailable, ProxyLimits
 from agentroll.handlers.toolcalls import DEFAULT_PARSER, get_parser
 from agentroll.runtime import Runtime, Sandbox, SandboxError, SandboxSpec
-from agentroll.server.agents import JobAgents
+from agentroll.server.jobs.agents import JobAgents
+from agentroll.server.jobs.usage import RolloutUsage
 from agentroll.server.llm import TokenSession
 from agentroll.server.llm.judge import JudgeCaller
-from agentroll.server.metrics import ServerMetrics
 from agentroll.server.proxy import ProxyCaps, RolloutProxy, open_proxy
 from agentroll.server.proxy.recording import chain_traces
 from agentroll.server.recorded import RecordedTokens
@@ -46,12 +45,9 @@ class JobContext:
     state: dict[str, Any] = field(default_factory=dict)
     finish_reason: str | None = None
     sandboxes: list[Sandbox] = field(default_factory=list)
-    sandbox_start_s: float = 0.0
-    tool_s: float = 0.0
-    tool_calls: Counter[str] = field(default_factory=Counter)
-    tool_startup_s: float = 0.0
+    usage: RolloutUsage = field(default_factory=RolloutUsage)
+    """What its sandboxes and tools cost (the trajectory's timing reads it)."""
     teardowns: set["asyncio.Task[None]"] = field(default_factory=set)
-    metrics: ServerMetrics | None = None
     llm_proxies: list[RolloutProxy] = field(default_factory=list)
     """Recording LLM proxies opened for harnesses (see `open_llm_proxy`)."""
     """Where background teardowns are tracked (shared with the service, which awaits them)."""
@@ -89,29 +85,23 @@ class JobContext:
         self.finish_reason = reason
 
     def record_tool_call(self, tool: str, seconds: float) -> None:
-        self.tool_calls[tool] += 1
-        self.tool_s += seconds
-        if self.metrics is not None:
-            self.metrics.tool_call_seconds.labels(tool).observe(seconds)
+        self.usage.tool_call(tool, seconds)
 
     def record_tool_startup(self, tool: str, seconds: float) -> None:
-        self.tool_startup_s += seconds
-        if self.metrics is not None:
-            self.metrics.tool_startup_seconds.labels(tool).observe(seconds)
+        self.usage.tool_startup(tool, seconds)
 
     async def open_sandbox(self, spec: SandboxSpec | None = None) -> Sandbox:
         if self.runtime is None:
             raise InfraError("this server has no sandbox runtime", cause="no_sandbox_runtime")
-        began = time.monotonic()
+        began, started = time.monotonic(), False
         timeout = max(1.0, min(SANDBOX_START_TIMEOUT_S, self.time_left()))
         try:
             sandbox = await self.runtime.start(spec or SandboxSpec(), timeout=timeout)
+            started = True
         except SandboxError as exc:
             raise InfraError(f"sandbox did not start: {exc}", cause="sandbox_start_failed") from exc
         finally:
-            self.sandbox_start_s += time.monotonic() - began
-        if self.metrics is not None:
-            self.metrics.sandbox_start_seconds.observe(time.monotonic() - began)
+            self.usage.sandbox_started(time.monotonic() - began, started=started)
         self.sandboxes.append(sandbox)
         return sandbox
 

@@ -8,7 +8,7 @@ admitted under against that policy's current version and bound: a frozen agent's
 move on without making the episode stale, since nothing is trained on its trace.
 """
 
-from agentroll.server.jobs import LiveJob
+from agentroll.server.jobs.live import LiveJob
 from agentroll.server.llm.policies import Policies
 from agentroll.server.schema import DEFAULT_POLICY, JobRequest
 

@@ -1,9 +1,9 @@
-"""`JobService`: admission, the life of each job, cancellation, results and recovery.
+"""`JobService`: admission, the table of live jobs, cancellation, and the one committer.
 
-Each admitted job gets one asyncio task that carries it through the pipeline, so a
-cancel reaches it in any state at once: cancelling the task interrupts whatever it
-awaits (a queue slot, the backend, a sandbox call). The task then persists the job's
-final trajectory; only after that commit is the result announced to trainers.
+Each admitted job gets one asyncio task that carries its `Rollout` through the pipeline, so
+a cancel reaches it in any state at once: cancelling the task interrupts whatever it awaits
+(a queue slot, the backend, a sandbox call). The task then persists the trajectory the
+rollout built; only after that commit is the result announced to trainers.
 """
 
 import asyncio
@@ -11,14 +11,7 @@ import logging
 import time
 import uuid
 from collections.abc import Iterable
-from typing import Any
 
-from agentroll.handlers import AgentHandler, HandlerRegistry
-from agentroll.runtime import Runtime
-from agentroll.server.admission import NodeAdmission
-from agentroll.server.agents import JobAgent, JobAgents
-from agentroll.server.backends import PersistedBackends
-from agentroll.server.context import JobContext
 from agentroll.server.errors import (
     InvalidInstances,
     JobConflict,
@@ -29,32 +22,27 @@ from agentroll.server.errors import (
     UnknownJob,
 )
 from agentroll.server.fingerprint import request_fingerprint
-from agentroll.server.jobs import LiveJob
-from agentroll.server.llm import BackendPool, TokenSession
-from agentroll.server.llm.gate import GenerationGate
-from agentroll.server.llm.judge import JudgeCaller
-from agentroll.server.llm.policies import Policies
+from agentroll.server.jobs.live import LiveJob
+from agentroll.server.jobs.pipeline import Pipeline, Refused, Verdict
+from agentroll.server.jobs.results import STATUS_BY_OUTCOME, unrun_trajectory
+from agentroll.server.jobs.rollout import Rollout
+from agentroll.server.jobs.versions import stale_reason, stamped
 from agentroll.server.logs import job_id_var
-from agentroll.server.metrics import ServerMetrics
-from agentroll.server.pipeline import Pipeline, Refused, Verdict
-from agentroll.server.results import SCORED_OUTCOMES, STATUS_BY_OUTCOME, build_trajectory
 from agentroll.server.schema import (
-    DEFAULT_POLICY,
     JobRequest,
     JobState,
     JobView,
     Outcome,
+    PoolSizes,
     PoolsPatch,
     SubmittedJob,
     Timing,
     Trajectory,
 )
-from agentroll.server.settings import Settings
-from agentroll.server.store import JobRow, JobStore, NewJob
-from agentroll.server.versions import stale_reason, stamped
+from agentroll.server.state import ServerState
+from agentroll.server.store import JobRow, NewJob
 
 log = logging.getLogger("agentroll.server")
-TEMPLATE_CHECK_TIMEOUT_S = 10.0
 PERSIST_RETRY_MIN_S = 0.2
 PERSIST_RETRY_MAX_S = 5.0
 
@@ -79,54 +67,21 @@ def _check_agents(request: JobRequest, drives: tuple[str, ...]) -> None:
 
 
 class JobService:
-    def __init__(
-        self,
-        settings: Settings,
-        store: JobStore,
-        registry: HandlerRegistry,
-        backends: BackendPool,
-        runtime: Runtime | None = None,
-        metrics: ServerMetrics | None = None,
-    ) -> None:
-        self.settings = settings
-        self.runtime = runtime
-        self.metrics = metrics or ServerMetrics()
-        self.teardowns: set[asyncio.Task[None]] = set()
-        self.persisted_backends = PersistedBackends(
-            backends,
-            store,
-            drain_timeout_s=settings.llm_request_timeout_s,
-            background=self.teardowns,
+    """The life of every job: admission, the table of live jobs, cancellation, and the one
+    commit of each result. The resources it uses are the server's (`state`)."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        started = state.store.count_start  # requeues are counted by attempts that started
+        self.pipeline = Pipeline(
+            state.settings.pools, self._refuse_if_stale, state.admission, started
         )
-        self.store = store
-        self.registry = registry
-        self.backends = backends
-        self.admission = NodeAdmission(settings.admission)
-        started = store.count_start  # requeues are counted by attempts that started
-        self.pipeline = Pipeline(settings.pools, self._refuse_if_stale, self.admission, started)
         self.live: dict[str, LiveJob] = {}
         self.accepting = True
-        self.policies = Policies(settings.max_policy_lag)
-        self.judges = JudgeCaller(
-            backends,
-            self.policies,
-            request_timeout_s=settings.llm_request_timeout_s,
-            backend_wait_s=settings.backend_wait_s,
-            metrics=self.metrics,
-        )
         self._submit_lock = asyncio.Lock()
         self._results_event = asyncio.Event()
         self._closing = asyncio.Event()
         """Set at shutdown: wakes every long-poll so none holds the server up."""
-
-    @property
-    def gate(self) -> GenerationGate:
-        """The default policy's gate (the only one of a single-agent deployment)."""
-        return self.policies.default.gate
-
-    @property
-    def max_policy_lag(self) -> int | None:
-        return self.policies.default.max_policy_lag
 
     # -- start and stop -------------------------------------------------------------------
     def begin_shutdown(self) -> None:
@@ -145,8 +100,8 @@ class JobService:
         remaining = [j.task for j in self.live.values() if j.task is not None]
         if remaining:
             await asyncio.wait(remaining, timeout=max(5.0, grace_s))
-        if self.teardowns:
-            await asyncio.wait(set(self.teardowns), timeout=30.0)
+        if self.state.teardowns:
+            await asyncio.wait(set(self.state.teardowns), timeout=30.0)
 
     # -- submission -----------------------------------------------------------------------
     async def submit(self, requests: list[JobRequest]) -> list[SubmittedJob]:
@@ -160,7 +115,7 @@ class JobService:
     def _validate(self, requests: list[JobRequest]) -> None:
         problems: list[dict[str, object]] = []
         for index, request in enumerate(requests):
-            handler = self.registry.get(request.handler)  # UnknownHandlerError -> 400
+            handler = self.state.registry.get(request.handler)  # UnknownHandlerError -> 400
             try:
                 handler.validate_instance(request.instance)
                 _check_agents(request, handler.agent_names)
@@ -177,20 +132,20 @@ class JobService:
         for job_id, fp in zip(ids, fingerprints, strict=True):
             if first_seen.setdefault(job_id, fp) != fp:
                 conflicts.append(job_id)
-        existing = await self.store.existing(first_seen)
+        existing = await self.state.store.existing(first_seen)
         conflicts += [i for i, row in existing.items() if row.request_hash != first_seen[i]]
         if conflicts:
             raise JobConflict(conflicts)
         fresh = [i for i in first_seen if i not in existing]
-        if len(self.live) + len(fresh) > self.settings.max_live_jobs:
-            raise TooManyJobs(self.settings.max_live_jobs)
+        if len(self.live) + len(fresh) > self.state.settings.max_live_jobs:
+            raise TooManyJobs(self.state.settings.max_live_jobs)
         now = time.time()
         # Stamped before the insert: the version a job was submitted under survives a restart.
         by_id = {
-            job_id: stamped(request.model_copy(update={"job_id": job_id}), self.policies)
+            job_id: stamped(request.model_copy(update={"job_id": job_id}), self.state.policies)
             for job_id, request in zip(ids, requests, strict=True)
         }
-        await self.store.insert_jobs(
+        await self.state.store.insert_jobs(
             [
                 NewJob(
                     i,
@@ -222,42 +177,6 @@ class JobService:
         self.live[job.job_id] = job
         job.task = asyncio.create_task(self._lifecycle(job), name=f"job:{job.job_id}")
 
-    def _session(self, request: JobRequest, policy: str) -> TokenSession:
-        return TokenSession(
-            self.backends,
-            sampling=request.sampling.model_dump(exclude_none=True),
-            tags=frozenset(request.backend_tags),
-            max_response_tokens=request.limits.max_response_tokens,
-            max_context_tokens=request.limits.max_context_tokens,
-            gate=self.policies.get(policy).gate,
-            metrics=self.metrics,
-            request_timeout_s=self.settings.llm_request_timeout_s,
-            backend_wait_s=self.settings.backend_wait_s,
-            policy=policy,
-        )
-
-    def _context(self, job: LiveJob) -> JobContext:
-        request = job.request
-        agents = {
-            name: JobAgent(name, spec.policy, spec.trainable, self._session(request, spec.policy))
-            for name, spec in (request.agents or {}).items()
-        }
-        return JobContext(
-            job_id=job.job_id,
-            instance=request.instance,
-            limits=request.limits,
-            metadata=request.metadata,
-            llm=self._session(request, DEFAULT_POLICY),
-            agents=JobAgents(agents),
-            deadline=job.started + request.limits.deadline_s,
-            agent_clock=job.agent_seconds,
-            runtime=self.runtime,
-            teardowns=self.teardowns,
-            metrics=self.metrics,
-            proxy_caps=self.settings.llm_proxy,
-            judges=self.judges,
-        )
-
     async def _lifecycle(self, job: LiveJob) -> None:
         """Carry the job through the pipeline, then commit exactly one result.
 
@@ -266,14 +185,13 @@ class JobService:
         so neither a late cancel nor an exception can lose a finished result.
         """
         job_id_var.set(job.job_id)  # this task's own context: every log line names the job
-        handler = self.registry.get(job.request.handler)
-        ctx = self._context(job)
+        rollout = Rollout.open(job, self.state)
         try:
-            verdict = await self.pipeline.execute(job, handler, ctx)
+            verdict = await rollout.run(self.pipeline)
         except asyncio.CancelledError:
             cause = job.cancel_cause
             if cause is None:
-                ctx.release_sandboxes()
+                rollout.context.release_sandboxes()
                 raise  # not ours (event loop teardown): the job stays unfinished and is recovered
             self._absorb_cancel()
             verdict = Verdict(Outcome.cancelled, None, cause, f"job cancelled ({cause})", None)
@@ -281,8 +199,8 @@ class JobService:
             log.exception("job %s failed in the pipeline", job.job_id)
             verdict = Verdict(Outcome.infra_error, None, "server_error", repr(exc))
         job.finishing = True
-        ctx.release_sandboxes()  # in the background: the result need not wait for it
-        conclusion = asyncio.ensure_future(self._conclude(job, handler, ctx, verdict))
+        rollout.context.release_sandboxes()  # in the background: the result need not wait for it
+        conclusion = asyncio.ensure_future(self._conclude(rollout, verdict))
         while not conclusion.done():
             try:
                 await asyncio.shield(conclusion)
@@ -297,38 +215,10 @@ class JobService:
         assert task is not None
         task.uncancel()
 
-    async def _conclude(
-        self, job: LiveJob, handler: AgentHandler, ctx: JobContext, verdict: Verdict
-    ) -> None:
-        extra: dict[str, Any] = {}
-        try:
-            extra = handler.final_result(ctx)
-        except Exception as exc:
-            log.exception("final_result of %s failed for job %s", job.request.handler, job.job_id)
-            if verdict.outcome in SCORED_OUTCOMES:
-                verdict = Verdict(Outcome.infra_error, None, "final_result_failed", repr(exc))
-        if verdict.outcome in SCORED_OUTCOMES:
-            divergence = await self._template_divergence(ctx)
-            if divergence is not None:
-                extra.setdefault("metadata", {})["template_divergence"] = divergence
-        try:
-            trajectory = build_trajectory(job, ctx, verdict, extra)
-        except Exception as exc:
-            log.exception("could not build the trajectory of job %s", job.job_id)
-            failed = Verdict(Outcome.infra_error, None, "trajectory_failed", repr(exc))
-            trajectory = build_trajectory(job, None, failed, {})
-        await self.persist(job, trajectory)
-
-    async def _template_divergence(self, ctx: JobContext) -> int | None:
-        """Diagnostics only: bounded, and a failure to measure never fails the rollout."""
-        if not self.settings.measure_template_divergence or ctx.llm.num_turns < 2:
-            return None
-        try:
-            async with asyncio.timeout(TEMPLATE_CHECK_TIMEOUT_S):
-                return await ctx.llm.template_divergence()
-        except Exception as exc:
-            log.warning("could not measure template divergence: %r", exc)
-            return None
+    async def _conclude(self, rollout: Rollout, verdict: Verdict) -> None:
+        measure = self.state.settings.measure_template_divergence
+        trajectory = await rollout.conclude(verdict, measure_divergence=measure)
+        await self.persist(rollout.record, trajectory)
 
     async def persist(self, job: LiveJob, trajectory: Trajectory) -> None:
         """Commit the result, retrying while the store refuses writes (e.g. a full disk).
@@ -343,13 +233,13 @@ class JobService:
         delay, replaced = PERSIST_RETRY_MIN_S, False
         while True:
             try:
-                await self.store.finish(job.job_id, state.value, result)
+                await self.state.store.finish(job.job_id, state.value, result)
                 break
             except ResultRejected as exc:
                 if not replaced:
                     log.error("job %s: %s; recording infra_error instead", job.job_id, exc)
                     verdict = Verdict(Outcome.infra_error, None, "result_rejected", str(exc))
-                    trajectory = build_trajectory(job, None, verdict, {})
+                    trajectory = unrun_trajectory(job, verdict)
                     state = STATUS_BY_OUTCOME[trajectory.outcome]
                     result, replaced = trajectory.model_dump(mode="json"), True
                     continue
@@ -357,7 +247,7 @@ class JobService:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, PERSIST_RETRY_MAX_S)
             except StoreError as exc:
-                if self.store.closed:
+                if self.state.store.closed:
                     log.error("store closed before job %s was persisted", job.job_id)
                     raise
                 log.warning("cannot persist job %s yet (%s); retrying", job.job_id, exc)
@@ -371,7 +261,7 @@ class JobService:
         self._observe(trajectory)
 
     def _observe(self, trajectory: Trajectory) -> None:
-        m = self.metrics
+        m = self.state.metrics
         m.jobs_finished.labels(trajectory.handler, trajectory.outcome.value).inc()
         for stage in ("init", "run", "eval"):
             timing = getattr(trajectory.timing, stage)
@@ -381,7 +271,7 @@ class JobService:
 
     # -- policy versions ------------------------------------------------------------------
     def _refuse_if_stale(self, job: LiveJob) -> None:
-        reason = stale_reason(job, self.policies)
+        reason = stale_reason(job, self.state.policies)
         if reason is not None:
             raise Refused("stale_policy", reason)
 
@@ -390,7 +280,7 @@ class JobService:
         stale = [
             j
             for j in self.live.values()
-            if j.state is not JobState.queued and stale_reason(j, self.policies) is not None
+            if j.state is not JobState.queued and stale_reason(j, self.state.policies) is not None
         ]
         return [j.job_id for j in stale if self._cancel(j, "stale_policy")]
 
@@ -433,10 +323,10 @@ class JobService:
                 attempts=job.attempts,
                 timing=job.timing,
             )
-        row = await self.store.get_job(job_id)
+        row = await self.state.store.get_job(job_id)
         if row is None:
             return None
-        raw = await self.store.result(job_id)
+        raw = await self.state.store.result(job_id)
         result = None if raw is None else Trajectory.model_validate_json(raw)
         return JobView(
             job_id=job_id,
@@ -455,19 +345,19 @@ class JobService:
         job = self.live.get(job_id)
         if job is not None and wait_s > 0:
             await self._wait_any(job.done, wait_s)
-        raw = await self.store.result(job_id)
-        if raw is None and job is None and await self.store.get_job(job_id) is None:
+        raw = await self.state.store.result(job_id)
+        if raw is None and job is None and await self.state.store.get_job(job_id) is None:
             raise UnknownJob(job_id)
         return raw
 
     async def results_after(self, cursor: int, limit: int, wait_s: float) -> list[tuple[int, str]]:
         """Finished results with cursor > `cursor`, oldest first; long-polls up to `wait_s`."""
         changed = self._results_event
-        page = await self.store.results_after(cursor, limit)
+        page = await self.state.store.results_after(cursor, limit)
         if page or wait_s <= 0:
             return page
         await self._wait_any(changed, wait_s)
-        return await self.store.results_after(cursor, limit)
+        return await self.state.store.results_after(cursor, limit)
 
     async def _wait_any(self, event: asyncio.Event, timeout_s: float) -> None:
         """Until `event`, shutdown, or `timeout_s`, whichever comes first."""
@@ -480,8 +370,10 @@ class JobService:
             for waiter in waits:
                 waiter.cancel()
 
-    def resize(self, patch: PoolsPatch) -> None:
+    def resize(self, patch: PoolsPatch) -> PoolSizes:
+        """Resize the stage pools; returns the sizes now in force."""
         self.pipeline.resize(**patch.model_dump())
-        pools = self.settings.pools
+        pools = self.state.settings.pools
         for name, value in patch.model_dump(exclude_none=True).items():
             setattr(pools, name, value)
+        return pools

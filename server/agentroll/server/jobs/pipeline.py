@@ -16,9 +16,9 @@ from agentroll.handlers import AgentError, AgentHandler, ErrorDecision, Reward
 from agentroll.handlers.budget import stop_margin_s
 from agentroll.runtime.cpulimit import GradingUsage, grading_usage
 from agentroll.server.admission import NodeAdmission
-from agentroll.server.context import JobContext
 from agentroll.server.errors import Refused, StageTimeout
-from agentroll.server.jobs import LiveJob
+from agentroll.server.jobs.context import JobContext
+from agentroll.server.jobs.live import LiveJob
 from agentroll.server.limiter import StageLimiter
 from agentroll.server.logs import stage_var
 from agentroll.server.schema import JobState, Outcome, PoolSizes
