@@ -2,11 +2,11 @@
 
     python examples/grpo_tiny.py --seeds 0 1 2 --steps 10 --plot docs/grpo_tiny.png
 
-What runs, all on this machine: vLLM's CPU build serving the tiny policy (an early, short
-SFT checkpoint of `agentroll.testing.tinypolicy`, so there is room to learn), an `agentroll
-serve` process with bubblewrap sandboxes, and this script as the trainer. Each step:
+What runs, all on this machine: vLLM's CPU build serving the tiny policy (the SFT checkpoint
+of `agentroll.testing.tinypolicy`, `--sft-steps` or `--start DIR`), an `agentroll serve`
+process with bubblewrap sandboxes, and this script as the trainer. Each step:
 
-1. submit `--groups` fresh arithmetic questions x `--group-size` samples (math handler,
+1. submit `--groups` held-out arithmetic questions x `--group-size` samples (math handler,
    python tool, temperature 1) and wait for the trajectories;
 2. group-normalised advantages (`grpo_advantages`: reward minus the group mean, over the
    group's std; groups where every sample earned the same reward carry no signal);
@@ -31,13 +31,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from agentroll.handlers.builtin.arithmetic import arithmetic_tasks
 from agentroll.server.engine import VLLMServer, ensure_environment
 from agentroll.server.launch import agentroll_process
 from agentroll.server.schema import Trajectory
-from agentroll.testing.tinypolicy.build import build_tiny_policy
+from agentroll.testing.tinypolicy.build import POLICY_RECIPE, build_tiny_policy
 from agentroll.testing.tinypolicy.data import Sequence, tool_math_instance
 from agentroll.testing.tinypolicy.rollouts import job
+from agentroll.testing.tinypolicy.synth import held_out_tasks
 from agentroll.testing.tinypolicy.train import TrainRecipe, pad_sequences, token_logprobs
 from agentroll.trainer_clients import RolloutClient
 from agentroll.trainer_clients.adapters.batch import grpo_advantages
@@ -88,7 +88,8 @@ def policy_step(model: Any, optimizer: Any, trajectories: list[Trajectory]) -> d
 
 
 def step_jobs(args: argparse.Namespace, seed: int, step: int) -> list[Any]:
-    tasks = arithmetic_tasks(args.groups, seed=10_000 * (seed + 1) + step)
+    # Held-out questions: the curve measures what GRPO taught, not what SFT showed.
+    tasks = held_out_tasks(args.groups, seed=10_000 * (seed + 1) + step)
     jobs = []
     for g, task in enumerate(tasks):
         group = f"s{seed}-t{step}-g{g}"
@@ -160,14 +161,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--groups", type=int, default=8, help="questions per step")
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--lr", type=float, default=3e-4)
-    parser.add_argument("--sft-steps", type=int, default=120, help="the starting checkpoint")
+    parser.add_argument(
+        "--sft-steps", type=int, default=POLICY_RECIPE.steps, help="the starting checkpoint"
+    )
+    parser.add_argument("--start", type=Path, help="start from this policy folder instead")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--plot", type=Path, help="write the PNG here")
     args = parser.parse_args(argv)
     environment = asyncio.run(ensure_environment())
     recipe = TrainRecipe(steps=args.sft_steps)
-    start = asyncio.run(build_tiny_policy(environment.python, recipe=recipe))
+    start = args.start or asyncio.run(build_tiny_policy(environment.python, recipe=recipe))
     print(f"starting checkpoint: {start}", flush=True)
     import torch
 

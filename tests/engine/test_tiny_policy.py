@@ -1,9 +1,10 @@
 """The trained tiny policy on the real engine: multi-turn, tool-using, exact rollouts.
 
-The policy (`agentroll.testing.tinypolicy`, built once and cached) is served by its own vLLM
-CPU engine for this module, on arithmetic questions of a seed its training never saw. The
-120-step policy has learnt the protocol (call `python`, read the output, `submit`) but rarely
-the arithmetic itself, so these tests assert the tool use and exactness, not the reward.
+The lane's policy (`agentroll.testing.tinypolicy`, `LANE_RECIPE`, built once and cached) is
+served by its own vLLM CPU engine for this module, on held-out arithmetic questions its
+training never saw. It has learnt the protocol (call `python`, read the output, `submit`),
+so these tests assert the tool use and exactness; the longer `POLICY_RECIPE` that earns
+reward is measured by `python -m agentroll.testing.tinypolicy evaluate` (docs/tinypolicy.md).
 """
 
 import asyncio
@@ -16,7 +17,7 @@ from tests.engine.fidelity import sampled_mismatches
 from agentroll.server.engine import EngineEnvironment
 from agentroll.server.engine.vllm_server import VLLMServer
 from agentroll.server.schema import Trajectory
-from agentroll.testing.tinypolicy.build import build_tiny_policy
+from agentroll.testing.tinypolicy.build import LANE_RECIPE, build_tiny_policy
 from agentroll.testing.tinypolicy.evaluate import evaluation_jobs, score, used_a_tool
 from agentroll.testing.tinypolicy.rollouts import rollout_client, run_jobs
 
@@ -30,7 +31,7 @@ def policy_engine(
     engine_prepared: tuple[EngineEnvironment, Path], tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[VLLMServer]:
     python = engine_prepared[0].python
-    model = asyncio.run(build_tiny_policy(python))
+    model = asyncio.run(build_tiny_policy(python, recipe=LANE_RECIPE))
     log = tmp_path_factory.mktemp("tiny-policy-engine") / "vllm.log"
     with VLLMServer(python, model, log, nice=5) as engine:
         yield engine

@@ -30,14 +30,21 @@ from agentroll.testing.tinypolicy.data import (
     collect_transcripts,
     training_sequences,
 )
+from agentroll.testing.tinypolicy.synth import with_synthetic
 from agentroll.testing.tinypolicy.train import TrainRecipe, train
 
 POLICY_PARAMS = TinyModelParams(num_hidden_layers=4, intermediate_size=512)
 """4 layers (copying a question into code takes attention over attention), ~1.5 M params."""
-POLICY_RECIPE = TrainRecipe(steps=120)
-"""The training of the tiny policy the tests serve (a few minutes on two idle cores)."""
+POLICY_RECIPE = TrainRecipe()
+"""The policy that earns reward: copying new numbers takes ~100,000 sequences (about 17
+minutes on two idle cores), more than a CI run should spend on every change of its sources."""
+LANE_RECIPE = TrainRecipe(steps=300, batch_size=32, learning_rate=3e-3)
+"""The policy the engine lane serves: it has learnt the protocol (call `python`, read its
+output, `submit`) but rarely the copying; about 2 minutes."""
 BUILD_TIMEOUT_S = 3600.0
 """How long to wait for another process building the same policy (minutes on a busy node)."""
+TRAINING_SOURCE = "agentroll.testing.tinypolicy.train"
+"""How the model is trained: part of the policy's key, not of its transcripts'."""
 SOURCES = (
     "agentroll.handlers.builtin.arithmetic",
     "agentroll.handlers.builtin.math",
@@ -49,7 +56,8 @@ SOURCES = (
     "agentroll.testing.scripted_llm.rules.math",
     "agentroll.testing.scripted_llm.rules.code",
     "agentroll.testing.tinypolicy.data",
-    "agentroll.testing.tinypolicy.train",
+    "agentroll.testing.tinypolicy.synth",
+    TRAINING_SOURCE,
 )
 """Modules whose code decides what the model is trained on and how."""
 
@@ -71,18 +79,22 @@ def policy_key(init: Path, data: DataRecipe, recipe: TrainRecipe) -> str:
 
 
 async def _sequences(data: DataRecipe, models: Path) -> tuple[list[Sequence], float]:
-    """The recipe's training sequences, collected once per recipe and code (several policies,
-    e.g. a short and a long training, share them); the seconds collecting took."""
-    key = cache_key("tiny-policy-data", {"data": json.dumps(asdict(data))} | _sources())
+    """The recipe's training sequences; the seconds collecting took. The rollouts run once
+    per recipe and code (several policies, e.g. a short and a long training, share them);
+    the written questions are cheap and made on each build."""
+    rollouts = {k: v for k, v in asdict(data).items() if k != "synthetic_arithmetic"}
+    shaping = {k: v for k, v in _sources().items() if k != TRAINING_SOURCE}
+    key = cache_key("tiny-policy-data", {"data": json.dumps(rollouts)} | shaping)
     path = models / f"tiny-policy-data-{key[:12]}.json"
-    if path.is_file():
-        return [Sequence(**s) for s in json.loads(path.read_text())], 0.0
     started = time.monotonic()
-    sequences = training_sequences(await collect_transcripts(data))
-    staged = path.with_suffix(f".{uuid.uuid4().hex[:8]}")
-    staged.write_text(json.dumps([asdict(s) for s in sequences]))
-    staged.rename(path)
-    return sequences, time.monotonic() - started
+    if path.is_file():
+        real = [Sequence(**s) for s in json.loads(path.read_text())]
+    else:
+        real = training_sequences(await collect_transcripts(data))
+        staged = path.with_suffix(f".{uuid.uuid4().hex[:8]}")
+        staged.write_text(json.dumps([asdict(s) for s in real]))
+        staged.rename(path)
+    return with_synthetic(real, data.synthetic_arithmetic), time.monotonic() - started
 
 
 async def build_tiny_policy(

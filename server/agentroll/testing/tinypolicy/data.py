@@ -32,6 +32,9 @@ class DataRecipe:
     """Rollouts per bundled math task (math handler, python tool)."""
     code_repeats: int = 1
     """Rollouts per bundled code task (code handler)."""
+    synthetic_arithmetic: int = 40_000
+    """Further arithmetic questions written from a verified template (`synth`): copying new
+    numbers into the tool takes thousands of distinct questions, not more steps."""
     seed: int = 0
 
 

@@ -1,19 +1,19 @@
 """Evaluate a policy served by a vLLM-protocol engine through agentroll: tool use and reward.
 
-The arithmetic questions come from a seed the training data never used, so a reward there
-means the policy computes with the tool, not that it remembers answers.
+The arithmetic questions are held out (`synth.held_out`: never in the training data), so a
+reward there means the policy computes with the tool, not that it remembers answers.
 """
 
 import statistics
 from collections import defaultdict
 from dataclasses import dataclass
 
-from agentroll.handlers.builtin.arithmetic import arithmetic_tasks
 from agentroll.handlers.builtin.code import load_code_tasks
 from agentroll.handlers.builtin.math import load_math_tasks
 from agentroll.server.schema import JobRequest, Trajectory
 from agentroll.testing.tinypolicy.data import tool_math_instance
 from agentroll.testing.tinypolicy.rollouts import job
+from agentroll.testing.tinypolicy.synth import held_out_tasks
 
 EVAL_SEED = 1_000_003
 """Arithmetic seed of evaluation questions (training uses small seeds)."""
@@ -76,7 +76,7 @@ def evaluation_jobs(arithmetic: int, bundled: bool = True, seed: int = 0) -> lis
     bundled math and code task once; sampled at temperature 1, unseeded (see `job`)."""
     jobs = [
         job(f"eval-arith-{i}", "math", tool_math_instance(t.instance()), seed=None)
-        for i, t in enumerate(arithmetic_tasks(arithmetic, seed=EVAL_SEED + seed))
+        for i, t in enumerate(held_out_tasks(arithmetic, seed=EVAL_SEED + seed))
     ]
     if bundled:
         for t in load_math_tasks():

@@ -15,6 +15,7 @@ the tool-output format or the tokenizer that the substitution would not reproduc
 the build instead of training on transcripts agentroll would never render.
 """
 
+import hashlib
 import random
 from dataclasses import dataclass
 
@@ -22,6 +23,26 @@ from agentroll.handlers.builtin.arithmetic import arithmetic_tasks, parse_arithm
 from agentroll.handlers.builtin.math import MathTask
 from agentroll.testing.scripted_llm.tokenizer import ScriptedTokenizer, get_tokenizer
 from agentroll.testing.tinypolicy.data import Sequence
+
+SYNTHETIC_SEED = 7_000_001
+"""Arithmetic seed of the written questions (the real ones, evaluation and GRPO use others)."""
+
+
+def held_out(question: str) -> bool:
+    """About one arithmetic question in ten, chosen by its text: never trained on, the only
+    ones evaluated. Two-term questions are few (under 30,000), so a large training set holds
+    most of them: a split by draw seed would evaluate questions the policy was trained on."""
+    return hashlib.sha256(question.encode()).digest()[0] < 26
+
+
+def held_out_tasks(count: int, seed: int) -> list[MathTask]:
+    """The first `count` held-out questions drawn from `seed`."""
+    drawn = count * 12
+    while True:
+        found = [t for t in arithmetic_tasks(drawn, seed=seed) if held_out(t.question)]
+        if len(found) >= count:
+            return found[:count]
+        drawn *= 2
 
 
 def mask_runs(seq: Sequence) -> list[tuple[int, list[int]]]:
@@ -62,11 +83,8 @@ class ArithmeticTemplate:
         mask: list[int] = []
         for i, (value, text) in enumerate(self.runs):
             # The expression appears before the tool has answered, the value only after.
-            if i < 2:
-                text = text.replace(self.expression, expression)
-            else:
-                text = text.replace(self.answer, task.answer)
-            run = tokenizer.encode(text)
+            old, new = (self.expression, expression) if i < 2 else (self.answer, task.answer)
+            run = tokenizer.encode(text.replace(old, new))
             ids += run
             mask += [value] * len(run)
         return Sequence(input_ids=ids, loss_mask=mask, handler=self.handler)
@@ -93,16 +111,25 @@ def verified_template(real: list[Sequence]) -> ArithmeticTemplate:
     return template
 
 
-def synthetic_arithmetic(real: list[Sequence], count: int, seed: int) -> list[Sequence]:
-    """`count` arithmetic transcripts of fresh questions (seed `seed`), written from a template
-    verified against `real`; questions already in `real` are skipped."""
+def question_of(seq: Sequence) -> str | None:
+    """The arithmetic question a transcript answers, if it answers one."""
+    task = parse_arithmetic(get_tokenizer().decode(mask_runs(seq)[0][1]))
+    return task.question if task else None
+
+
+def with_synthetic(real: list[Sequence], count: int, seed: int = SYNTHETIC_SEED) -> list[Sequence]:
+    """`real` without held-out questions, plus up to `count` transcripts of further questions
+    (drawn from `seed`; held-out ones and those already in `real` skipped), written from a
+    template verified against `real`."""
     template = verified_template(real)
     tokenizer = get_tokenizer()
-    seen = {tokenizer.decode(mask_runs(s)[0][1]) for s in real}
-    out = []
-    for task in arithmetic_tasks(count, seed=seed):
-        written = template.fill(task, tokenizer)
-        if tokenizer.decode(mask_runs(written)[0][1]) not in seen:
-            out.append(written)
-    random.Random(seed).shuffle(out)
-    return out
+    questions = [question_of(s) for s in real]
+    kept = [s for s, q in zip(real, questions, strict=True) if q is None or not held_out(q)]
+    seen = set(questions)
+    written = [
+        template.fill(task, tokenizer)
+        for task in arithmetic_tasks(count, seed=seed)
+        if task.question not in seen and not held_out(task.question)
+    ]
+    random.Random(seed).shuffle(written)
+    return kept + written

@@ -24,10 +24,10 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class TrainRecipe:
-    steps: int = 400
-    batch_size: int = 16
-    learning_rate: float = 3e-3
-    warmup_steps: int = 20
+    steps: int = 1500
+    batch_size: int = 64
+    learning_rate: float = 4e-3
+    warmup_steps: int = 50
     seed: int = 0
     threads: int = 2
 
