@@ -41,6 +41,14 @@ def classify_error(stage: Stage, exc: BaseException) -> ErrorDecision:
     return ErrorDecision("infra_error", f"{stage}_exception", f"{type(exc).__name__}: {exc}")
 
 
+def instance_problems(name: str, exc: ValidationError) -> str:
+    """A readable message for an instance of `name` that does not fit its model."""
+    problems = "; ".join(
+        f"{'.'.join(map(str, e['loc'])) or '(instance)'}: {e['msg']}" for e in exc.errors()
+    )
+    return f"invalid {name} instance: {problems}"
+
+
 def parsed_instance(ctx: RolloutContext, model: type[InstanceModel], key: str) -> InstanceModel:
     """`ctx.instance` validated as `model` once per rollout (kept in `ctx.state[key]`);
     pydantic's `ValidationError` if it does not fit (submission validated it already)."""
@@ -81,10 +89,7 @@ class AgentHandler(ABC):
         try:
             self.instance_model.model_validate(instance)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or '(instance)'}: {e['msg']}" for e in exc.errors()
-            )
-            raise ValueError(f"invalid {self.name} instance: {problems}") from exc
+            raise ValueError(instance_problems(self.name, exc)) from exc
 
     async def init(self, ctx: RolloutContext) -> None:  # noqa: B027 (optional, unlike run/eval)
         """Start and prepare the sandbox, set up tools. Default: nothing to prepare."""

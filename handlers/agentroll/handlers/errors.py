@@ -15,7 +15,8 @@ modules that raise them re-export their names, so older import paths such as
     │   └── VerifiersRewardFailed      a verifiers taskset's reward code gave no reward
     ├── RegistryError(HandlerError, LookupError)
     │   ├── UnknownHandlerError(RegistryError, KeyError)
-    │   ├── DuplicateHandlerError(RegistryError, ValueError)
+    │   ├── DuplicateHandlerError(RegistryError, ValueError)   a handler or agent name taken twice
+    │   ├── UnknownAgentError(RegistryError, KeyError)      no agent of that name
     │   ├── UnknownParserError(RegistryError, KeyError)     no tool-call parser of that name
     │   └── DuplicateParserError(RegistryError, ValueError)
     ├── TaskFormatError(HandlerError, ValueError)   not a usable Harbor task (400 at submission)
@@ -118,6 +119,16 @@ class UnknownHandlerError(RegistryError, KeyError):
 
 class DuplicateHandlerError(RegistryError, ValueError):
     pass
+
+
+class UnknownAgentError(RegistryError, KeyError):
+    def __init__(self, name: str, known: list[str]) -> None:
+        super().__init__(f"unknown agent {name!r}; known agents: {', '.join(known) or 'none'}")
+        self.name = name
+        self.known = known
+
+    def __str__(self) -> str:  # KeyError would otherwise quote the message
+        return str(self.args[0])
 
 
 class TaskFormatError(HandlerError, ValueError):

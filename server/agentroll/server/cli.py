@@ -101,7 +101,7 @@ def _engine_setup(_: argparse.Namespace) -> int:
 def _handlers(_: argparse.Namespace) -> int:
     from agentroll.handlers import HandlerRegistry
 
-    for name in HandlerRegistry().names():
+    for name in HandlerRegistry().job_names():
         print(name)
     return 0
 

@@ -2,12 +2,13 @@
 
 import json
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agentroll.handlers import AgentError, InfraError, ProxyStop
-from agentroll.handlers.builtin.harness import HarnessHandler
 from agentroll.handlers.builtin.swe import load_swe_tasks
 from agentroll.handlers.harness import (
     API_KEY,
@@ -52,20 +53,21 @@ def test_mini_swe_agent_runs_headless_against_the_served_model(
     assert launch.report_file == "/tmp/h/trajectory.json"
 
 
-def test_instances_are_checked_down_to_the_evaluators_task() -> None:
-    handler = HarnessHandler()
+def test_instances_are_checked_down_to_the_evaluators_task(
+    validate_harness_job: Callable[[dict[str, Any]], None],
+) -> None:
     task = load_swe_tasks()[0].instance
-    handler.validate_instance({"harness": {"type": "mini_swe_agent"}, "task": task})
+    validate_harness_job({"harness": {"type": "mini_swe_agent"}, "task": task})
     with pytest.raises(ValueError, match="harness"):
-        handler.validate_instance({"harness": {"type": "nope"}, "task": task})
+        validate_harness_job({"harness": {"type": "nope"}, "task": task})
     with pytest.raises(ValueError, match="invalid swe instance"):
-        handler.validate_instance({"harness": {"type": "shell", "command": "x"}, "task": {}})
+        validate_harness_job({"harness": {"type": "shell", "command": "x"}, "task": {}})
     with pytest.raises(ValueError, match="unknown tool-call parser 'xml9'"):
-        handler.validate_instance(
+        validate_harness_job(
             {"harness": {"type": "shell", "command": "x", "parser": "xml9"}, "task": task}
         )
     with pytest.raises(ValueError, match="evaluator"):
-        handler.validate_instance(
+        validate_harness_job(
             {"harness": {"type": "shell", "command": "x"}, "evaluator": "chess", "task": {}}
         )
 
@@ -136,7 +138,9 @@ def test_gemini_cli_runs_one_prompt_headless_against_the_proxy() -> None:
     assert launch.report_file == "/tmp/h/gemini-report.json"
 
 
-def test_gemini_cli_settings_and_model_can_be_changed() -> None:
+def test_gemini_cli_settings_and_model_can_be_changed(
+    validate_harness_job: Callable[[dict[str, Any]], None],
+) -> None:
     harness = GeminiCliHarness(
         model="auto", settings={"general": {"maxAttempts": 2}, "tools": {"exclude": ["web_fetch"]}}
     )
@@ -148,7 +152,7 @@ def test_gemini_cli_settings_and_model_can_be_changed() -> None:
     }  # fmt: skip
     assert settings["tools"] == {"exclude": ["web_fetch"]}
     assert settings["telemetry"] == {"enabled": False}
-    HarnessHandler().validate_instance(
+    validate_harness_job(
         {"harness": {"type": "gemini_cli", "model": "auto"}, "task": load_swe_tasks()[0].instance}
     )
 

@@ -1,16 +1,15 @@
 """The OpenCode and Qwen Code presets: what they launch, and the sandbox they ask for."""
 
 import json
-from typing import Any
 
 from agentroll.handlers.builtin.harness import HarnessInstance
 from agentroll.handlers.builtin.swe import load_swe_tasks
 from agentroll.handlers.harness import (
     API_KEY,
     LLM_ORIGIN,
+    HarnessAgent,
     OpenCodeHarness,
     QwenCodeHarness,
-    TaskView,
 )
 from agentroll.runtime import Limits, SandboxSpec
 
@@ -97,25 +96,13 @@ def test_the_presets_are_harness_types_of_a_job() -> None:
     assert QwenCodeHarness().address_space_bytes is None
 
 
-class Recorder:
-    """The part of a rollout context `TaskView.open_sandbox` talks to."""
-
-    def __init__(self) -> None:
-        self.specs: list[SandboxSpec | None] = []
-
-    async def open_sandbox(self, spec: SandboxSpec | None = None) -> Any:
-        self.specs.append(spec)
-
-
-async def test_a_harness_sets_the_address_space_of_the_sandbox_it_runs_in() -> None:
-    ctx = Recorder()
+def test_a_harness_sets_the_address_space_of_the_sandbox_it_runs_in() -> None:
     spec = SandboxSpec(
         workdir="/testbed", limits=Limits(max_memory_bytes=2 << 30, tmp_bytes=1 << 27)
     )
-    await TaskView(ctx, {}, address_space_bytes=8 << 30).open_sandbox(spec)
-    await TaskView(ctx, {}).open_sandbox(spec)
-    raised, kept = ctx.specs
-    assert raised is not None and raised.limits.max_memory_bytes == 8 << 30
+    raised = HarnessAgent(OpenCodeHarness(address_space_bytes=8 << 30)).sandbox_spec(spec)
+    kept = HarnessAgent(QwenCodeHarness()).sandbox_spec(spec)
+    assert raised.limits.max_memory_bytes == 8 << 30
     # Everything else is the evaluator's.
     assert raised.limits.tmp_bytes == 1 << 27 and raised.workdir == "/testbed"
     assert kept == spec

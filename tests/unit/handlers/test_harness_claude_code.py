@@ -2,11 +2,11 @@
 
 import asyncio
 import json
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from agentroll.handlers.builtin.harness import HarnessHandler
 from agentroll.handlers.builtin.swe import load_swe_tasks
 from agentroll.handlers.harness import API_KEY, LLM_ORIGIN, ClaudeCodeHarness
 from agentroll.handlers.harness.runner import MAX_REPORT_BYTES, read_report
@@ -49,12 +49,11 @@ def test_its_tools_arguments_and_environment_can_be_set() -> None:
     assert launch.env["IS_SANDBOX"] == "0"  # the job's own environment wins
 
 
-def test_a_job_names_it_by_type() -> None:
-    handler = HarnessHandler()
+def test_a_job_names_it_by_type(validate_harness_job: Callable[[dict[str, Any]], None]) -> None:
     task = load_swe_tasks()[0].instance
-    handler.validate_instance({"harness": {"type": "claude_code"}, "task": task})
+    validate_harness_job({"harness": {"type": "claude_code"}, "task": task})
     with pytest.raises(ValueError, match="harness"):
-        handler.validate_instance({"harness": {"type": "claude_code", "model": "x"}, "task": task})
+        validate_harness_job({"harness": {"type": "claude_code", "model": "x"}, "task": task})
 
 
 class FileSandbox:

@@ -1,13 +1,13 @@
 """The `codex` harness preset: how Codex CLI is started headless, offline, against the proxy."""
 
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
-from agentroll.handlers.builtin.harness import HarnessHandler
 from agentroll.handlers.builtin.swe import load_swe_tasks
 from agentroll.handlers.harness import LLM_ORIGIN, CodexHarness, Launch, bridge
 
@@ -81,8 +81,10 @@ def test_model_overrides_and_env_can_be_changed() -> None:
         CodexHarness(model='x"\nsandbox_mode = "read-only')
 
 
-def test_a_codex_job_instance_validates() -> None:
+def test_a_codex_job_instance_validates(
+    validate_harness_job: Callable[[dict[str, Any]], None],
+) -> None:
     task = load_swe_tasks()[0].instance
-    HarnessHandler().validate_instance({"harness": {"type": "codex", "model": "o3"}, "task": task})
+    validate_harness_job({"harness": {"type": "codex", "model": "o3"}, "task": task})
     with pytest.raises(ValueError, match="harness"):
-        HarnessHandler().validate_instance({"harness": {"type": "codex", "x": 1}, "task": task})
+        validate_harness_job({"harness": {"type": "codex", "x": 1}, "task": task})

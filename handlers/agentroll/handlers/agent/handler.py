@@ -1,8 +1,9 @@
-"""`ToolAgentHandler`: a handler whose RUN stage is the tool-calling agent loop.
+"""`ToolAgentHandler`: a task, run by default under the tool-calling agent loop.
 
 A task family subclasses it and fills in four things: the system prompt, the task prompt,
-the sandbox (spec and preparation) and `eval`. The loop, the tools and the per-job
-configuration (`instance["agent"]`, see `AgentConfig`) come with it:
+the sandbox (spec and preparation) and `grade`. Its default agent (`default_agent`: the
+`tool_loop`, configured by `instance["agent"]`, see `AgentConfig`) comes with it, and a job
+may run it under any other agent (`agentroll.handlers.agents`):
 
     class Haiku(ToolAgentHandler):
         name = "haiku"
@@ -12,7 +13,7 @@ configuration (`instance["agent"]`, see `AgentConfig`) come with it:
         def task_prompt(self, ctx):
             return f"Write a haiku about {ctx.instance['topic']} to poem.txt"
 
-        async def eval(self, ctx):
+        async def grade(self, ctx, result):
             poem = await ctx.sandbox.exec(["cat", "poem.txt"], timeout=10)
             return Reward(float(len(poem.stdout.splitlines()) == 3))
 """
@@ -21,17 +22,16 @@ import asyncio
 from typing import Any, ClassVar
 
 from agentroll.handlers.agent.config import AgentConfig
-from agentroll.handlers.agent.loop import STATE_KEY, AgentLoop, AgentRun
-from agentroll.handlers.agent.tools import SubmitTool, Tool, build_tools
+from agentroll.handlers.agent.loop import AgentRun
+from agentroll.handlers.agent.tool_loop import ToolLoopAgent
+from agentroll.handlers.agent.tools import SubmitTool
+from agentroll.handlers.agents import Agent, AgentResult
 from agentroll.handlers.base import AgentHandler
-from agentroll.handlers.context import RolloutContext
-from agentroll.handlers.toolcalls import get_parser
+from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.runtime import Limits, SandboxSpec
 from agentroll.server.schema.messages import ChatMessage
 
 MiB = 1 << 20
-WARM_TOOLS = ("python",)
-"""Tools whose session costs seconds to start (an IPython kernel), started during INIT."""
 # Modest by default: an agent's shell needs little, and many sandboxes share a node. The
 # workspace is a size-limited tmpfs where the runtime can make one (bwrap): a policy that
 # writes until the disk is full fills its own workspace, never the node's disk. Its pages
@@ -50,6 +50,11 @@ class ToolAgentHandler(AgentHandler):
     system_prompt: ClassVar[str] = "You are a helpful assistant that solves tasks with tools."
     default_tools: ClassVar[tuple[str, ...]] = ("bash", "python", "str_replace_editor", "submit")
     default_config: ClassVar[AgentConfig] = AgentConfig()
+    grades_without_sandbox: ClassVar[bool] = False
+    """True: `grade` reads only the agent's answer, so an agent that needs no sandbox
+    (`answer`) runs without one."""
+    follow_up: ClassVar[str | None] = None
+    """What an answer-only agent asks once more when `has_answer` finds none in the reply."""
 
     # -- what a task family provides -----------------------------------------------------------
     def task_prompt(self, ctx: RolloutContext) -> str:
@@ -65,8 +70,37 @@ class ToolAgentHandler(AgentHandler):
     async def prepare(self, ctx: RolloutContext) -> None:
         """Put the task into the freshly started sandbox (files, a repository, ...)."""
 
-    # -- the stages ------------------------------------------------------------------------------
+    async def grade(self, ctx: RolloutContext, result: AgentResult) -> Reward:
+        """Score what the agent left (its `result`, the sandbox); a meaningful reward, maybe 0.
+        A task written before agents were separate overrides `eval(ctx)` instead."""
+        raise NotImplementedError(f"{type(self).__name__} implements neither grade nor eval")
+
+    def first_messages(self, ctx: RolloutContext, config: AgentConfig) -> list[ChatMessage]:
+        """The tool loop's prompt."""
+        return [
+            {"role": "system", "content": config.system_prompt or self.system_prompt},
+            {"role": "user", "content": self.task_prompt(ctx)},
+        ]
+
+    def plain_messages(self, ctx: RolloutContext) -> list[ChatMessage]:
+        """The prompt of an agent without tools (`answer`)."""
+        return [
+            {"role": "system", "content": self.system_prompt},
+            {"role": "user", "content": self.task_prompt(ctx)},
+        ]
+
+    def has_answer(self, ctx: RolloutContext, text: str) -> bool:
+        """Whether a reply holds an answer `grade` can read (else `follow_up` is asked)."""
+        return True
+
+    # -- its default agent -----------------------------------------------------------------------
+    def default_agent(self, ctx: RolloutContext) -> Agent:
+        """The agent a job that names none runs (a new one per call: agents keep their
+        rollout's records in `ctx.state`)."""
+        return ToolLoopAgent()
+
     def agent_config(self, ctx: RolloutContext) -> AgentConfig:
+        """The tool loop's settings for this rollout: the task's defaults and the instance's."""
         overrides = ctx.instance.get("agent")
         return self.default_config.merged(overrides if isinstance(overrides, dict) else None)
 
@@ -78,50 +112,35 @@ class ToolAgentHandler(AgentHandler):
         if not isinstance(overrides, dict):
             raise ValueError(f"invalid {self.name} instance: 'agent' must be an object")
         try:
-            config = self.default_config.merged(overrides)
-            config.tool_names(self.default_tools)
-            get_parser(config.parser)
+            ToolLoopAgent.from_config("tool_loop", overrides).check(self)
         except (ValueError, LookupError) as exc:
             raise ValueError(f"invalid {self.name} instance: agent: {exc}") from exc
 
-    def tools(self, ctx: RolloutContext, config: AgentConfig) -> list[Tool]:
-        return build_tools(config.tool_names(self.default_tools), self.submit_tool(ctx))
-
-    def first_messages(self, ctx: RolloutContext, config: AgentConfig) -> list[ChatMessage]:
-        return [
-            {"role": "system", "content": config.system_prompt or self.system_prompt},
-            {"role": "user", "content": self.task_prompt(ctx)},
-        ]
-
-    async def init(self, ctx: RolloutContext) -> None:
-        sandbox = await ctx.open_sandbox(self.sandbox_spec(ctx))
-        names = self.agent_config(ctx).tool_names(self.default_tools)
-        warm = [t for t in WARM_TOOLS if t in names]
-        # Tools with a start-up cost start while the task is prepared, not at the first call.
-        started, _ = await asyncio.gather(sandbox.tools.warm(warm), self.prepare(ctx))
+    # -- the stages, under any agent -------------------------------------------------------------
+    async def set_up(self, ctx: RolloutContext, agent: Agent) -> None:
+        """INIT for `agent`: start the sandbox and prepare the task in it, while the tools
+        with a start-up cost start (not at their first call)."""
+        if not agent.uses_sandbox and self.grades_without_sandbox:
+            return
+        sandbox = await ctx.open_sandbox(agent.sandbox_spec(self.sandbox_spec(ctx)))
+        started, _ = await asyncio.gather(
+            sandbox.tools.warm(agent.warm_tools(ctx, self)), self.prepare(ctx)
+        )
         for tool, seconds in started.items():
             ctx.record_tool_startup(tool, seconds)
 
+    async def init(self, ctx: RolloutContext) -> None:
+        await self.set_up(ctx, self.default_agent(ctx))
+
     async def run(self, ctx: RolloutContext) -> None:
-        config = self.agent_config(ctx)
-        loop = AgentLoop(self.tools(ctx, config), config)
-        await loop.run(ctx, self.first_messages(ctx, config))
+        await self.default_agent(ctx).run(ctx, self)
+
+    async def eval(self, ctx: RolloutContext) -> Reward:
+        return await self.grade(ctx, self.default_agent(ctx).result(ctx))
 
     def agent_run(self, ctx: RolloutContext) -> AgentRun:
-        """The loop's record (an empty one if RUN never started)."""
-        run = ctx.state.get(STATE_KEY)
-        return run if isinstance(run, AgentRun) else AgentRun()
+        """The tool loop's record (an empty one if it never ran)."""
+        return ToolLoopAgent.record(ctx)
 
     def final_result(self, ctx: RolloutContext) -> dict[str, Any]:
-        run = self.agent_run(ctx)
-        if run.turns == 0:
-            return {}
-        return {
-            "metadata": {
-                "agent": {
-                    "ended": run.ended,
-                    "turns": run.turns,
-                    "invalid_tool_calls": run.invalid_calls,
-                }
-            }
-        }
+        return self.default_agent(ctx).final_result(ctx, self)

@@ -1,28 +1,30 @@
 """`AnswerTaskHandler`: tasks scored on one final answer (math, multiple choice, free text
 scored by a judge or a remote verifier: `FreeTextAnswerHandler`).
 
-Two ways to run, chosen per job:
-- plain (default): no sandbox, no tools; the model answers in text and, if it gave no
+Two default agents, chosen per job:
+- `answer` (default): no sandbox, no tools; the model answers in text and, if it gave no
   answer, is asked once more (within `max_turns`);
-- tools: when the instance carries an `"agent"` object (even `{}`), a sandbox is started and
-  the model works through the agent loop (by default with a `python` tool) and calls
-  `submit(answer=...)`; an answer written in the final text counts too.
+- `tool_loop`: when the instance carries an `"agent"` object (even `{}`), a sandbox is
+  started and the model works through the agent loop (by default with a `python` tool) and
+  calls `submit(answer=...)`; an answer written in the final text counts too.
+
+Under any other agent (a harness) the answer is read the same way from its `AgentResult`.
 """
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
-from agentroll.handlers.agent import STATE_KEY, SubmitTool, ToolAgentHandler
+from agentroll.handlers.agent import SubmitTool, ToolAgentHandler
+from agentroll.handlers.agent.answer import AnswerAgent
+from agentroll.handlers.agents import Agent, AgentResult
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.server.schema.messages import ChatMessage
-
-MAX_FOLLOW_UPS = 1
 
 
 class AnswerTaskHandler(ToolAgentHandler):
     plain_system_prompt: ClassVar[str]
-    follow_up: ClassVar[str]
     answer_description: ClassVar[str] = "Your final answer."
     default_tools = ("python", "submit")
+    grades_without_sandbox = True
 
     # -- provided by the task family -------------------------------------------------------
     def extract(self, ctx: RolloutContext, text: str, *, submitted: bool = False) -> str | None:
@@ -32,10 +34,11 @@ class AnswerTaskHandler(ToolAgentHandler):
     async def score(self, ctx: RolloutContext, predicted: str) -> Reward:
         raise NotImplementedError
 
-    # -- the two paths ----------------------------------------------------------------------
-    @staticmethod
-    def uses_tools(ctx: RolloutContext) -> bool:
-        return ctx.instance.get("agent") is not None
+    # -- the two default agents ---------------------------------------------------------------
+    def default_agent(self, ctx: RolloutContext) -> Agent:
+        if ctx.instance.get("agent") is None:
+            return AnswerAgent()
+        return super().default_agent(ctx)
 
     def submit_tool(self, ctx: RolloutContext) -> SubmitTool:
         return SubmitTool(
@@ -44,51 +47,25 @@ class AnswerTaskHandler(ToolAgentHandler):
             ["answer"],
         )
 
-    async def init(self, ctx: RolloutContext) -> None:
-        if self.uses_tools(ctx):
-            await super().init(ctx)
-
     def plain_messages(self, ctx: RolloutContext) -> list[ChatMessage]:
-        """The first prompt of the plain path."""
         return [
             {"role": "system", "content": self.plain_system_prompt},
             {"role": "user", "content": self.task_prompt(ctx)},
         ]
 
-    async def run(self, ctx: RolloutContext) -> None:
-        if self.uses_tools(ctx):
-            await super().run(ctx)
-            return
-        await ctx.llm.start(self.plain_messages(ctx))
-        turn = await ctx.llm.generate()
-        follow_ups = 0
-        while (
-            self.extract(ctx, turn.text) is None
-            and turn.finish_reason != "length"
-            and follow_ups < MAX_FOLLOW_UPS
-            and ctx.llm.num_turns < ctx.limits.max_turns
-        ):
-            follow_ups += 1
-            await ctx.llm.add_messages([{"role": "user", "content": self.follow_up}])
-            turn = await ctx.llm.generate()
-        ctx.state["final_text"] = turn.text
+    def has_answer(self, ctx: RolloutContext, text: str) -> bool:
+        return self.extract(ctx, text) is not None
 
-    def predicted(self, ctx: RolloutContext) -> str | None:
-        if STATE_KEY not in ctx.state:
-            return self.extract(ctx, ctx.state.get("final_text", ""))
-        run = self.agent_run(ctx)
-        if run.submission is not None:
-            return self.extract(ctx, str(run.submission.get("answer", "")), submitted=True)
-        return self.extract(ctx, run.final_text)
+    def predicted(self, ctx: RolloutContext, result: AgentResult) -> str | None:
+        if result.submission is not None:
+            return self.extract(ctx, str(result.submission.get("answer", "")), submitted=True)
+        return self.extract(ctx, result.final_text)
 
-    async def eval(self, ctx: RolloutContext) -> Reward:
-        predicted = self.predicted(ctx)
+    async def grade(self, ctx: RolloutContext, result: AgentResult) -> Reward:
+        predicted = self.predicted(ctx, result)
         if predicted is None:
             return Reward(0.0, {"predicted": None, "reason": "no answer"})
         return await self.score(ctx, predicted)
-
-    def final_result(self, ctx: RolloutContext) -> dict[str, Any]:
-        return super().final_result(ctx) if self.uses_tools(ctx) else {}
 
 
 class FreeTextAnswerHandler(AnswerTaskHandler):

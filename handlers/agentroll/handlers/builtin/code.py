@@ -39,6 +39,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentroll.handlers.agent import ToolAgentHandler
+from agentroll.handlers.agents import AgentResult
 from agentroll.handlers.builtin import code_grading
 from agentroll.handlers.builtin.sandbox_files import UnreadableFile, read_text
 from agentroll.handlers.context import Reward, RolloutContext
@@ -108,7 +109,7 @@ class CodeHandler(ToolAgentHandler):
             f"directory ({spec.workdir}). Test it yourself with bash, then call submit."
         )
 
-    async def eval(self, ctx: RolloutContext) -> Reward:
+    async def grade(self, ctx: RolloutContext, result: AgentResult) -> Reward:
         if ctx.sandbox is None:
             raise InfraError("the RUN sandbox is gone; cannot grade", cause="no_sandbox")
         instance = CodeInstance.model_validate(dict(ctx.instance))

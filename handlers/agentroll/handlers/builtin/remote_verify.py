@@ -51,6 +51,7 @@ from typing import Any
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, model_validator
 
 from agentroll.handlers.agent import AgentConfig
+from agentroll.handlers.agents import AgentResult
 from agentroll.handlers.base import parsed_instance
 from agentroll.handlers.builtin.answer_task import FreeTextAnswerHandler
 from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
@@ -243,22 +244,22 @@ class RemoteVerifyHandler(FreeTextAnswerHandler):
         users = [m for m in row_messages(self.task(ctx).row) if m["role"] == "user"]
         return str(users[-1]["content"])
 
-    def response(self, ctx: RolloutContext, answer: str) -> dict[str, Any]:
+    def response(self, ctx: RolloutContext, result: AgentResult, answer: str) -> dict[str, Any]:
         """The policy's work as the Responses object `/verify` grades."""
         recorded = PROMPT_KEY in ctx.state
         conversation = list(ctx.llm.messages)[ctx.state[PROMPT_KEY] :] if recorded else []
-        submission = self.agent_run(ctx).submission
+        submission = result.submission
         submitted = None if submission is None else str(submission.get("answer", ""))
         params = self.task(ctx).row["responses_create_params"]
         return response_object(
             conversation, submitted, answer, str(params.get("model") or "policy")
         )
 
-    async def eval(self, ctx: RolloutContext) -> Reward:
+    async def grade(self, ctx: RolloutContext, result: AgentResult) -> Reward:
         task = self.task(ctx)
-        answer = self.predicted(ctx) or ""
+        answer = self.predicted(ctx, result) or ""
         shown = {"predicted": answer[:MAX_SHOWN_CHARS]}
-        body = encoded({**task.row, "response": self.response(ctx, answer)})
+        body = encoded({**task.row, "response": self.response(ctx, result, answer)})
         if len(body) - len(encoded(task.row)) > MAX_RESPONSE_BYTES:
             return Reward(0.0, {**shown, "reason": "response_too_large"})
         spec = task.verifier

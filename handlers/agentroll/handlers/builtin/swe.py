@@ -92,6 +92,7 @@ from pydantic import (
 )
 
 from agentroll.handlers.agent import DEFAULT_LIMITS, ToolAgentHandler
+from agentroll.handlers.agents import Agent, AgentResult
 from agentroll.handlers.base import parsed_instance
 from agentroll.handlers.builtin import (
     swe_infra,
@@ -213,14 +214,14 @@ class SweHandler(ToolAgentHandler):
     def task(ctx: RolloutContext) -> SweInstance:
         return parsed_instance(ctx, SweInstance, "swe_instance")
 
-    async def init(self, ctx: RolloutContext) -> None:
+    async def set_up(self, ctx: RolloutContext, agent: Agent) -> None:
         task = self.task(ctx)
         image = Path(task.image) if task.image else None
         source = swe_mirror.image_repository(image, task.repo_source)
         if source is not None:  # the image's own repository, without its later history
             git_dir = await swe_mirror.history_free_git_dir(source, task.base_commit)
             ctx.state[HISTORY_FREE_GIT_DIR] = str(git_dir)
-        await super().init(ctx)
+        await super().set_up(ctx, agent)
 
     def sandbox_spec(self, ctx: RolloutContext) -> SandboxSpec:
         task = self.task(ctx)
@@ -274,7 +275,7 @@ class SweHandler(ToolAgentHandler):
             await swe_log.probe(sandbox, task.test_cmd)
         return await swe_shadow.module_names(sandbox, task.test_cmd)
 
-    async def eval(self, ctx: RolloutContext) -> Reward:
+    async def grade(self, ctx: RolloutContext, result: AgentResult) -> Reward:
         task = self.task(ctx)
         if ctx.sandbox is None:
             raise InfraError("the RUN sandbox is gone; cannot read the diff", cause="no_sandbox")

@@ -4,10 +4,11 @@
 (base.py);
 `run_harness` (runner.py) runs it behind the in-sandbox bridge (bridge.py) against the
 rollout's recording LLM proxy (`RolloutContext.open_llm_proxy`); `outcome_error` maps how it
-ended onto the outcome taxonomy. The `harness` built-in handler (builtin/harness.py) puts it
-together with an evaluator.
+ended onto the outcome taxonomy. `HarnessAgent` (agent.py) is each preset as an agent, run
+on any task.
 """
 
+from agentroll.handlers.harness.agent import HarnessAgent
 from agentroll.handlers.harness.base import API_KEY, LLM_ORIGIN, HarnessBase, Launch
 from agentroll.handlers.harness.claude_code import ClaudeCodeHarness
 from agentroll.handlers.harness.codex import CodexHarness
@@ -23,7 +24,6 @@ from agentroll.handlers.harness.runner import (
     outcome_error,
     run_harness,
 )
-from agentroll.handlers.harness.view import TaskView
 
 __all__ = [
     "API_KEY",
@@ -32,6 +32,7 @@ __all__ = [
     "ClaudeCodeHarness",
     "CodexHarness",
     "GeminiCliHarness",
+    "HarnessAgent",
     "HarnessBase",
     "HarnessConfig",
     "HarnessRun",
@@ -40,7 +41,6 @@ __all__ = [
     "OpenCodeHarness",
     "QwenCodeHarness",
     "ShellHarness",
-    "TaskView",
     "bridge_source",
     "new_folder",
     "outcome_error",

@@ -49,7 +49,7 @@ class Rollout:
         }
         context = JobContext(
             job_id=record.job_id,
-            instance=request.instance,
+            instance=state.registry.task_instance(request),
             limits=request.limits,
             metadata=request.metadata,
             llm=_session(state, request, DEFAULT_POLICY),
@@ -62,7 +62,7 @@ class Rollout:
             proxy_caps=state.settings.llm_proxy,
             judges=state.judges,
         )
-        return cls(record, state.registry.get(request.handler), context)
+        return cls(record, state.registry.for_job(request), context)
 
     @property
     def job_id(self) -> str:

@@ -115,8 +115,8 @@ class JobService:
     def _validate(self, requests: list[JobRequest]) -> None:
         problems: list[dict[str, object]] = []
         for index, request in enumerate(requests):
-            handler = self.state.registry.get(request.handler)  # UnknownHandlerError -> 400
             try:
+                handler = self.state.registry.for_job(request)  # UnknownHandlerError -> 400
                 handler.validate_instance(request.instance)
                 _check_agents(request, handler.agent_names)
             except ValueError as exc:

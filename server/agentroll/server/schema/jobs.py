@@ -5,6 +5,7 @@ from typing import Annotated, Any
 
 from pydantic import (
     AfterValidator,
+    AliasChoices,
     BaseModel,
     ConfigDict,
     Field,
@@ -145,8 +146,20 @@ class JobRequest(BaseModel):
     job_id: str | None = Field(
         None, pattern=IDENTIFIER, description="Client-chosen id; resubmission is idempotent."
     )
-    handler: str = Field(..., min_length=1, max_length=256)
+    handler: str = Field(
+        ...,
+        min_length=1,
+        max_length=256,
+        validation_alias=AliasChoices("handler", "task"),  # `task` is the same field
+        description="The task (handler) to run; may be spelled `task`.",
+    )
     instance: JSONObject = Field(..., description="The task instance, handler-specific.")
+    agent: JSONObject | None = Field(
+        None,
+        exclude_if=lambda agent: agent is None,  # unset: the same request, fingerprint included
+        description='The agent that runs the task, `{"type": name, ...settings}` (tool_loop, '
+        "answer, a harness preset, an installed agent); absent: the task's default agent.",
+    )
     sampling: SamplingParams = Field(default_factory=SamplingParams)
     limits: AgentLimits = Field(default_factory=AgentLimits)
     group_id: str | None = Field(None, pattern=IDENTIFIER)

@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentroll.handlers.agent import AgentConfig, ToolAgentHandler
 from agentroll.handlers.agent.handler import DEFAULT_LIMITS, MiB
+from agentroll.handlers.agents import Agent, AgentResult
 from agentroll.handlers.base import parsed_instance
 from agentroll.handlers.builtin.harbor import source
 from agentroll.handlers.builtin.harbor.blame import blame
@@ -155,9 +156,9 @@ class HarborHandler(ToolAgentHandler):
         overrides = ctx.instance.get("agent")
         return base.merged(overrides if isinstance(overrides, dict) else None)
 
-    async def init(self, ctx: RolloutContext) -> None:
+    async def set_up(self, ctx: RolloutContext, agent: Agent) -> None:
         ctx.state["harbor_image"] = await self._image(ctx)
-        await super().init(ctx)
+        await super().set_up(ctx, agent)
 
     async def _image(self, ctx: RolloutContext) -> TaskImage | Path:
         prebuilt = self.spec(ctx).image
@@ -237,7 +238,7 @@ class HarborHandler(ToolAgentHandler):
         await self._seed(ctx, sandbox)
         return sandbox
 
-    async def eval(self, ctx: RolloutContext) -> Reward:
+    async def grade(self, ctx: RolloutContext, result: AgentResult) -> Reward:
         sandbox = ctx.sandbox
         assert sandbox is not None, "INIT opens the sandbox"
         task, spec = self.task(ctx), self.spec(ctx)

@@ -184,7 +184,9 @@ class VerifiersHandler(FreeTextAnswerHandler):
             {"role": m["role"], "content": m.get("content") or ""} for m in ctx.llm.messages
         ]
         first = ctx.state.get(PROMPT_KEY, len(messages))
-        shown: dict[str, Any] = {"reply": str(ctx.state.get("final_text", ""))[:MAX_SHOWN_CHARS]}
+        # The conversation is graded, so only the default agent, whose turns it holds, runs it.
+        reply = self.default_agent(ctx).result(ctx).final_text
+        shown: dict[str, Any] = {"reply": reply[:MAX_SHOWN_CHARS]}
         try:
             reward = await score_twice(python, job.environment, job.task, messages, first, shown)
         except VerifiersWorkerFailure as exc:  # unavailable: never the reply's doing
