@@ -65,12 +65,12 @@ async def _stop(process: asyncio.subprocess.Process) -> None:
 @asynccontextmanager
 async def atropos_api(log_dir: Path) -> AsyncIterator[str]:
     """The URL of a fresh Atropos API (its state starts empty); its output in `log_dir`."""
-    venv, _ = await ensure_venv(atropos_venv(), cache_root(), timeout_s=INSTALL_TIMEOUT_S)
+    venv = await ensure_venv(atropos_venv(), cache_root(), timeout_s=INSTALL_TIMEOUT_S)
     port = free_port()
     log = log_dir / "atropos-api.log"
     with log.open("wb") as out:
         process = await asyncio.create_subprocess_exec(
-            str(venv / "bin" / "run-api"),
+            str(venv.root / "bin" / "run-api"),
             *("--host", "127.0.0.1", "--port", str(port)),
             stdout=out,
             stderr=asyncio.subprocess.STDOUT,

@@ -41,13 +41,13 @@ import json
 import logging
 import os
 import sys
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from agentroll.handlers.builtin.grader_launch import isolated_script
 from agentroll.handlers.errors import InfraError
+from agentroll.handlers.loop_local import LoopLocal
 
 log = logging.getLogger("agentroll.handlers.grading")
 
@@ -279,22 +279,16 @@ class GradingPool:
         await asyncio.wait({self._discard(worker)}, timeout=REAP_TIMEOUT_S)
 
 
-_default_pools: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, GradingPool]" = (
-    weakref.WeakKeyDictionary()
-)
+_default_pools: LoopLocal[GradingPool] = LoopLocal(GradingPool)
 
 
 def default_pool() -> GradingPool:
     """The running event loop's pool, started on first use."""
-    loop = asyncio.get_running_loop()
-    pool = _default_pools.get(loop)
-    if pool is None:
-        pool = _default_pools[loop] = GradingPool()
-    return pool
+    return _default_pools.get()
 
 
 async def shutdown_default_pool() -> None:
     """Kill the running loop's default pool; the next grading starts a fresh one."""
-    pool = _default_pools.pop(asyncio.get_running_loop(), None)
+    pool = _default_pools.pop()
     if pool is not None:
         await pool.shutdown()

@@ -15,7 +15,6 @@ processes setting up at once install once (`agentroll.runtime.locked_venv`).
 """
 
 import sys
-import time
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -24,7 +23,7 @@ from agentroll.runtime.images.cache import cache_key
 from agentroll.runtime.images.errors import BuildFailed, BuildTimeout
 from agentroll.runtime.images.proc import run_logged
 from agentroll.runtime.locked_venv import STAMP as LOCKED_VENV_STAMP
-from agentroll.runtime.locked_venv import VenvRecipe, ensure_locked_venv
+from agentroll.runtime.locked_venv import CachedVenv, VenvRecipe, ensure_locked_venv
 from agentroll.runtime.settings import CacheSettings, cache_settings
 from agentroll.server.errors import EngineSetupError
 
@@ -42,18 +41,8 @@ def cache_root() -> Path:
     return cache_settings().engine_cache
 
 
-@dataclass(frozen=True)
-class EngineEnvironment:
-    """A finished vLLM CPU environment."""
-
-    root: Path
-    installed_now: bool
-    """False when it was already in the cache."""
-    seconds: float
-
-    @property
-    def python(self) -> Path:
-        return self.root / "bin" / "python"
+EngineEnvironment = CachedVenv
+"""A finished vLLM CPU environment (`.python`, `.installed_now`, `.seconds`)."""
 
 
 def lock_text() -> str:
@@ -96,18 +85,15 @@ async def _run(args: list[str], log: Path, timeout_s: float) -> None:
         raise EngineSetupError(f"{' '.join(args[:4])} ...: {exc}") from None
 
 
-async def ensure_venv(spec: LockedVenv, base: Path, *, timeout_s: float) -> tuple[Path, bool]:
-    """`spec`'s environment under `base`, and whether it was installed now (else cached)."""
+async def ensure_venv(spec: LockedVenv, base: Path, *, timeout_s: float) -> CachedVenv:
+    """`spec`'s environment under `base` (installed now, or found in the cache)."""
     uninstall = [("uninstall", "-y", "-q", *spec.fix_ups)] if spec.fix_ups else []
     recipe = VenvRecipe(spec.name, spec.key(), spec.lock, uninstall, check=f"import {spec.check}")
-    venv = await ensure_locked_venv(recipe, base, timeout_s=timeout_s, run=_run)
-    return venv.root, venv.installed_now
+    return await ensure_locked_venv(recipe, base, timeout_s=timeout_s, run=_run)
 
 
 async def ensure_environment(
     root: Path | None = None, *, timeout_s: float = INSTALL_TIMEOUT_S
 ) -> EngineEnvironment:
     """The vLLM CPU environment for the pinned lock file, installed if it is not cached yet."""
-    started = time.monotonic()
-    venv, installed = await ensure_venv(vllm_venv(), root or cache_root(), timeout_s=timeout_s)
-    return EngineEnvironment(venv, installed, time.monotonic() - started)
+    return await ensure_venv(vllm_venv(), root or cache_root(), timeout_s=timeout_s)

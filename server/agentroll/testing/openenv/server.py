@@ -34,8 +34,8 @@ def openenv_venv() -> LockedVenv:
 
 async def openenv_python(timeout_s: float = 1200.0) -> Path:
     """The interpreter of the openenv environment, installed if it is not cached yet."""
-    venv, _ = await ensure_venv(openenv_venv(), cache_root(), timeout_s=timeout_s)
-    return venv / "bin" / "python"
+    venv = await ensure_venv(openenv_venv(), cache_root(), timeout_s=timeout_s)
+    return venv.python
 
 
 @dataclass

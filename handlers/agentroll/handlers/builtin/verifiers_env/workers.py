@@ -22,7 +22,6 @@ mid-request) or `unavailable` (it could not start). Whose fault each is, the han
 import asyncio
 import os
 import uuid
-import weakref
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ from agentroll.handlers.builtin.grader_launch import isolated_script
 from agentroll.handlers.builtin.grading_pool import REAP_TIMEOUT_S, _Worker, _WorkerGone
 from agentroll.handlers.builtin.verifiers_env.confine import confined_argv
 from agentroll.handlers.errors import Unconfinable, VerifiersWorkerFailure
+from agentroll.handlers.loop_local import LoopLocal
 from agentroll.runtime.base import Limits
 from agentroll.runtime.cgroup import SandboxCgroup
 
@@ -210,21 +210,15 @@ def _remove_later(cgroup: SandboxCgroup, tries: int) -> None:
     asyncio.get_running_loop().call_later(0.5, _remove_later, cgroup, tries - 1)
 
 
-_default: "weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, VerifiersWorkers]" = (
-    weakref.WeakKeyDictionary()
-)
+_default: LoopLocal[VerifiersWorkers] = LoopLocal(VerifiersWorkers)
 
 
 def default_workers() -> VerifiersWorkers:
     """The running event loop's workers, started on first use."""
-    loop = asyncio.get_running_loop()
-    workers = _default.get(loop)
-    if workers is None:
-        workers = _default[loop] = VerifiersWorkers()
-    return workers
+    return _default.get()
 
 
 async def shutdown_default_workers() -> None:
-    workers = _default.pop(asyncio.get_running_loop(), None)
+    workers = _default.pop()
     if workers is not None:
         await workers.shutdown()
