@@ -143,7 +143,9 @@ async def test_reward_code_a_reply_breaks_is_zero_and_reward_code_broken_for_all
     reason. A task whose reward code fails on every reply is
     the environment's fault; a taskset that is not installed fails before any reply is read."""
     CONTROLS.clear()
-    instances = await verifiers_instances(TASKSET, [PACKAGE], score_timeout_s=20)
+    # A hang is told from a slow start by this bound: generous, as on a loaded node a fresh
+    # confined worker (importing verifiers) can take many seconds before it scores.
+    instances = await verifiers_instances(TASKSET, [PACKAGE], score_timeout_s=60)
     broken = [i for i in instances if i["task"]["id"] in {f"echo-{k}" for k in range(4, 9)}]
     missing = json.loads(json.dumps(broken[0]))
     missing["environment"]["taskset"] = "agentroll-vf-not-installed"
