@@ -43,7 +43,7 @@ def test_the_demo_keeps_serving_its_viewer_until_ctrl_c() -> None:
             assert len(results.find("tr", class_="row")) == 4  # 2 groups of 2
         assert demo.poll() is None  # still serving
         demo.send_signal(signal.SIGINT)
-        assert demo.wait(60) == 0  # the demo's own status: every rollout ok
+        assert demo.wait(300) == 0  # the demo's own status: every rollout ok
     finally:
         if demo.poll() is None:
             demo.kill()
@@ -55,4 +55,4 @@ def test_without_keep_serving_the_demo_prints_the_address_and_ends() -> None:
     assert "/ui?token=" in _viewer_line(demo)
     assert demo.stdout is not None
     assert "--keep-serving" in demo.stdout.read()
-    assert demo.wait(60) == 0
+    assert demo.wait(300) == 0
