@@ -11,7 +11,7 @@ import httpx
 import pytest
 from tests.integration.viewer.viewer_support import Elements
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 def _demo(*flags: str) -> subprocess.Popen[str]:
