@@ -10,14 +10,13 @@ front, so it could POST rows and read the answers. Its requests name the attacke
 import asyncio
 import json
 import shutil
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from tests.conftest import ServerFactory
+from tests.integration.server.test_nemo_gym_run import nemo_gym_front
 from tests.integration.server.tool_handlers import QUESTION, TOOLS, ToolMath
 
 from agentroll.handlers import HandlerRegistry
@@ -26,7 +25,6 @@ from agentroll.server.serving import start_in_loop
 from agentroll.testing.redteam_budgets import BUDGET_POLICY, budget_attack
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
-from agentroll.trainer_clients import AsyncRolloutClient
 
 pytestmark = [pytest.mark.redteam, pytest.mark.timeout(300)]
 
@@ -41,25 +39,8 @@ ROW: dict[str, Any] = {
 }
 
 
-@asynccontextmanager
-async def _front(agentroll_server: ServerFactory) -> AsyncIterator[tuple[str, AsyncRolloutClient]]:
-    backend = await start_in_loop(create_scripted_app(ScriptedLLMConfig(seed=5, wrong_rate=0.0)))
-    registry = HandlerRegistry()
-    registry.register(ToolMath)
-    try:
-        async with agentroll_server(registry=registry) as (_, client):
-            await client.add_backend({"id": "b0", "base_url": backend.url})
-            front = await start_in_loop(create_agent_app(client, handler="tool-math", timeout_s=60))
-            try:
-                yield front.url, client
-            finally:
-                await front.stop()
-    finally:
-        await backend.stop()
-
-
 async def test_a_page_on_a_rebound_name_runs_nothing(agentroll_server: ServerFactory) -> None:
-    async with _front(agentroll_server) as (url, client):
+    async with nemo_gym_front(agentroll_server) as (url, client):
         port = httpx.URL(url).port
         async with httpx.AsyncClient(base_url=url, timeout=120) as http:
             for host in (
@@ -207,7 +188,7 @@ async def test_a_cross_site_form_or_beacon_is_refused_before_its_body_is_read(
     `no-cors`, a beacon): such a request can only carry these content types, and the front
     would read its body, however large, before refusing it. JSON, which NeMo Gym sends, needs
     the browser to ask first, and nothing here answers that question."""
-    async with _front(agentroll_server) as (url, client):
+    async with nemo_gym_front(agentroll_server) as (url, client):
         headers = {} if content_type is None else {"content-type": content_type}
         async with httpx.AsyncClient(base_url=url, timeout=120) as http:
             body = json.dumps(ROW).encode()

@@ -42,7 +42,9 @@ def _row(**fields: Any) -> dict[str, Any]:
 
 
 @asynccontextmanager
-async def _agent(agentroll_server: ServerFactory) -> AsyncIterator[tuple[str, AsyncRolloutClient]]:
+async def nemo_gym_front(
+    agentroll_server: ServerFactory,
+) -> AsyncIterator[tuple[str, AsyncRolloutClient]]:
     """A NeMo Gym agent front before an agentroll server running `ToolMath`."""
     backend = await start_in_loop(create_scripted_app(ScriptedLLMConfig(seed=5, wrong_rate=0.0)))
     registry = HandlerRegistry()
@@ -62,7 +64,7 @@ async def _agent(agentroll_server: ServerFactory) -> AsyncIterator[tuple[str, As
 async def test_nemo_rl_trains_on_exactly_the_tokens_agentroll_recorded(
     agentroll_server: ServerFactory,
 ) -> None:
-    async with _agent(agentroll_server) as (url, client):
+    async with nemo_gym_front(agentroll_server) as (url, client):
         result = await nemo_gym_client.run(url, _row())
         job_id = result["agentroll"]["job_id"]
         stored = await client.result(job_id)
@@ -99,7 +101,7 @@ async def test_nemo_rl_trains_on_exactly_the_tokens_agentroll_recorded(
 
 
 async def test_failures_reach_nemo_rl_as_what_they_are(agentroll_server: ServerFactory) -> None:
-    async with _agent(agentroll_server) as (url, _):
+    async with nemo_gym_front(agentroll_server) as (url, _):
         # The infrastructure's fault: a 5xx NeMo RL retries, never a 200 with reward 0.
         with pytest.raises(nemo_gym_client.RunFailed) as infra:
             await nemo_gym_client.run(url, _row(infra=True))
