@@ -10,11 +10,11 @@ import pytest
 from tests.engine.conftest import EngineAgentroll
 from tests.engine.engine_handlers import chat_registry
 from tests.engine.fidelity import metric, sampled_mismatches
+from tests.engine.waits import pause_mid_reply
 
 from agentroll.server.engine import VLLMServer
-from agentroll.server.schema import DEFAULT_POLICY, PauseMode, Trajectory
+from agentroll.server.schema import PauseMode, Trajectory
 from agentroll.testing.scripted_llm import get_tokenizer
-from agentroll.trainer_clients import AsyncRolloutClient
 
 TOKENS = "vllm:generation_tokens_total"
 LONG_TURN = 3800
@@ -24,16 +24,6 @@ TRIES = 5
 that arrives after the long turn ended tested nothing, and the rollout is run again."""
 
 
-async def _until_generating(client: AsyncRolloutClient) -> None:
-    """Until the rollout's first (long) generation call is with the engine, and a moment more.
-
-    agentroll's own count, not the engine's metrics: those lag behind its sampling."""
-    async with asyncio.timeout(300):
-        while (await client.status()).policies[DEFAULT_POLICY].in_flight < 1:
-            await asyncio.sleep(0.02)
-    await asyncio.sleep(0.05)
-
-
 async def _engine_paused(url: str) -> bool:
     async with httpx.AsyncClient(base_url=url, timeout=60) as http:
         paused: bool = (await http.get("/is_paused")).json()["is_paused"]
@@ -41,8 +31,9 @@ async def _engine_paused(url: str) -> bool:
 
 
 async def _paused_rollout(
-    engine_agentroll: EngineAgentroll, url: str, mode: PauseMode, job_id: str
+    engine_agentroll: EngineAgentroll, engine: VLLMServer, mode: PauseMode, job_id: str
 ) -> tuple[Trajectory, dict[str, Any]]:
+    url = engine.url
     seen: dict[str, Any] = {}
     job = {
         "job_id": job_id,
@@ -54,8 +45,9 @@ async def _paused_rollout(
     }
     async with engine_agentroll(registry=chat_registry()) as (_, client):
         await client.submit([job])
-        await _until_generating(client)
-        pause = await client.pause(mode, timeout_s=300)
+        pause = await pause_mid_reply(client, engine, lambda: client.pause(mode, timeout_s=300))
+        if pause is None:  # the rollout ended before its reply was caught: it tested nothing
+            return (await client.wait_for([job_id], 600))[job_id], seen
         seen["in_flight"] = pause.in_flight
         # A retry's server reuses the test's store, and with it the version the last one set.
         seen["version"] = old = pause.policy_version
@@ -72,6 +64,8 @@ async def _paused_rollout(
 
 def _landed(mode: PauseMode, t: Trajectory, seen: dict[str, Any]) -> bool:
     """Whether the pause caught the long turn in flight."""
+    if not seen:  # no pause at all: the rollout ended before its call was seen
+        return False
     if mode == "abort":  # in the long first turn, not the short second one (a late pause)
         return t.segments[0].finish_reason == "abort"
     # `wait`: the pause came before the second turn (the long one finished under it, or
@@ -86,7 +80,7 @@ async def test_a_pause_mid_rollout_stops_sampling_and_keeps_the_trajectory_exact
     engine_agentroll: EngineAgentroll, vllm_engine: VLLMServer, mode: PauseMode
 ) -> None:
     for attempt in range(TRIES):
-        t, seen = await _paused_rollout(engine_agentroll, vllm_engine.url, mode, f"p{attempt}")
+        t, seen = await _paused_rollout(engine_agentroll, vllm_engine, mode, f"p{attempt}")
         if _landed(mode, t, seen):
             break
     else:

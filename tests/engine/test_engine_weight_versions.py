@@ -16,6 +16,7 @@ import pytest
 import torch
 from tests.engine.conftest import EngineAgentroll
 from tests.engine.test_weight_push import close, perturbed
+from tests.engine.waits import pause_mid_reply
 from tests.integration.server.test_trajectory import Parrot
 from transformers import Qwen2ForCausalLM
 
@@ -26,7 +27,7 @@ from agentroll.trainer_clients.weights import push_weights
 
 pytestmark = pytest.mark.timeout(900)  # up to TRIES rollouts of long replies on a shared node
 JOBS = 2
-TRIES = 3
+TRIES = 5
 # Seconds of generation, whatever the weights: a pause lands in it (greedy decoding under a
 # perturbed model may end a reply at once, and a reply that ended tested nothing).
 LONG_REPLY = {"temperature": 0.0, "min_tokens": 3000, "max_tokens": 3000}
@@ -50,9 +51,10 @@ def logprobs_under(model: Qwen2ForCausalLM, t: Trajectory, start: int, end: int)
 
 
 async def _kept_rollouts(
-    engine_agentroll: EngineAgentroll, url: str, new: Qwen2ForCausalLM, version: int
-) -> dict[str, Trajectory]:
-    """JOBS long replies, a `keep` pause once they are with the engine, a push, a resume."""
+    engine_agentroll: EngineAgentroll, engine: VLLMServer, new: Qwen2ForCausalLM, version: int
+) -> tuple[dict[str, Trajectory], bool]:
+    """JOBS long replies, a `keep` pause once they are with the engine, a push, a resume;
+    and whether the push was made (not when the replies ended before one was seen)."""
     registry = HandlerRegistry()
     registry.register(Parrot)
     ids = [f"v{version}-{i}" for i in range(JOBS)]
@@ -62,20 +64,17 @@ async def _kept_rollouts(
             for i in ids
         ]
         await client.submit(jobs)
-        # Once a reply is with the engine (agentroll's own count: the engine's metrics lag).
-        async with asyncio.timeout(300):
-            while (await client.status()).policies[DEFAULT_POLICY].in_flight < 1:
-                await asyncio.sleep(0.02)
-        await asyncio.sleep(0.2)
-        paused = await client.pause(mode="keep", timeout_s=60)
+        paused = await pause_mid_reply(client, engine, lambda: client.pause("keep", timeout_s=60))
+        if paused is None:
+            return await client.wait_for(ids, 300), False  # it tested nothing: run again
         assert (paused.mode, paused.backend_errors) == ("keep", {})
         with contextlib.suppress(TimeoutError):  # the partial answers are in (a call that
             async with asyncio.timeout(30):  # reached the engine after its pause stays)
                 while (await client.status()).policies[DEFAULT_POLICY].in_flight:
                     await asyncio.sleep(0.02)
-        await asyncio.to_thread(push_weights, url, version, state_dict=new.state_dict())
+        await asyncio.to_thread(push_weights, engine.url, version, state_dict=new.state_dict())
         await client.resume(policy_version=version)
-        return await client.wait_for(ids, 300)
+        return await client.wait_for(ids, 300), True
 
 
 async def test_keep_around_a_real_push_stamps_each_token_with_its_weights(
@@ -86,23 +85,25 @@ async def test_keep_around_a_real_push_stamps_each_token_with_its_weights(
 ) -> None:
     old = Qwen2ForCausalLM.from_pretrained(engine_model_dir).eval()
     new = perturbed(Qwen2ForCausalLM.from_pretrained(engine_model_dir).eval(), seed=4)
+    serving, version = old, 0  # what the engine holds before this try
     for attempt in range(TRIES):  # a pause that came after the replies ended tested nothing
-        results = await _kept_rollouts(engine_agentroll, vllm_engine.url, new, attempt + 1)
+        results, pushed = await _kept_rollouts(engine_agentroll, vllm_engine, new, attempt + 1)
         assert {t.outcome for t in results.values()} == {Outcome.ok}
         for t in results.values():
             assert "mixed_version_segments" not in t.metadata
         spanning = [t for t in results.values() if len(t.policy_versions) == 2]
         if spanning:
             break
+        if pushed:
+            serving, version = new, attempt + 1
     else:
         pytest.fail(f"no keep pause caught a reply in {TRIES} tries")
     for t in spanning:
         before, after = t.segments[0], t.segments[-1]
-        assert (before.policy_version, before.finish_reason) == (attempt, "abort")
+        assert (before.policy_version, before.finish_reason) == (version, "abort")
         assert after.policy_version == attempt + 1 and after.start == before.end
         lps = t.response_logprobs
         assert close(
-            logprobs_under(old if attempt == 0 else new, t, before.start, before.end),
-            lps[before.start : before.end],
+            logprobs_under(serving, t, before.start, before.end), lps[before.start : before.end]
         )
         assert close(logprobs_under(new, t, after.start, after.end), lps[after.start : after.end])
