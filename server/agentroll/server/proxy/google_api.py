@@ -38,9 +38,9 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import parse_qs
 
-from agentroll.handlers import Message
 from agentroll.server.proxy.http11 import BadRequest, Request, Response, json_bytes
 from agentroll.server.proxy.wire import ChatRequest, Turn, bearer_or
+from agentroll.server.schema.messages import ChatMessage, ChatToolCall, FunctionSpec, ToolSpec
 
 _PATH = re.compile(
     r"/v1(?:beta|alpha)?/(?:models|tunedModels)/(?P<model>[^/:]+)"
@@ -107,7 +107,7 @@ def _kind(part: dict[str, Any], where: str) -> str:
     raise BadRequest(f"{where}: a part needs text, functionCall or functionResponse")
 
 
-def _content_value(texts: list[str]) -> str | list[Message]:
+def _content_value(texts: list[str]) -> str | list[dict[str, Any]]:
     """One text part is a string; several stay a content array (the template joins them)."""
     if len(texts) == 1:
         return texts[0]
@@ -150,17 +150,17 @@ class _Calls:
         return match[0]
 
 
-def _function_call(part: dict[str, Any], calls: _Calls, where: str) -> Message:
+def _function_call(part: dict[str, Any], calls: _Calls, where: str) -> ChatToolCall:
     fn = _object(field(part, "functionCall"), f"{where}.functionCall")
     name, args = fn.get("name"), fn.get("args") or {}
     if not isinstance(name, str) or not isinstance(args, dict):
         raise BadRequest(f"{where}.functionCall needs a name and an args object")
     arguments = json.dumps(args, ensure_ascii=False)
-    function = {"name": name, "arguments": arguments}
-    return {"id": calls.call(fn.get("id"), name), "type": "function", "function": function}
+    call_id = calls.call(fn.get("id"), name)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def _function_response(part: dict[str, Any], calls: _Calls, where: str) -> Message:
+def _function_response(part: dict[str, Any], calls: _Calls, where: str) -> ChatMessage:
     fr = _object(field(part, "functionResponse"), f"{where}.functionResponse")
     name, response = fr.get("name"), fr.get("response") or {}
     if not isinstance(name, str) or not isinstance(response, dict):
@@ -176,9 +176,9 @@ def _function_response(part: dict[str, Any], calls: _Calls, where: str) -> Messa
     }
 
 
-def _model_turn(parts: list[dict[str, Any]], calls: _Calls, where: str) -> list[Message]:
+def _model_turn(parts: list[dict[str, Any]], calls: _Calls, where: str) -> list[ChatMessage]:
     texts: list[str] = []
-    tool_calls: list[Message] = []
+    tool_calls: list[ChatToolCall] = []
     for i, part in enumerate(parts):
         at = f"{where}.parts[{i}]"
         kind = _kind(part, at)
@@ -189,15 +189,18 @@ def _model_turn(parts: list[dict[str, Any]], calls: _Calls, where: str) -> list[
         elif kind == "functionResponse":
             raise BadRequest(f"{at}: a functionResponse belongs in a user turn")
     text = "".join(texts)
-    message: Message = {"role": "assistant", "content": text if text or not tool_calls else None}
+    message: ChatMessage = {
+        "role": "assistant",
+        "content": text if text or not tool_calls else None,
+    }
     if tool_calls:
         message["tool_calls"] = tool_calls
     return [message]
 
 
-def _user_turn(parts: list[dict[str, Any]], calls: _Calls, where: str) -> list[Message]:
+def _user_turn(parts: list[dict[str, Any]], calls: _Calls, where: str) -> list[ChatMessage]:
     """Text parts in a row make one user message; each function response a tool message."""
-    messages: list[Message] = []
+    messages: list[ChatMessage] = []
     texts: list[str] = []
     for i, part in enumerate(parts):
         at = f"{where}.parts[{i}]"
@@ -216,7 +219,7 @@ def _user_turn(parts: list[dict[str, Any]], calls: _Calls, where: str) -> list[M
     return messages
 
 
-def _system(value: Any) -> list[Message]:
+def _system(value: Any) -> list[ChatMessage]:
     if value is None:
         return []
     if isinstance(value, str):
@@ -231,7 +234,7 @@ def _system(value: Any) -> list[Message]:
     return [{"role": "system", "content": _content_value(texts)}] if texts else []
 
 
-def parse_contents(body: dict[str, Any]) -> list[Message]:
+def parse_contents(body: dict[str, Any]) -> list[ChatMessage]:
     """The conversation in the OpenAI chat shape."""
     contents = _list(field(body, "contents"), "contents")
     if not contents:
@@ -255,9 +258,9 @@ def parse_contents(body: dict[str, Any]) -> list[Message]:
     return messages
 
 
-def parse_tools(body: dict[str, Any]) -> list[Message]:
+def parse_tools(body: dict[str, Any]) -> list[ToolSpec]:
     """`tools[].functionDeclarations` as OpenAI tools; any other tool runs server-side."""
-    tools: list[Message] = []
+    tools: list[ToolSpec] = []
     for i, raw in enumerate(_list(field(body, "tools"), "tools")):
         tool = _object(raw, f"tools[{i}]")
         for key in tool:
@@ -270,7 +273,7 @@ def parse_tools(body: dict[str, Any]) -> list[Message]:
             fn = _object(raw_fn, f"tools[{i}].functionDeclarations[{j}]")
             if not isinstance(fn.get("name"), str):
                 raise BadRequest(f"tools[{i}].functionDeclarations[{j}] needs a name")
-            function: Message = {"name": fn["name"]}
+            function: FunctionSpec = {"name": fn["name"]}
             if isinstance(fn.get("description"), str):
                 function["description"] = fn["description"]
             schema = field(fn, "parametersJsonSchema")
@@ -324,7 +327,7 @@ def parse_generate(body: Any, model: str, stream: bool, array: bool) -> ChatRequ
     )
 
 
-def _parts(message: Message) -> list[dict[str, Any]]:
+def _parts(message: ChatMessage) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     if message.get("content"):
         parts.append({"text": message["content"]})

@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agentroll.handlers import Message
 from agentroll.server.proxy.http11 import BadRequest, Request, Response
+from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
 MAX_STOP_STRINGS = 64
 MAX_STOP_CHARS = 1000
@@ -42,9 +42,9 @@ def check_stop(stop: Sequence[str]) -> None:
 class ChatRequest:
     """One chat call, whatever its wire format: what recording needs from it."""
 
-    messages: list[Message]
+    messages: list[ChatMessage]
     """The conversation in the OpenAI chat shape (system, user, assistant + tool_calls, tool)."""
-    tools: list[Message]
+    tools: list[ToolSpec]
     """Tool definitions in the OpenAI shape: `{"type": "function", "function": {...}}`."""
     parse_tools: bool
     """Whether the reply is parsed for tool calls (tools offered and not switched off)."""
@@ -70,7 +70,7 @@ class Turn:
 
     call_id: str
     model: str
-    message: Message
+    message: ChatMessage
     """`{"role": "assistant", "content": str | None, "tool_calls": [...]}` (OpenAI shape)."""
     finish: str
     """`stop`, `length` or `tool_calls`."""
