@@ -43,6 +43,9 @@ class ChatMessage(TypedDict, total=False):
     """A tool result: the call it answers."""
     name: str
     """A tool result: the tool's name (some chat templates render it)."""
+    reasoning_content: str
+    """An assistant turn's reasoning, where a reasoning parser or a handler kept it apart
+    from `content` (the ATIF export writes it to the agent's step)."""
 
 
 class FunctionSpec(TypedDict):
