@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from agentroll.server.proxy.http11 import BadRequest, Request, Response, json_bytes
 from agentroll.server.proxy.openai_api import text_pieces
-from agentroll.server.proxy.wire import ChatRequest, Turn, bearer_or
+from agentroll.server.proxy.wire import ChatReply, ChatRequest, bearer_or
 from agentroll.server.schema.messages import (
     ChatMessage,
     ChatToolCall,
@@ -248,7 +248,7 @@ def parse_messages(body: Any, count_only: bool = False) -> ChatRequest:
     )
 
 
-def message_body(turn: Turn, model: str) -> dict[str, Any]:
+def message_body(turn: ChatReply, model: str) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     text = turn.message.get("content")
     if text:
@@ -325,7 +325,7 @@ class AnthropicMessages:
         count_only = request.path.endswith("/count_tokens")
         return parse_messages(request.json(), count_only)
 
-    def answer(self, turn: Turn, request: ChatRequest) -> Response:
+    def answer(self, turn: ChatReply, request: ChatRequest) -> Response:
         if request.count_only:
             return Response(200, {"input_tokens": turn.prompt_tokens})
         body = message_body(turn, request.model or turn.model)

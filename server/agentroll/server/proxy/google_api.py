@@ -39,7 +39,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from agentroll.server.proxy.http11 import BadRequest, Request, Response, json_bytes
-from agentroll.server.proxy.wire import ChatRequest, Turn, bearer_or
+from agentroll.server.proxy.wire import ChatReply, ChatRequest, bearer_or
 from agentroll.server.schema.messages import ChatMessage, ChatToolCall, FunctionSpec, ToolSpec
 
 _PATH = re.compile(
@@ -338,7 +338,7 @@ def _parts(message: ChatMessage) -> list[dict[str, Any]]:
     return parts or [{"text": ""}]
 
 
-def _chunk(turn: Turn, parts: list[dict[str, Any]], last: bool) -> dict[str, Any]:
+def _chunk(turn: ChatReply, parts: list[dict[str, Any]], last: bool) -> dict[str, Any]:
     candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
     chunk: dict[str, Any] = {"candidates": [candidate]}
     if last:
@@ -353,12 +353,12 @@ def _chunk(turn: Turn, parts: list[dict[str, Any]], last: bool) -> dict[str, Any
     return chunk
 
 
-def response_body(turn: Turn) -> dict[str, Any]:
+def response_body(turn: ChatReply) -> dict[str, Any]:
     """The whole answer: one candidate, its finish reason, the token counts."""
     return _chunk(turn, _parts(turn.message), last=True)
 
 
-def response_chunks(turn: Turn) -> list[dict[str, Any]]:
+def response_chunks(turn: ChatReply) -> list[dict[str, Any]]:
     """The answer as a stream sends it: text line by line, then each call; the last chunk
     carries the finish reason and the counts."""
     parts = _parts(turn.message)
@@ -370,7 +370,7 @@ def response_chunks(turn: Turn) -> list[dict[str, Any]]:
     return [_chunk(turn, [p], last=i == len(pieces) - 1) for i, p in enumerate(pieces)]
 
 
-async def response_events(turn: Turn) -> AsyncIterator[bytes]:
+async def response_events(turn: ChatReply) -> AsyncIterator[bytes]:
     for chunk in response_chunks(turn):
         yield b"data: " + json_bytes(chunk) + b"\r\n\r\n"
 
@@ -402,7 +402,7 @@ class GoogleGenerate:
         sse = streamed and "sse" in parse_qs(request.query).get("alt", [])
         return parse_generate(request.json(), route["model"], sse, streamed and not sse)
 
-    def answer(self, turn: Turn, request: ChatRequest) -> Response:
+    def answer(self, turn: ChatReply, request: ChatRequest) -> Response:
         if request.stream:
             return Response(200, events=response_events(turn))
         if request.extra.get("array"):

@@ -15,7 +15,7 @@ from typing import Any, cast
 from agentroll.handlers import UnservableRequest
 from agentroll.server.llm.poison import check_token_ids
 from agentroll.server.proxy.http11 import BadRequest, Request, Response, error_body, json_bytes
-from agentroll.server.proxy.wire import ChatRequest, Turn, bearer_or, check_stop
+from agentroll.server.proxy.wire import ChatReply, ChatRequest, bearer_or, check_stop
 from agentroll.server.schema.messages import ChatMessage, ChatToolCall, Role, ToolSpec
 
 _ROLES: dict[str, Role] = {
@@ -277,7 +277,7 @@ class OpenAIChat:
     def parse(self, request: Request) -> ChatRequest:
         return parse_chat(request.json())
 
-    def answer(self, turn: Turn, request: ChatRequest) -> Response:
+    def answer(self, turn: ChatReply, request: ChatRequest) -> Response:
         counts = usage(turn.prompt_tokens, turn.completion_tokens)
         body = chat_body(f"chatcmpl-{turn.call_id}", turn.model, turn.message, turn.finish, counts)
         if request.stream:

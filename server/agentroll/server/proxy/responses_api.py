@@ -29,7 +29,7 @@ from typing import Any
 
 from agentroll.server.proxy.http11 import BadRequest, Request, Response, error_body, json_bytes
 from agentroll.server.proxy.openai_api import text_pieces
-from agentroll.server.proxy.wire import ChatRequest, Turn, bearer_or
+from agentroll.server.proxy.wire import ChatReply, ChatRequest, bearer_or
 from agentroll.server.schema.messages import ChatMessage, ChatToolCall, FunctionSpec, Role, ToolSpec
 
 _ROLES: dict[str, Role] = {
@@ -242,7 +242,7 @@ def parse_responses(body: Any) -> ChatRequest:
     )
 
 
-def _output_items(turn: Turn, request: ChatRequest, status: str) -> Iterator[dict[str, Any]]:
+def _output_items(turn: ChatReply, request: ChatRequest, status: str) -> Iterator[dict[str, Any]]:
     message = turn.message
     if message.get("content") is not None:
         text = message["content"]
@@ -294,7 +294,7 @@ def _freeform_input(arguments: str) -> str | None:
     return None
 
 
-def response_body(turn: Turn, request: ChatRequest) -> dict[str, Any]:
+def response_body(turn: ChatReply, request: ChatRequest) -> dict[str, Any]:
     truncated = turn.finish == "length"
     status = "incomplete" if truncated else "completed"
     return {
@@ -381,7 +381,7 @@ class OpenAIResponses:
     def parse(self, request: Request) -> ChatRequest:
         return parse_responses(request.json())
 
-    def answer(self, turn: Turn, request: ChatRequest) -> Response:
+    def answer(self, turn: ChatReply, request: ChatRequest) -> Response:
         body = response_body(turn, request)
         if request.stream:
             return Response(200, events=response_events(body))

@@ -48,7 +48,7 @@ from agentroll.server.proxy.chains import ChainBook, Expectation, Piece, Placeme
 from agentroll.server.proxy.echoes import ReturnedCalls
 from agentroll.server.proxy.http11 import BadRequest, Request, Response, UnixHTTPServer
 from agentroll.server.proxy.recording import ProxyTrajectory, report, trajectory_view
-from agentroll.server.proxy.wire import ChatRequest, Turn, WireAPI, route
+from agentroll.server.proxy.wire import ChatReply, ChatRequest, WireAPI, route
 from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
 log = logging.getLogger("agentroll.server.proxy")
@@ -291,7 +291,7 @@ class RolloutProxy:
             n = self.calls[index]["prompt_tokens"] = len(canonical.token_ids)
             nothing: ChatMessage = {"role": "assistant", "content": None}
             return wire.answer(
-                Turn(f"{self._label}-{index}", MODEL_NAME, nothing, "stop", n, 0), req
+                ChatReply(f"{self._label}-{index}", MODEL_NAME, nothing, "stop", n, 0), req
             )
         expectations = await self.book.expectations(EXPECTATION_WAIT_S)
         self.calls[index]["backend_s"] = time.monotonic() - began  # grown by _generate
@@ -311,7 +311,7 @@ class RolloutProxy:
         )
         sampled = sum(len(p.token_ids) for p in pieces)
         self._finish_record(index, placement, sampled, finish, began)
-        turn = Turn(
+        turn = ChatReply(
             f"{self._label}-{index}", MODEL_NAME, reply, finish, len(placement.prompt), sampled
         )
         return wire.answer(turn, req)

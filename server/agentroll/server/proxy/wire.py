@@ -3,8 +3,8 @@
 Every chat-style API is the same call underneath: a conversation and tools in, one sampled
 assistant turn out. Each `WireAPI` translates its own request into a `ChatRequest` (messages
 and tools in the OpenAI chat shape, which is what chat templates are rendered from), and the
-sampled `Turn` back into its own response body or event stream, and answers errors in its own
-envelope, so a client's error handling sees what the real service would send.
+sampled `ChatReply` back into its own response body or event stream, and answers errors in
+its own envelope, so a client's error handling sees what the real service would send.
 
     openai_chat        POST /v1/chat/completions                  (openai_api.py)
     openai_responses   POST /v1/responses                         (responses_api.py)
@@ -65,7 +65,7 @@ class ChatRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class Turn:
+class ChatReply:
     """The sampled assistant turn, ready to be written in any format."""
 
     call_id: str
@@ -93,7 +93,7 @@ class WireAPI(Protocol):
         """The call; `BadRequest` says what is wrong with it."""
         ...
 
-    def answer(self, turn: Turn, request: ChatRequest) -> Response:
+    def answer(self, turn: ChatReply, request: ChatRequest) -> Response:
         """The turn as this format's response (a body, or an event stream if asked)."""
         ...
 
