@@ -35,6 +35,7 @@ from agentroll.handlers import (
     InfraError,
     SampledTurn,
 )
+from agentroll.server.llm.backend_pool import Backend, BackendPool
 from agentroll.server.llm.base import (
     BackendClient,
     Completion,
@@ -49,7 +50,6 @@ from agentroll.server.llm.poison import (
     json_digest,
     token_digest,
 )
-from agentroll.server.llm.pool import Backend, BackendPool
 from agentroll.server.llm.routed import RoutingLog
 from agentroll.server.llm.routing import RoutedCalls
 from agentroll.server.schema import DEFAULT_POLICY, RoutedExperts, Segment
