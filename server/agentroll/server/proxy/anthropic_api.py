@@ -34,6 +34,7 @@ from agentroll.server.proxy.wire import ChatReply, ChatRequest, bearer_or
 from agentroll.server.schema.messages import (
     ChatMessage,
     ChatToolCall,
+    ContentParts,
     FunctionCall,
     FunctionSpec,
     ToolSpec,
@@ -50,8 +51,6 @@ ERROR_TYPES = {
     529: "overloaded_error",
 }
 _ROLES = ("user", "assistant", "system")
-TextContent = str | list[dict[str, Any]]
-"""Chat content: a string, or text parts."""
 
 
 def _unsupported(where: str, what: str) -> BadRequest:
@@ -77,14 +76,14 @@ def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
     return content
 
 
-def _joined(texts: list[str]) -> TextContent:
+def _joined(texts: list[str]) -> str | ContentParts:
     """Text in the OpenAI shape: one block (or none) is a string, several are text parts."""
     if len(texts) <= 1:
         return "".join(texts)
     return [{"type": "text", "text": t} for t in texts]
 
 
-def _only_text(content: Any, where: str) -> TextContent:
+def _only_text(content: Any, where: str) -> str | ContentParts:
     texts = []
     for j, block in enumerate(_blocks(content, where)):
         if block.get("type") != "text":

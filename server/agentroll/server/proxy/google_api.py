@@ -40,7 +40,13 @@ from urllib.parse import parse_qs
 
 from agentroll.server.proxy.http11 import BadRequest, Request, Response, json_bytes
 from agentroll.server.proxy.wire import ChatReply, ChatRequest, bearer_or
-from agentroll.server.schema.messages import ChatMessage, ChatToolCall, FunctionSpec, ToolSpec
+from agentroll.server.schema.messages import (
+    ChatMessage,
+    ChatToolCall,
+    ContentParts,
+    FunctionSpec,
+    ToolSpec,
+)
 
 _PATH = re.compile(
     r"/v1(?:beta|alpha)?/(?:models|tunedModels)/(?P<model>[^/:]+)"
@@ -107,7 +113,7 @@ def _kind(part: dict[str, Any], where: str) -> str:
     raise BadRequest(f"{where}: a part needs text, functionCall or functionResponse")
 
 
-def _content_value(texts: list[str]) -> str | list[dict[str, Any]]:
+def _content_value(texts: list[str]) -> str | ContentParts:
     """One text part is a string; several stay a content array (the template joins them)."""
     if len(texts) == 1:
         return texts[0]

@@ -16,7 +16,7 @@ from agentroll.handlers import UnservableRequest
 from agentroll.server.llm.poison import check_token_ids
 from agentroll.server.proxy.http11 import BadRequest, Request, Response, error_body, json_bytes
 from agentroll.server.proxy.wire import ChatReply, ChatRequest, bearer_or, check_stop
-from agentroll.server.schema.messages import ChatMessage, ChatToolCall, Role, ToolSpec
+from agentroll.server.schema.messages import ChatMessage, ChatToolCall, ContentParts, Role, ToolSpec
 
 _ROLES: dict[str, Role] = {
     "system": "system",
@@ -44,11 +44,11 @@ class CompletionRequest:
 _MEDIA_PARTS = {"image_url", "input_audio", "audio", "file"}
 
 
-def _content(value: Any, where: str) -> str | list[dict[str, Any]] | None:
+def _content(value: Any, where: str) -> str | ContentParts | None:
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, list):
-        parts: list[dict[str, Any]] = []
+        parts: ContentParts = []
         for part in value:
             if not isinstance(part, dict):
                 raise BadRequest(f"{where}: every content part must be an object")

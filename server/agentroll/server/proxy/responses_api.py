@@ -30,7 +30,14 @@ from typing import Any
 from agentroll.server.proxy.http11 import BadRequest, Request, Response, error_body, json_bytes
 from agentroll.server.proxy.openai_api import text_pieces
 from agentroll.server.proxy.wire import ChatReply, ChatRequest, bearer_or
-from agentroll.server.schema.messages import ChatMessage, ChatToolCall, FunctionSpec, Role, ToolSpec
+from agentroll.server.schema.messages import (
+    ChatMessage,
+    ChatToolCall,
+    ContentParts,
+    FunctionSpec,
+    Role,
+    ToolSpec,
+)
 
 _ROLES: dict[str, Role] = {
     "user": "user",
@@ -62,7 +69,7 @@ _ECHOED: dict[str, Any] = {
 }
 
 
-def _text(value: Any, where: str) -> str | list[dict[str, Any]]:
+def _text(value: Any, where: str) -> str | ContentParts:
     """Message content (or a tool's output) as chat content: one text part is a string,
     several a list of parts."""
     if isinstance(value, str):
