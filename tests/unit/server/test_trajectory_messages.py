@@ -1,6 +1,6 @@
 """A trajectory's `messages` and `tools` are typed (`ChatMessage`, `ToolSpec`) for mypy, and
 kept for the trainer exactly as the rollout produced them: every key, in its order, with
-the values the policy wrote (a lone surrogate included)."""
+the values the policy wrote (a lone surrogate as its escape's characters)."""
 
 import json
 from typing import Any
@@ -51,14 +51,15 @@ def test_messages_and_tools_are_stored_byte_for_byte_as_given() -> None:
     stored = strict_json(_trajectory(messages=MESSAGES, tools=TOOLS).model_dump(mode="json"))
     assert f'"messages":{strict_json(MESSAGES)},' in stored
     assert f'"tools":{strict_json(TOOLS)},' in stored
-    assert '"go \\ud800"' in stored  # escaped, so a strict parser reads the page
+    # A lone surrogate is stored as its escape's six characters: valid UTF-8 for any parser.
+    assert '"go \\\\ud800"' in stored
     stored.encode()
 
 
 def test_a_stored_trajectory_reads_back_with_every_key_in_its_order() -> None:
     stored = strict_json(_trajectory(messages=MESSAGES, tools=TOOLS).model_dump(mode="json"))
     read = Trajectory.model_validate_json(stored)
-    assert read.messages == MESSAGES and read.tools == TOOLS
+    assert read.messages == json.loads(strict_json(MESSAGES)) and read.tools == TOOLS
     assert [list(m) for m in read.messages] == [list(m) for m in MESSAGES]
     assert read.messages[2].get("reasoning_content") == "list first"
     assert strict_json(read.model_dump(mode="json")) == stored
