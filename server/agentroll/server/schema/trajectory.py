@@ -29,8 +29,9 @@ _AS_PLAIN_DICTS = GetPydanticSchema(
 )
 """Validated and written as a list of plain JSON objects, key for key: the typed view is
 mypy's, not pydantic's. A `TypedDict` schema would reorder keys, refuse roles it does not
-list and cost more on every trajectory; a message's other keys (`reasoning_content`, a
-provider's fields) pass through unchanged (docs/trajectory.md, "Messages and tools")."""
+list and add about a tenth to building each trajectory; a message's other keys
+(`reasoning_content`, a provider's fields) pass through unchanged (docs/trajectory.md,
+"Messages and tools")."""
 Messages = Annotated[list[ChatMessage], _AS_PLAIN_DICTS]
 """A trajectory's `messages`: the readable conversation in the OpenAI chat shape."""
 Tools = Annotated[list[ToolSpec], _AS_PLAIN_DICTS]
