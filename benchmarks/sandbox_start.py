@@ -20,7 +20,7 @@ from pathlib import Path
 
 from agentroll.runtime import BwrapConfig, LocalConfig, SandboxSpec, SingularityConfig, procs
 from agentroll.runtime.core import BaseRuntime
-from agentroll.runtime.pool import WarmPool
+from agentroll.runtime.warm_pool import WarmPool
 
 
 def build(kind: str, state: Path) -> BaseRuntime:

@@ -13,8 +13,8 @@ if TYPE_CHECKING:
     from agentroll.runtime import Sandbox, SandboxSpec
 
 Message = dict[str, Any]
-"""A message as an untyped dict: the spelling kept for code not yet on `ChatMessage` (the LLM
-proxy's translators) and for plugins written against it. New code uses `ChatMessage`."""
+"""A message as an untyped dict: the spelling kept for plugins written against it. New code
+uses `ChatMessage`."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
         SandboxStartError,
         SandboxTimeout,
     )
-    from agentroll.runtime.pool import WarmPool
+    from agentroll.runtime.warm_pool import WarmPool
 
 _EXPORTS = {
     "AddressExhausted": "errors",
@@ -43,7 +43,7 @@ _EXPORTS = {
     "SandboxStartError": "errors",
     "SandboxTimeout": "errors",
     "SingularityConfig": "config",
-    "WarmPool": "pool",
+    "WarmPool": "warm_pool",
 }
 
 __all__ = [

@@ -44,16 +44,16 @@ from agentroll.runtime.core import BaseRuntime
 from agentroll.runtime.errors import RuntimeUnavailable, SandboxClosed, SandboxStartError
 from agentroll.runtime.imagemeta import read_image_meta
 from agentroll.runtime.inithandle import InitHandle
-from agentroll.runtime.launch import (
+from agentroll.runtime.lease import Lease
+from agentroll.runtime.limits import join_cgroup_argv, prlimit_argv
+from agentroll.runtime.sandbox import ProcessSandbox, read_until_eof
+from agentroll.runtime.sandbox_inside import (
     DEFAULT_PATH,
     SOCKET_DIR_INSIDE,
     action_server_argv,
     marker_env,
     sandbox_env,
 )
-from agentroll.runtime.lease import Lease
-from agentroll.runtime.limits import join_cgroup_argv, prlimit_argv
-from agentroll.runtime.sandbox import ProcessSandbox, read_until_eof
 
 if TYPE_CHECKING:
     from agentroll.runtime.config import BwrapConfig

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 from agentroll.runtime.base import SandboxSpec
 from agentroll.runtime.core import BaseRuntime
 from agentroll.runtime.errors import RuntimeUnavailable, SandboxStartError
-from agentroll.runtime.launch import action_server_argv, sandbox_env
 from agentroll.runtime.lease import Lease
 from agentroll.runtime.limits import prlimit_argv
 from agentroll.runtime.sandbox import ProcessSandbox
+from agentroll.runtime.sandbox_inside import action_server_argv, sandbox_env
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -43,16 +43,16 @@ from agentroll.runtime.base import SandboxSpec
 from agentroll.runtime.core import BaseRuntime
 from agentroll.runtime.errors import RuntimeUnavailable, SandboxClosed, SandboxStartError
 from agentroll.runtime.inithandle import InitHandle
-from agentroll.runtime.launch import (
+from agentroll.runtime.lease import Lease
+from agentroll.runtime.limits import prlimit_argv
+from agentroll.runtime.sandbox import ProcessSandbox, open_log, spawn
+from agentroll.runtime.sandbox_inside import (
     DEFAULT_PATH,
     SOCKET_DIR_INSIDE,
     action_server_argv,
     marker_env,
     sandbox_env,
 )
-from agentroll.runtime.lease import Lease
-from agentroll.runtime.limits import prlimit_argv
-from agentroll.runtime.sandbox import ProcessSandbox, open_log, spawn
 
 if TYPE_CHECKING:
     from agentroll.runtime.config import SingularityConfig

@@ -13,7 +13,7 @@ from rt_support import HAVE_BWRAP, make_config
 from agentroll.runtime import SandboxSpec, procs
 from agentroll.runtime.cgroup import SandboxCgroup
 from agentroll.runtime.core import BaseRuntime
-from agentroll.runtime.pool import WarmPool
+from agentroll.runtime.warm_pool import WarmPool
 
 pytestmark = [pytest.mark.integration, pytest.mark.skipif(not HAVE_BWRAP, reason="bwrap missing")]
 

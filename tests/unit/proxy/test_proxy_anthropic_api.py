@@ -13,7 +13,7 @@ import pytest
 
 from agentroll.server.proxy.anthropic_api import AnthropicMessages, parse_messages
 from agentroll.server.proxy.http11 import BadRequest, Request
-from agentroll.server.proxy.wire import ChatRequest, Turn
+from agentroll.server.proxy.wire import ChatReply, ChatRequest
 
 FIXTURE = Path(__file__).parents[2] / "fixtures" / "claude_code" / "requests.json"
 API = AnthropicMessages()
@@ -246,8 +246,8 @@ def test_unknown_and_ignorable_fields_are_tolerated() -> None:
     assert not no_tools.parse_tools
 
 
-def turn(message: dict[str, Any], finish: str) -> Turn:
-    return Turn("r-3", "policy", message, finish, prompt_tokens=40, completion_tokens=9)
+def turn(message: dict[str, Any], finish: str) -> ChatReply:
+    return ChatReply("r-3", "policy", message, finish, prompt_tokens=40, completion_tokens=9)
 
 
 TOOL_TURN = turn(
@@ -359,7 +359,7 @@ async def collect(events: Any) -> bytes:
         ),
     ],
 )
-def test_a_streamed_turn_replays_into_the_same_message(sampled: Turn) -> None:
+def test_a_streamed_turn_replays_into_the_same_message(sampled: ChatReply) -> None:
     plain = API.answer(sampled, parse_messages(body(user("go"))))
     streamed = API.answer(sampled, parse_messages(body(user("go"), stream=True)))
     assert plain.events is None and streamed.events is not None

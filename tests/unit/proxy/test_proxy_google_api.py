@@ -10,7 +10,7 @@ import pytest
 
 from agentroll.server.proxy import google_api as google
 from agentroll.server.proxy.http11 import BadRequest, Request
-from agentroll.server.proxy.wire import ChatRequest, Turn
+from agentroll.server.proxy.wire import ChatReply, ChatRequest
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "google" / "gemini_cli_0.61.0.json"
 API = google.GoogleGenerate()
@@ -41,8 +41,10 @@ def user(*texts: str) -> dict[str, Any]:
     return {"role": "user", "parts": [{"text": t} for t in texts]}
 
 
-def turn(message: dict[str, Any], finish: str = "stop") -> Turn:
-    return Turn("rollout-3", "policy", message, finish, prompt_tokens=120, completion_tokens=17)
+def turn(message: dict[str, Any], finish: str = "stop") -> ChatReply:
+    return ChatReply(
+        "rollout-3", "policy", message, finish, prompt_tokens=120, completion_tokens=17
+    )
 
 
 def test_gemini_cli_turn_maps_onto_the_openai_chat_shape() -> None:

@@ -43,6 +43,8 @@ def test_messages_keep_only_what_a_chat_template_reads() -> None:
     [
         ({"messages": []}, "non-empty"),
         ({"messages": [{"role": "robot", "content": "x"}]}, "needs a role"),
+        ({"messages": [{"role": ["user"], "content": "x"}]}, "needs a role"),  # not text
+        ({"messages": [{"role": {"user": 1}, "content": "x"}]}, "needs a role"),
         ({"messages": [{"role": "user", "content": "x"}], "n": 2}, "n must be 1"),
         ({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, "max_tokens"),
         ({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, "image_url is only"),

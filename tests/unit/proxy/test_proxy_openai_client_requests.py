@@ -13,7 +13,7 @@ import pytest
 
 from agentroll.server.proxy.http11 import BadRequest, Request
 from agentroll.server.proxy.openai_api import OpenAIChat, parse_chat
-from agentroll.server.proxy.wire import ChatRequest, Turn
+from agentroll.server.proxy.wire import ChatReply, ChatRequest
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "openai_chat"
 API = OpenAIChat()
@@ -250,7 +250,7 @@ TURNS = [
 
 @pytest.mark.parametrize(("message", "finish"), TURNS)
 def test_the_stream_says_what_the_body_says(message: dict[str, Any], finish: str) -> None:
-    turn = Turn("r-3", "policy", message, finish, prompt_tokens=120, completion_tokens=17)
+    turn = ChatReply("r-3", "policy", message, finish, prompt_tokens=120, completion_tokens=17)
     plain = API.answer(turn, parse_chat({"messages": [USER]}))
     usage = {"include_usage": True}
     streamed = API.answer(
@@ -279,7 +279,7 @@ def test_the_stream_says_what_the_body_says(message: dict[str, Any], finish: str
 
 
 def test_usage_is_streamed_only_when_asked() -> None:
-    turn = Turn("r-1", "policy", {"role": "assistant", "content": "Hi."}, "stop", 5, 2)
+    turn = ChatReply("r-1", "policy", {"role": "assistant", "content": "Hi."}, "stop", 5, 2)
     response = API.answer(turn, parse_chat({"messages": [USER], "stream": True}))
 
     async def frames() -> list[bytes]:

@@ -14,7 +14,7 @@ from agentroll.server.proxy.responses_api import (
     response_body,
     response_events,
 )
-from agentroll.server.proxy.wire import ChatRequest, Turn
+from agentroll.server.proxy.wire import ChatReply, ChatRequest
 
 CODEX = Path(__file__).parents[2] / "fixtures" / "wire" / "codex-0.169.0-responses.json"
 PATCH = "*** Begin Patch\n*** Update File: a.txt\n@@\n-old line\n+new line\n*** End Patch\n"
@@ -51,7 +51,9 @@ def request(**fields: Any) -> ChatRequest:
     return parse_responses({"model": "policy", "input": [user("hi")], **fields})
 
 
-def turn(content: str | None, *calls: tuple[str, dict[str, Any]], finish: str = "stop") -> Turn:
+def turn(
+    content: str | None, *calls: tuple[str, dict[str, Any]], finish: str = "stop"
+) -> ChatReply:
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:
         message["tool_calls"] = [
@@ -62,7 +64,7 @@ def turn(content: str | None, *calls: tuple[str, dict[str, Any]], finish: str = 
             }
             for k, (name, args) in enumerate(calls)
         ]
-    return Turn("roll-3", "policy", message, finish, prompt_tokens=40, completion_tokens=9)
+    return ChatReply("roll-3", "policy", message, finish, prompt_tokens=40, completion_tokens=9)
 
 
 def test_a_codex_request_becomes_the_chat_conversation_it_stands_for() -> None:
@@ -293,7 +295,7 @@ def test_a_truncated_turn_is_an_incomplete_response() -> None:
     ],
     ids=["text", "empty", "call", "text+calls", "freeform", "freeform-misused", "ns", "unicode"],
 )
-def test_a_replayed_answer_parses_back_to_the_same_assistant_message(t: Turn) -> None:
+def test_a_replayed_answer_parses_back_to_the_same_assistant_message(t: ChatReply) -> None:
     """What keeps a chain exact: the client replays the output items it got (with their ids
     and statuses), and the proxy reads the very message it answered."""
     req = request(tools=[EXEC, APPLY_PATCH, SUBAGENTS])

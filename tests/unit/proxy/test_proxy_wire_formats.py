@@ -5,17 +5,17 @@ import json
 import pytest
 
 from agentroll.server.proxy.apis import APIS
-from agentroll.server.proxy.wire import ChatRequest, Turn, WireAPI
+from agentroll.server.proxy.wire import ChatReply, ChatRequest, WireAPI
 
 # Valid JSON, but not UTF-8: tool-call arguments the policy escaped as half a surrogate pair.
 LONE_SURROGATE = json.dumps({"command": "\ud800"})
 
 
-def turn() -> Turn:
+def turn() -> ChatReply:
     call = {"id": "call_0_0", "type": "function",
             "function": {"name": "shell", "arguments": LONE_SURROGATE}}  # fmt: skip
     message = {"role": "assistant", "content": "running \ud800", "tool_calls": [call]}
-    return Turn("r-0", "policy", message, "tool_calls", 12, 7)
+    return ChatReply("r-0", "policy", message, "tool_calls", 12, 7)
 
 
 def request(stream: bool) -> ChatRequest:

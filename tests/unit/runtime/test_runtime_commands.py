@@ -11,8 +11,8 @@ from agentroll.runtime import Bind, Limits, SandboxSpec
 from agentroll.runtime.bwrap import bwrap_argv
 from agentroll.runtime.config import SingularityConfig
 from agentroll.runtime.errors import RuntimeUnavailable
-from agentroll.runtime.launch import action_server_argv, sandbox_env
 from agentroll.runtime.limits import join_cgroup_argv, prlimit_argv, rlimit_args
+from agentroll.runtime.sandbox_inside import action_server_argv, sandbox_env
 from agentroll.runtime.singularity import (
     detect_binary,
     env_file_text,

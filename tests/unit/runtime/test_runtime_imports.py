@@ -1,4 +1,5 @@
-"""Choosing a backend imports only that backend: the helpers they share live in launch.py."""
+"""Choosing a backend imports only that backend: the helpers they share live in
+sandbox_inside.py."""
 
 import subprocess
 import sys

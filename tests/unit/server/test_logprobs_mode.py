@@ -4,9 +4,9 @@ for a job that requires a mode uses only what is known."""
 import pytest
 
 from agentroll.handlers import LLMUnavailable
+from agentroll.server.llm.backend_pool import Backend, BackendPool
 from agentroll.server.llm.base import BackendError
 from agentroll.server.llm.http import HTTPClient
-from agentroll.server.llm.pool import Backend, BackendPool
 from agentroll.server.schema import BackendSpec
 
 

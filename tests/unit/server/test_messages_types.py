@@ -67,6 +67,35 @@ def test_mypy_accepts_what_the_agent_loop_writes(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stdout
 
 
+def test_mypy_catches_a_misspelt_key_in_a_translated_conversation_and_a_trajectory(
+    tmp_path: Path,
+) -> None:
+    """The proxy's translators and a trajectory's `messages`/`tools` hand out the same
+    types: a typo reading either is an error before anything runs."""
+    out = _mypy(
+        tmp_path,
+        """
+        from agentroll.server.proxy.anthropic_api import parse_messages
+        from agentroll.server.schema import Trajectory
+
+        request = parse_messages({})
+        request.messages[0]["tool_call"]
+        request.tools[0]["function"]["parameter"]
+        trajectory = Trajectory.model_validate({})
+        trajectory.messages[0]["tool_call_ids"]
+        trajectory.tools[0]["fuction"]
+        fine = (request.messages[0]["role"], trajectory.messages[0].get("reasoning_content"))
+        """,
+    )
+    assert out.returncode == 1, out.stdout
+    assert 'snippet.py:6: error: TypedDict "ChatMessage" has no key "tool_call"' in out.stdout
+    assert 'snippet.py:7: error: TypedDict "FunctionSpec" has no key "parameter"' in out.stdout
+    assert 'snippet.py:9: error: TypedDict "ChatMessage" has no key "tool_call_ids"' in out.stdout
+    assert 'snippet.py:10: error: TypedDict "ToolSpec" has no key "fuction"' in out.stdout
+    assert "snippet.py:11" not in out.stdout
+    assert "Found 4 errors in 1 file" in out.stdout
+
+
 def test_messages_stay_plain_dicts_at_run_time() -> None:
     reply = HermesParser().parse(
         '<tool_call>{"name": "bash", "arguments": {"cmd": "ls"}}</tool_call>'

@@ -44,7 +44,7 @@ from agentroll.trainer_clients.groups import (
     GroupSpec,
     sample_job_id,
 )
-from agentroll.trainer_clients.pool import AsyncServerPool, Failover, read_server_list
+from agentroll.trainer_clients.server_pool import AsyncServerPool, Failover, read_server_list
 from agentroll.trainer_clients.sync import DynamicSampler, GroupCollector, ServerPool
 
 __all__ = [

@@ -40,7 +40,7 @@ from agentroll.trainer_clients.client import AsyncRolloutClient
 from agentroll.trainer_clients.errors import ApiError, ClientError, ServerUnavailable
 from agentroll.trainer_clients.groups import CollectorStats, Group, GroupSpec
 from agentroll.trainer_clients.membership import LiveGroup, Selection
-from agentroll.trainer_clients.pool import AsyncServerPool
+from agentroll.trainer_clients.server_pool import AsyncServerPool
 from agentroll.trainer_clients.staleness import PolicyClock
 
 log = logging.getLogger("agentroll.trainer_clients")

@@ -22,7 +22,7 @@ from agentroll.trainer_clients.collector import AsyncGroupCollector
 from agentroll.trainer_clients.dynamic import AsyncDynamicSampler, Batch
 from agentroll.trainer_clients.groups import CollectorStats, Group, GroupSpec
 from agentroll.trainer_clients.loop_thread import LoopThread
-from agentroll.trainer_clients.pool import AsyncServerPool, Failover
+from agentroll.trainer_clients.server_pool import AsyncServerPool, Failover
 
 CALL_TIMEOUT_S = 600.0
 T = TypeVar("T")

@@ -10,6 +10,7 @@ from typing import Any
 from agentroll.handlers import InfraError, JudgeReply, LLMUnavailable, ProxyLimits
 from agentroll.handlers.toolcalls import DEFAULT_PARSER, get_parser
 from agentroll.runtime import Runtime, Sandbox, SandboxError, SandboxSpec
+from agentroll.runtime.sandbox_inside import SOCKET_DIR_INSIDE
 from agentroll.server.jobs.agents import JobAgents
 from agentroll.server.jobs.usage import RolloutUsage
 from agentroll.server.llm import TokenSession
@@ -24,8 +25,6 @@ log = logging.getLogger("agentroll.server.sandboxes")
 
 SANDBOX_START_TIMEOUT_S = 120.0
 SANDBOX_STOP_GRACE_S = 2.0
-PROXY_SOCKET_DIR_INSIDE = "/run/agentroll"
-"""Where bwrap and Apptainer sandboxes see their socket directory (runtime.launch)."""
 
 
 @dataclass(eq=False)
@@ -120,7 +119,7 @@ class JobContext:
         proxy = await open_proxy(
             self.llm,
             target.socket_dir,
-            inside_dir=str(target.socket_dir) if local else PROXY_SOCKET_DIR_INSIDE,
+            inside_dir=str(target.socket_dir) if local else SOCKET_DIR_INSIDE,
             name=f"llm-{len(self.llm_proxies)}.sock",
             limits=limits or ProxyLimits(),
             parser=get_parser(parser),

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agentroll.handlers import JudgeReply, LLMUnavailable
+from agentroll.server.llm.backend_pool import Backend, BackendPool
 from agentroll.server.llm.base import Completion
 from agentroll.server.llm.gate import GenerationAborted
 from agentroll.server.llm.policies import Policies
-from agentroll.server.llm.pool import Backend, BackendPool
 from agentroll.server.llm.session import TokenSession
 from agentroll.server.schema import DEFAULT_POLICY
 from agentroll.server.schema.messages import ChatMessage

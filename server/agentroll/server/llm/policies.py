@@ -11,8 +11,8 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from agentroll.server.llm.backend_pool import Backend
 from agentroll.server.llm.gate import GenerationGate
-from agentroll.server.llm.pool import Backend
 from agentroll.server.schema import DEFAULT_POLICY, PolicyStatus
 
 

@@ -16,10 +16,10 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any
 
 from agentroll.handlers import ContextLengthExceeded, LLMUnavailable, UnservableRequest
+from agentroll.server.llm.backend_pool import Backend, BackendPool
 from agentroll.server.llm.base import BackendClient, BackendError, BackendPaused
 from agentroll.server.llm.gate import Flight, GenerationAborted, GenerationGate
 from agentroll.server.llm.poison import Shaped, failed_on_request, refused_request
-from agentroll.server.llm.pool import Backend, BackendPool
 from agentroll.server.logs import backend_var
 from agentroll.server.schema import DEFAULT_POLICY, LogprobsMode
 

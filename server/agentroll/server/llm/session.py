@@ -28,14 +28,14 @@ import asyncio
 import itertools
 import json
 from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from agentroll.handlers import (
     ContextLengthExceeded,
     InfraError,
-    Message,
     SampledTurn,
 )
+from agentroll.server.llm.backend_pool import Backend, BackendPool
 from agentroll.server.llm.base import (
     BackendClient,
     Completion,
@@ -50,7 +50,6 @@ from agentroll.server.llm.poison import (
     json_digest,
     token_digest,
 )
-from agentroll.server.llm.pool import Backend, BackendPool
 from agentroll.server.llm.routed import RoutingLog
 from agentroll.server.llm.routing import RoutedCalls
 from agentroll.server.schema import DEFAULT_POLICY, RoutedExperts, Segment
@@ -310,18 +309,14 @@ class TokenSession(RoutedCalls):
 
     async def tokenize_chat(
         self,
-        messages: Sequence[ChatMessage] | Sequence[Message],
-        tools: Sequence[ToolSpec] | Sequence[Message] | None,
+        messages: Sequence[ChatMessage],
+        tools: Sequence[ToolSpec] | None,
         *,
         add_generation_prompt: bool,
         continue_final_message: bool = False,
     ) -> TokenizeResult:
         """Server-side chat-template tokenization of a conversation the policy shaped."""
-        # The LLM proxy's translators still hand over untyped dicts of the same shape.
-        shown = (
-            cast(list[ChatMessage], list(messages)),
-            cast(list[ToolSpec], list(tools)) if tools else None,
-        )
+        shown = (list(messages), list(tools) if tools else None)
         result, _, _ = await self._call_with_backend(
             lambda c: c.tokenize_messages(
                 *shown,

@@ -26,12 +26,19 @@ Replies: `end_turn`, `tool_use` or `max_tokens`; a streamed reply is the same me
 
 import json
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
-from agentroll.handlers import Message
 from agentroll.server.proxy.http11 import BadRequest, Request, Response, json_bytes
 from agentroll.server.proxy.openai_api import text_pieces
-from agentroll.server.proxy.wire import ChatRequest, Turn, bearer_or
+from agentroll.server.proxy.wire import ChatReply, ChatRequest, bearer_or
+from agentroll.server.schema.messages import (
+    ChatMessage,
+    ChatToolCall,
+    ContentParts,
+    FunctionCall,
+    FunctionSpec,
+    ToolSpec,
+)
 
 STOP_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens"}
 ERROR_TYPES = {
@@ -69,14 +76,14 @@ def _blocks(content: Any, where: str) -> list[dict[str, Any]]:
     return content
 
 
-def _joined(texts: list[str]) -> Any:
+def _joined(texts: list[str]) -> str | ContentParts:
     """Text in the OpenAI shape: one block (or none) is a string, several are text parts."""
     if len(texts) <= 1:
         return "".join(texts)
     return [{"type": "text", "text": t} for t in texts]
 
 
-def _only_text(content: Any, where: str) -> Any:
+def _only_text(content: Any, where: str) -> str | ContentParts:
     texts = []
     for j, block in enumerate(_blocks(content, where)):
         if block.get("type") != "text":
@@ -85,9 +92,9 @@ def _only_text(content: Any, where: str) -> Any:
     return _joined(texts)
 
 
-def _assistant(content: Any, where: str, names: dict[str, str]) -> Message:
+def _assistant(content: Any, where: str, names: dict[str, str]) -> ChatMessage:
     texts: list[str] = []
-    calls: list[Message] = []
+    calls: list[ChatToolCall] = []
     for j, block in enumerate(_blocks(content, where)):
         kind, at = block.get("type"), f"{where}.{j}"
         if kind == "text":
@@ -99,33 +106,38 @@ def _assistant(content: Any, where: str, names: dict[str, str]) -> Message:
             if not isinstance(arguments, dict):
                 raise BadRequest(f"{at}.input: must be an object")
             names[call_id] = name
-            fn = {"name": name, "arguments": json.dumps(arguments, ensure_ascii=False)}
+            fn: FunctionCall = {
+                "name": name,
+                "arguments": json.dumps(arguments, ensure_ascii=False),
+            }
             calls.append({"id": call_id, "type": "function", "function": fn})
         else:
             raise _unsupported(at, f"{kind!r} content")
     # No text beside tool calls is null content, as in the proxy's own replies.
     text = _joined(texts) if texts or not calls else None
-    message: Message = {"role": "assistant", "content": text}
+    message: ChatMessage = {"role": "assistant", "content": text}
     if calls:
         message["tool_calls"] = calls
     return message
 
 
-def _tool_message(block: dict[str, Any], where: str, names: dict[str, str]) -> Message:
+def _tool_message(block: dict[str, Any], where: str, names: dict[str, str]) -> ChatMessage:
     call_id = block.get("tool_use_id")
     if not isinstance(call_id, str):
         raise BadRequest(f"{where}.tool_use_id: must be a string")
     result = block.get("content")
     text = "" if result is None else _only_text(result, f"{where}.content")
-    message: Message = {"role": "tool", "content": text, "tool_call_id": call_id}
+    message: ChatMessage = {"role": "tool", "content": text, "tool_call_id": call_id}
     if call_id in names:
         message["name"] = names[call_id]
     return message
 
 
-def _user(content: Any, where: str, role: str, names: dict[str, str]) -> list[Message]:
+def _user(
+    content: Any, where: str, role: Literal["user", "system"], names: dict[str, str]
+) -> list[ChatMessage]:
     """A user (or system) message: its tool results first, then its text, if any."""
-    out: list[Message] = []
+    out: list[ChatMessage] = []
     texts: list[str] = []
     for j, block in enumerate(_blocks(content, where)):
         kind, at = block.get("type"), f"{where}.{j}"
@@ -142,11 +154,11 @@ def _user(content: Any, where: str, role: str, names: dict[str, str]) -> list[Me
     return out
 
 
-def _messages(body: dict[str, Any]) -> list[Message]:
+def _messages(body: dict[str, Any]) -> list[ChatMessage]:
     raw = body.get("messages")
     if not isinstance(raw, list) or not raw:
         raise BadRequest("messages: must be a non-empty list")
-    out: list[Message] = []
+    out: list[ChatMessage] = []
     system = body.get("system")
     if system is not None:
         text = _only_text(system, "system")
@@ -163,17 +175,18 @@ def _messages(body: dict[str, Any]) -> list[Message]:
                 raise _unsupported(where, "a final assistant message (prefill)")
             out.append(_assistant(content, f"{where}.content", names))
         else:
-            out += _user(content, f"{where}.content", message["role"], names)
+            role: Literal["user", "system"] = "system" if message["role"] == "system" else "user"
+            out += _user(content, f"{where}.content", role, names)
     return out
 
 
-def _tools(body: dict[str, Any]) -> list[Message]:
+def _tools(body: dict[str, Any]) -> list[ToolSpec]:
     raw = body.get("tools") or []
     if not isinstance(raw, list):
         raise BadRequest("tools: must be a list")
     if body.get("mcp_servers"):
         raise _unsupported("mcp_servers", "an MCP server connector (a server-side tool)")
-    tools = []
+    tools: list[ToolSpec] = []
     for i, tool in enumerate(raw):
         where = f"tools.{i}"
         if not isinstance(tool, dict):
@@ -183,7 +196,7 @@ def _tools(body: dict[str, Any]) -> list[Message]:
         name, schema = tool.get("name"), tool.get("input_schema")
         if not isinstance(name, str) or not isinstance(schema, dict):
             raise BadRequest(f"{where}: a tool needs a name and an input_schema object")
-        fn: dict[str, Any] = {"name": name}
+        fn: FunctionSpec = {"name": name}
         if isinstance(tool.get("description"), str):
             fn["description"] = tool["description"]
         fn["parameters"] = schema
@@ -234,7 +247,7 @@ def parse_messages(body: Any, count_only: bool = False) -> ChatRequest:
     )
 
 
-def message_body(turn: Turn, model: str) -> dict[str, Any]:
+def message_body(turn: ChatReply, model: str) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
     text = turn.message.get("content")
     if text:
@@ -311,7 +324,7 @@ class AnthropicMessages:
         count_only = request.path.endswith("/count_tokens")
         return parse_messages(request.json(), count_only)
 
-    def answer(self, turn: Turn, request: ChatRequest) -> Response:
+    def answer(self, turn: ChatReply, request: ChatRequest) -> Response:
         if request.count_only:
             return Response(200, {"input_tokens": turn.prompt_tokens})
         body = message_body(turn, request.model or turn.model)

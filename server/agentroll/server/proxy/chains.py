@@ -39,8 +39,8 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from agentroll.handlers import Message
 from agentroll.server.schema import ChainKind, LogprobsMode, Segment
+from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
 BreakReason = Literal[
     "history_rewritten", "reply_rewritten", "no_new_messages", "concurrent_call",
@@ -84,12 +84,12 @@ class Chain:
     index: int
     """Stable id within the rollout (the report numbers chains by position)."""
     prompt_ids: list[int]
-    tools: list[Message]
+    tools: list[ToolSpec]
     response_ids: list[int] = field(default_factory=list)
     response_mask: list[int] = field(default_factory=list)
     response_logprobs: list[float] = field(default_factory=list)
     segments: list[Segment] = field(default_factory=list)
-    messages: list[Message] = field(default_factory=list)
+    messages: list[ChatMessage] = field(default_factory=list)
     calls: list[int] = field(default_factory=list)
     busy: bool = False
     expectation: "asyncio.Task[Expectation | None] | None" = None
@@ -167,7 +167,7 @@ def _closing_overlap(sampled: list[int], closing: list[int]) -> int:
     return 0
 
 
-def _system_prompt(chain: Chain) -> Message | None:
+def _system_prompt(chain: Chain) -> ChatMessage | None:
     first = chain.messages[0] if chain.messages else None
     return first if first is not None and first.get("role") == "system" else None
 
@@ -209,7 +209,7 @@ class ChainBook:
         self,
         call: int,
         canonical: list[int],
-        tools: list[Message],
+        tools: list[ToolSpec],
         expectations: dict[int, Expectation | None] | None,
     ) -> Placement:
         """Choose the chain `call` extends (`expectations` is None for token-id prompts)."""
@@ -267,7 +267,7 @@ class ChainBook:
         return last
 
     def commit(
-        self, call: int, placement: Placement, pieces: list[Piece], messages: list[Message]
+        self, call: int, placement: Placement, pieces: list[Piece], messages: list[ChatMessage]
     ) -> None:
         """Record a sampled call: observation (mask 0), then each piece's ids verbatim (mask 1)."""
         chain = placement.chain

@@ -15,10 +15,10 @@ real edit of the call) is kept as the harness sent it: that history is not what 
 import json
 from typing import Any
 
-from agentroll.handlers import Message
+from agentroll.server.schema.messages import ChatMessage, ChatToolCall, ToolSpec
 
 
-def _defaults(tools: list[Message]) -> dict[str, dict[str, Any]]:
+def _defaults(tools: list[ToolSpec]) -> dict[str, dict[str, Any]]:
     """Each offered tool's schema defaults: tool name -> {argument: default}."""
     out: dict[str, dict[str, Any]] = {}
     for tool in tools:
@@ -58,12 +58,12 @@ class ReturnedCalls:
         self._judged: dict[str, tuple[str, bool]] = {}
         """id -> (arguments as last echoed, whether they are the returned call's)."""
 
-    def remember(self, reply: Message) -> None:
+    def remember(self, reply: ChatMessage) -> None:
         for call in reply.get("tool_calls") or []:
             fn = call["function"]
             self._calls[call["id"]] = (fn["name"], fn["arguments"])
 
-    def restore(self, messages: list[Message], tools: list[Message]) -> list[Message]:
+    def restore(self, messages: list[ChatMessage], tools: list[ToolSpec]) -> list[ChatMessage]:
         """`messages` with every echoed call in the form it was returned in."""
         defaults = _defaults(tools)
         return [
@@ -73,7 +73,7 @@ class ReturnedCalls:
             for m in messages
         ]
 
-    def _restored(self, call: Message, defaults: dict[str, dict[str, Any]]) -> Message:
+    def _restored(self, call: ChatToolCall, defaults: dict[str, dict[str, Any]]) -> ChatToolCall:
         """The call as returned if it echoes one (calls come sanitised: string id, name and
         arguments)."""
         fn, call_id = call["function"], call["id"]

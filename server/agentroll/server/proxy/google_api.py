@@ -38,9 +38,15 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import parse_qs
 
-from agentroll.handlers import Message
 from agentroll.server.proxy.http11 import BadRequest, Request, Response, json_bytes
-from agentroll.server.proxy.wire import ChatRequest, Turn, bearer_or
+from agentroll.server.proxy.wire import ChatReply, ChatRequest, bearer_or
+from agentroll.server.schema.messages import (
+    ChatMessage,
+    ChatToolCall,
+    ContentParts,
+    FunctionSpec,
+    ToolSpec,
+)
 
 _PATH = re.compile(
     r"/v1(?:beta|alpha)?/(?:models|tunedModels)/(?P<model>[^/:]+)"
@@ -107,7 +113,7 @@ def _kind(part: dict[str, Any], where: str) -> str:
     raise BadRequest(f"{where}: a part needs text, functionCall or functionResponse")
 
 
-def _content_value(texts: list[str]) -> str | list[Message]:
+def _content_value(texts: list[str]) -> str | ContentParts:
     """One text part is a string; several stay a content array (the template joins them)."""
     if len(texts) == 1:
         return texts[0]
@@ -150,17 +156,17 @@ class _Calls:
         return match[0]
 
 
-def _function_call(part: dict[str, Any], calls: _Calls, where: str) -> Message:
+def _function_call(part: dict[str, Any], calls: _Calls, where: str) -> ChatToolCall:
     fn = _object(field(part, "functionCall"), f"{where}.functionCall")
     name, args = fn.get("name"), fn.get("args") or {}
     if not isinstance(name, str) or not isinstance(args, dict):
         raise BadRequest(f"{where}.functionCall needs a name and an args object")
     arguments = json.dumps(args, ensure_ascii=False)
-    function = {"name": name, "arguments": arguments}
-    return {"id": calls.call(fn.get("id"), name), "type": "function", "function": function}
+    call_id = calls.call(fn.get("id"), name)
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def _function_response(part: dict[str, Any], calls: _Calls, where: str) -> Message:
+def _function_response(part: dict[str, Any], calls: _Calls, where: str) -> ChatMessage:
     fr = _object(field(part, "functionResponse"), f"{where}.functionResponse")
     name, response = fr.get("name"), fr.get("response") or {}
     if not isinstance(name, str) or not isinstance(response, dict):
@@ -176,9 +182,9 @@ def _function_response(part: dict[str, Any], calls: _Calls, where: str) -> Messa
     }
 
 
-def _model_turn(parts: list[dict[str, Any]], calls: _Calls, where: str) -> list[Message]:
+def _model_turn(parts: list[dict[str, Any]], calls: _Calls, where: str) -> list[ChatMessage]:
     texts: list[str] = []
-    tool_calls: list[Message] = []
+    tool_calls: list[ChatToolCall] = []
     for i, part in enumerate(parts):
         at = f"{where}.parts[{i}]"
         kind = _kind(part, at)
@@ -189,15 +195,18 @@ def _model_turn(parts: list[dict[str, Any]], calls: _Calls, where: str) -> list[
         elif kind == "functionResponse":
             raise BadRequest(f"{at}: a functionResponse belongs in a user turn")
     text = "".join(texts)
-    message: Message = {"role": "assistant", "content": text if text or not tool_calls else None}
+    message: ChatMessage = {
+        "role": "assistant",
+        "content": text if text or not tool_calls else None,
+    }
     if tool_calls:
         message["tool_calls"] = tool_calls
     return [message]
 
 
-def _user_turn(parts: list[dict[str, Any]], calls: _Calls, where: str) -> list[Message]:
+def _user_turn(parts: list[dict[str, Any]], calls: _Calls, where: str) -> list[ChatMessage]:
     """Text parts in a row make one user message; each function response a tool message."""
-    messages: list[Message] = []
+    messages: list[ChatMessage] = []
     texts: list[str] = []
     for i, part in enumerate(parts):
         at = f"{where}.parts[{i}]"
@@ -216,7 +225,7 @@ def _user_turn(parts: list[dict[str, Any]], calls: _Calls, where: str) -> list[M
     return messages
 
 
-def _system(value: Any) -> list[Message]:
+def _system(value: Any) -> list[ChatMessage]:
     if value is None:
         return []
     if isinstance(value, str):
@@ -231,7 +240,7 @@ def _system(value: Any) -> list[Message]:
     return [{"role": "system", "content": _content_value(texts)}] if texts else []
 
 
-def parse_contents(body: dict[str, Any]) -> list[Message]:
+def parse_contents(body: dict[str, Any]) -> list[ChatMessage]:
     """The conversation in the OpenAI chat shape."""
     contents = _list(field(body, "contents"), "contents")
     if not contents:
@@ -255,9 +264,9 @@ def parse_contents(body: dict[str, Any]) -> list[Message]:
     return messages
 
 
-def parse_tools(body: dict[str, Any]) -> list[Message]:
+def parse_tools(body: dict[str, Any]) -> list[ToolSpec]:
     """`tools[].functionDeclarations` as OpenAI tools; any other tool runs server-side."""
-    tools: list[Message] = []
+    tools: list[ToolSpec] = []
     for i, raw in enumerate(_list(field(body, "tools"), "tools")):
         tool = _object(raw, f"tools[{i}]")
         for key in tool:
@@ -270,7 +279,7 @@ def parse_tools(body: dict[str, Any]) -> list[Message]:
             fn = _object(raw_fn, f"tools[{i}].functionDeclarations[{j}]")
             if not isinstance(fn.get("name"), str):
                 raise BadRequest(f"tools[{i}].functionDeclarations[{j}] needs a name")
-            function: Message = {"name": fn["name"]}
+            function: FunctionSpec = {"name": fn["name"]}
             if isinstance(fn.get("description"), str):
                 function["description"] = fn["description"]
             schema = field(fn, "parametersJsonSchema")
@@ -324,7 +333,7 @@ def parse_generate(body: Any, model: str, stream: bool, array: bool) -> ChatRequ
     )
 
 
-def _parts(message: Message) -> list[dict[str, Any]]:
+def _parts(message: ChatMessage) -> list[dict[str, Any]]:
     parts: list[dict[str, Any]] = []
     if message.get("content"):
         parts.append({"text": message["content"]})
@@ -335,7 +344,7 @@ def _parts(message: Message) -> list[dict[str, Any]]:
     return parts or [{"text": ""}]
 
 
-def _chunk(turn: Turn, parts: list[dict[str, Any]], last: bool) -> dict[str, Any]:
+def _chunk(turn: ChatReply, parts: list[dict[str, Any]], last: bool) -> dict[str, Any]:
     candidate: dict[str, Any] = {"content": {"role": "model", "parts": parts}, "index": 0}
     chunk: dict[str, Any] = {"candidates": [candidate]}
     if last:
@@ -350,12 +359,12 @@ def _chunk(turn: Turn, parts: list[dict[str, Any]], last: bool) -> dict[str, Any
     return chunk
 
 
-def response_body(turn: Turn) -> dict[str, Any]:
+def response_body(turn: ChatReply) -> dict[str, Any]:
     """The whole answer: one candidate, its finish reason, the token counts."""
     return _chunk(turn, _parts(turn.message), last=True)
 
 
-def response_chunks(turn: Turn) -> list[dict[str, Any]]:
+def response_chunks(turn: ChatReply) -> list[dict[str, Any]]:
     """The answer as a stream sends it: text line by line, then each call; the last chunk
     carries the finish reason and the counts."""
     parts = _parts(turn.message)
@@ -367,7 +376,7 @@ def response_chunks(turn: Turn) -> list[dict[str, Any]]:
     return [_chunk(turn, [p], last=i == len(pieces) - 1) for i, p in enumerate(pieces)]
 
 
-async def response_events(turn: Turn) -> AsyncIterator[bytes]:
+async def response_events(turn: ChatReply) -> AsyncIterator[bytes]:
     for chunk in response_chunks(turn):
         yield b"data: " + json_bytes(chunk) + b"\r\n\r\n"
 
@@ -399,7 +408,7 @@ class GoogleGenerate:
         sse = streamed and "sse" in parse_qs(request.query).get("alt", [])
         return parse_generate(request.json(), route["model"], sse, streamed and not sse)
 
-    def answer(self, turn: Turn, request: ChatRequest) -> Response:
+    def answer(self, turn: ChatReply, request: ChatRequest) -> Response:
         if request.stream:
             return Response(200, events=response_events(turn))
         if request.extra.get("array"):

@@ -10,14 +10,21 @@ import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from agentroll.handlers import Message, UnservableRequest
+from agentroll.handlers import UnservableRequest
 from agentroll.server.llm.poison import check_token_ids
 from agentroll.server.proxy.http11 import BadRequest, Request, Response, error_body, json_bytes
-from agentroll.server.proxy.wire import ChatRequest, Turn, bearer_or, check_stop
+from agentroll.server.proxy.wire import ChatReply, ChatRequest, bearer_or, check_stop
+from agentroll.server.schema.messages import ChatMessage, ChatToolCall, ContentParts, Role, ToolSpec
 
-_ROLES = {"system", "user", "assistant", "tool", "developer"}
+_ROLES: dict[str, Role] = {
+    "system": "system",
+    "developer": "system",  # what chat templates know it as
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,11 +44,11 @@ class CompletionRequest:
 _MEDIA_PARTS = {"image_url", "input_audio", "audio", "file"}
 
 
-def _content(value: Any, where: str) -> Any:
+def _content(value: Any, where: str) -> str | ContentParts | None:
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, list):
-        parts = []
+        parts: ContentParts = []
         for part in value:
             if not isinstance(part, dict):
                 raise BadRequest(f"{where}: every content part must be an object")
@@ -81,7 +88,7 @@ def _arguments(value: Any) -> str:
     return written
 
 
-def _tool_call(call: Any, where: str) -> Message:
+def _tool_call(call: Any, where: str) -> ChatToolCall:
     fn = call.get("function") if isinstance(call, dict) else None
     if not isinstance(fn, dict) or not isinstance(fn.get("name"), str):
         raise BadRequest(f"{where}: every tool call needs function.name")
@@ -92,14 +99,14 @@ def _tool_call(call: Any, where: str) -> Message:
     }
 
 
-def sanitize_message(raw: Any, index: int) -> Message:
+def sanitize_message(raw: Any, index: int) -> ChatMessage:
     """The message as a chat template sees it; client-side extras (`extra`, provider
     fields, `function_call: null`, ...) are dropped so they cannot change the rendering."""
     where = f"messages[{index}]"
-    if not isinstance(raw, dict) or raw.get("role") not in _ROLES:
+    role = _ROLES.get(str(raw.get("role"))) if isinstance(raw, dict) else None
+    if role is None:
         raise BadRequest(f"{where}: needs a role among {sorted(_ROLES)}")
-    role = "system" if raw["role"] == "developer" else raw["role"]
-    message: Message = {"role": role, "content": _content(raw.get("content"), where)}
+    message: ChatMessage = {"role": role, "content": _content(raw.get("content"), where)}
     calls = raw.get("tool_calls")
     if role == "assistant" and calls:
         message["tool_calls"] = [_tool_call(c, where) for c in calls]
@@ -143,7 +150,8 @@ def parse_chat(body: Any) -> ChatRequest:
     stream, include_usage, limit, stop = _common(body)
     return ChatRequest(
         messages=[sanitize_message(m, i) for i, m in enumerate(raw_messages)],
-        tools=tools,
+        # As the client wrote them: the chat template renders the tools it was sent.
+        tools=cast(list[ToolSpec], tools),
         parse_tools=bool(tools) and body.get("tool_choice") != "none",
         stream=stream,
         include_usage=include_usage,
@@ -186,7 +194,7 @@ def models_body(model: str) -> dict[str, Any]:
 
 
 def chat_body(
-    call_id: str, model: str, message: Message, finish: str, counts: dict[str, int]
+    call_id: str, model: str, message: ChatMessage, finish: str, counts: dict[str, int]
 ) -> dict[str, Any]:
     return {
         "id": call_id,
@@ -269,7 +277,7 @@ class OpenAIChat:
     def parse(self, request: Request) -> ChatRequest:
         return parse_chat(request.json())
 
-    def answer(self, turn: Turn, request: ChatRequest) -> Response:
+    def answer(self, turn: ChatReply, request: ChatRequest) -> Response:
         counts = usage(turn.prompt_tokens, turn.completion_tokens)
         body = chat_body(f"chatcmpl-{turn.call_id}", turn.model, turn.message, turn.finish, counts)
         if request.stream:

@@ -17,10 +17,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agentroll.handlers import Message, ProxyStop
+from agentroll.handlers import ProxyStop
 from agentroll.server.proxy.chains import ChainBook
 from agentroll.server.recorded import RecordedTokens, logprobs_info
 from agentroll.server.schema import ChainTrace, RoutedExperts, Segment
+from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
 
 class ProxyRecord(Protocol):
@@ -51,8 +52,8 @@ class ProxyTrajectory:
     response_mask: list[int]
     response_logprobs: list[float]
     segments: list[Segment]
-    messages: list[Message]
-    tools: list[Message]
+    messages: list[ChatMessage]
+    tools: list[ToolSpec]
     num_turns: int
     llm_s: float
     llm_calls: int

@@ -27,12 +27,24 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from agentroll.handlers import Message
 from agentroll.server.proxy.http11 import BadRequest, Request, Response, error_body, json_bytes
 from agentroll.server.proxy.openai_api import text_pieces
-from agentroll.server.proxy.wire import ChatRequest, Turn, bearer_or
+from agentroll.server.proxy.wire import ChatReply, ChatRequest, bearer_or
+from agentroll.server.schema.messages import (
+    ChatMessage,
+    ChatToolCall,
+    ContentParts,
+    FunctionSpec,
+    Role,
+    ToolSpec,
+)
 
-_ROLES = {"user": "user", "assistant": "assistant", "system": "system", "developer": "system"}
+_ROLES: dict[str, Role] = {
+    "user": "user",
+    "assistant": "assistant",
+    "system": "system",
+    "developer": "system",
+}
 _TEXT_PARTS = {"input_text", "output_text", "text"}
 _CALLS = {"function_call", "custom_tool_call"}
 _OUTPUTS = {"function_call_output", "custom_tool_call_output"}
@@ -57,7 +69,7 @@ _ECHOED: dict[str, Any] = {
 }
 
 
-def _text(value: Any, where: str) -> str | list[dict[str, str]]:
+def _text(value: Any, where: str) -> str | ContentParts:
     """Message content (or a tool's output) as chat content: one text part is a string,
     several a list of parts."""
     if isinstance(value, str):
@@ -81,7 +93,7 @@ def _text(value: Any, where: str) -> str | list[dict[str, str]]:
     return [{"type": "text", "text": t} for t in texts]
 
 
-def _call(item: dict[str, Any], where: str) -> Message:
+def _call(item: dict[str, Any], where: str) -> ChatToolCall:
     call_id, name = item.get("call_id"), item.get("name")
     if not isinstance(call_id, str) or not isinstance(name, str):
         raise BadRequest(f"{where}: a {item['type']} needs a call_id and a name")
@@ -97,8 +109,8 @@ def _call(item: dict[str, Any], where: str) -> Message:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
 
 
-def _conversation(items: list[Any]) -> list[Message]:
-    messages: list[Message] = []
+def _conversation(items: list[Any]) -> list[ChatMessage]:
+    messages: list[ChatMessage] = []
     joinable = False
     """Whether the last message is an assistant turn that a call item belongs to."""
     for i, item in enumerate(items):
@@ -143,7 +155,7 @@ class _Tools:
     """The request's tools as chat function tools, and what a call to each must look like."""
 
     def __init__(self, raw: Any) -> None:
-        self.functions: list[Message] = []
+        self.functions: list[ToolSpec] = []
         self.custom: set[str] = set()
         self.namespace: dict[str, str] = {}
         if raw is None:
@@ -166,7 +178,7 @@ class _Tools:
             )
         if not isinstance(tool.get("name"), str):
             raise BadRequest(f"{where}: a {kind} tool needs a name")
-        function = {"name": tool["name"]}
+        function: FunctionSpec = {"name": tool["name"]}
         if isinstance(tool.get("description"), str):
             function["description"] = tool["description"]
         if kind == "custom":
@@ -205,7 +217,7 @@ def parse_responses(body: Any) -> ChatRequest:
             "background responses are not supported: send the request in the foreground"
         )
     tools = _Tools(body.get("tools"))
-    messages: list[Message] = []
+    messages: list[ChatMessage] = []
     instructions = body.get("instructions")
     if instructions is not None and not isinstance(instructions, str):
         raise BadRequest("instructions must be a string")
@@ -237,7 +249,7 @@ def parse_responses(body: Any) -> ChatRequest:
     )
 
 
-def _output_items(turn: Turn, request: ChatRequest, status: str) -> Iterator[dict[str, Any]]:
+def _output_items(turn: ChatReply, request: ChatRequest, status: str) -> Iterator[dict[str, Any]]:
     message = turn.message
     if message.get("content") is not None:
         text = message["content"]
@@ -289,7 +301,7 @@ def _freeform_input(arguments: str) -> str | None:
     return None
 
 
-def response_body(turn: Turn, request: ChatRequest) -> dict[str, Any]:
+def response_body(turn: ChatReply, request: ChatRequest) -> dict[str, Any]:
     truncated = turn.finish == "length"
     status = "incomplete" if truncated else "completed"
     return {
@@ -376,7 +388,7 @@ class OpenAIResponses:
     def parse(self, request: Request) -> ChatRequest:
         return parse_responses(request.json())
 
-    def answer(self, turn: Turn, request: ChatRequest) -> Response:
+    def answer(self, turn: ChatReply, request: ChatRequest) -> Response:
         body = response_body(turn, request)
         if request.stream:
             return Response(200, events=response_events(body))

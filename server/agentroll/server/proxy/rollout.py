@@ -33,7 +33,6 @@ from agentroll.handlers import (
     ContextLengthExceeded,
     InfraError,
     LLMUnavailable,
-    Message,
     ProxyLimits,
     ProxyStop,
     UnservableRequest,
@@ -49,7 +48,8 @@ from agentroll.server.proxy.chains import ChainBook, Expectation, Piece, Placeme
 from agentroll.server.proxy.echoes import ReturnedCalls
 from agentroll.server.proxy.http11 import BadRequest, Request, Response, UnixHTTPServer
 from agentroll.server.proxy.recording import ProxyTrajectory, report, trajectory_view
-from agentroll.server.proxy.wire import ChatRequest, Turn, WireAPI, route
+from agentroll.server.proxy.wire import ChatReply, ChatRequest, WireAPI, route
+from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
 log = logging.getLogger("agentroll.server.proxy")
 
@@ -289,7 +289,10 @@ class RolloutProxy:
         )
         if req.count_only:  # a side call that samples nothing
             n = self.calls[index]["prompt_tokens"] = len(canonical.token_ids)
-            return wire.answer(Turn(f"{self._label}-{index}", MODEL_NAME, {}, "stop", n, 0), req)
+            nothing: ChatMessage = {"role": "assistant", "content": None}
+            return wire.answer(
+                ChatReply(f"{self._label}-{index}", MODEL_NAME, nothing, "stop", n, 0), req
+            )
         expectations = await self.book.expectations(EXPECTATION_WAIT_S)
         self.calls[index]["backend_s"] = time.monotonic() - began  # grown by _generate
         placement = self.book.place(index, canonical.token_ids, req.tools, expectations)
@@ -308,7 +311,7 @@ class RolloutProxy:
         )
         sampled = sum(len(p.token_ids) for p in pieces)
         self._finish_record(index, placement, sampled, finish, began)
-        turn = Turn(
+        turn = ChatReply(
             f"{self._label}-{index}", MODEL_NAME, reply, finish, len(placement.prompt), sampled
         )
         return wire.answer(turn, req)
@@ -348,7 +351,7 @@ class RolloutProxy:
             backend_s=round(self.calls[index].get("backend_s", 0.0), 6),
         )
 
-    def _reply(self, index: int, text: str, finish: str, parse: bool) -> tuple[Message, str]:
+    def _reply(self, index: int, text: str, finish: str, parse: bool) -> tuple[ChatMessage, str]:
         calls: tuple[ToolCall, ...] = ()
         content: str | None = text
         if parse:
@@ -356,7 +359,7 @@ class RolloutProxy:
             if parsed.ok:  # a malformed call: the harness sees the raw text, as vLLM does
                 parsed = parsed.with_call_ids(f"call_{index}_")
                 calls, content = parsed.calls, parsed.content
-        message: Message = {
+        message: ChatMessage = {
             "role": "assistant",
             "content": content if content or not calls else None,
         }
@@ -440,7 +443,7 @@ class RolloutProxy:
         ]
 
     async def _expect(
-        self, conversation: list[Message], tools: list[Message], prompt_len: int
+        self, conversation: list[ChatMessage], tools: list[ToolSpec], prompt_len: int
     ) -> Expectation | None:
         """Render the chain's tip as a continuation must begin (runs while the harness works)."""
         try:

@@ -3,8 +3,8 @@
 Every chat-style API is the same call underneath: a conversation and tools in, one sampled
 assistant turn out. Each `WireAPI` translates its own request into a `ChatRequest` (messages
 and tools in the OpenAI chat shape, which is what chat templates are rendered from), and the
-sampled `Turn` back into its own response body or event stream, and answers errors in its own
-envelope, so a client's error handling sees what the real service would send.
+sampled `ChatReply` back into its own response body or event stream, and answers errors in
+its own envelope, so a client's error handling sees what the real service would send.
 
     openai_chat        POST /v1/chat/completions                  (openai_api.py)
     openai_responses   POST /v1/responses                         (responses_api.py)
@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from agentroll.handlers import Message
 from agentroll.server.proxy.http11 import BadRequest, Request, Response
+from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
 MAX_STOP_STRINGS = 64
 MAX_STOP_CHARS = 1000
@@ -42,9 +42,9 @@ def check_stop(stop: Sequence[str]) -> None:
 class ChatRequest:
     """One chat call, whatever its wire format: what recording needs from it."""
 
-    messages: list[Message]
+    messages: list[ChatMessage]
     """The conversation in the OpenAI chat shape (system, user, assistant + tool_calls, tool)."""
-    tools: list[Message]
+    tools: list[ToolSpec]
     """Tool definitions in the OpenAI shape: `{"type": "function", "function": {...}}`."""
     parse_tools: bool
     """Whether the reply is parsed for tool calls (tools offered and not switched off)."""
@@ -65,12 +65,12 @@ class ChatRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class Turn:
+class ChatReply:
     """The sampled assistant turn, ready to be written in any format."""
 
     call_id: str
     model: str
-    message: Message
+    message: ChatMessage
     """`{"role": "assistant", "content": str | None, "tool_calls": [...]}` (OpenAI shape)."""
     finish: str
     """`stop`, `length` or `tool_calls`."""
@@ -93,7 +93,7 @@ class WireAPI(Protocol):
         """The call; `BadRequest` says what is wrong with it."""
         ...
 
-    def answer(self, turn: Turn, request: ChatRequest) -> Response:
+    def answer(self, turn: ChatReply, request: ChatRequest) -> Response:
         """The turn as this format's response (a body, or an event stream if asked)."""
         ...
 

@@ -18,6 +18,8 @@ format to and from `ChatMessage`; a trajectory's `messages` and `tools` hold the
 from typing import Any, Literal, NotRequired, Required, TypedDict
 
 Role = Literal["system", "developer", "user", "assistant", "tool"]
+ContentParts = list[dict[str, Any]]
+"""A message's content as parts: `{"type": "text", "text": ...}`, images, ..."""
 
 
 class FunctionCall(TypedDict):
@@ -34,7 +36,7 @@ class ChatToolCall(TypedDict):
 
 class ChatMessage(TypedDict, total=False):
     role: Required[Role]
-    content: Required[str | list[dict[str, Any]] | None]
+    content: Required[str | ContentParts | None]
     """Text, or content parts (`{"type": "text", "text": ...}`, images); None on an
     assistant turn that only calls tools."""
     tool_calls: list[ChatToolCall]
@@ -43,6 +45,9 @@ class ChatMessage(TypedDict, total=False):
     """A tool result: the call it answers."""
     name: str
     """A tool result: the tool's name (some chat templates render it)."""
+    reasoning_content: str
+    """An assistant turn's reasoning, where a reasoning parser or a handler kept it apart
+    from `content` (the ATIF export writes it to the agent's step)."""
 
 
 class FunctionSpec(TypedDict):

@@ -16,11 +16,26 @@ from collections.abc import Sequence
 from enum import StrEnum
 from typing import Annotated, Any, Literal, Protocol
 
-from pydantic import BaseModel, Field, StringConstraints, model_validator
+from pydantic import BaseModel, Field, GetPydanticSchema, StringConstraints, model_validator
+
+from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
 TRAJECTORY_SCHEMA = "agentroll.trajectory.v1"
 MAX_REWARD_COMPONENTS = 32
 RewardComponentName = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+
+_AS_PLAIN_DICTS = GetPydanticSchema(
+    lambda _source, handler: handler.generate_schema(list[dict[str, Any]])
+)
+"""Validated and written as a list of plain JSON objects, key for key: the typed view is
+mypy's, not pydantic's. A `TypedDict` schema would reorder keys, refuse roles it does not
+list and add about a tenth to building each trajectory; a message's other keys
+(`reasoning_content`, a provider's fields) pass through unchanged (docs/trajectory.md,
+"Messages and tools")."""
+Messages = Annotated[list[ChatMessage], _AS_PLAIN_DICTS]
+"""A trajectory's `messages`: the readable conversation in the OpenAI chat shape."""
+Tools = Annotated[list[ToolSpec], _AS_PLAIN_DICTS]
+"""A trajectory's `tools`: the tool specs the policy was offered, as it was shown them."""
 
 LogprobsMode = Literal["raw_logprobs", "processed_logprobs", "raw_logits", "processed_logits"]
 """What a backend's logprobs are (vLLM's `--logprobs-mode`, a server setting): `raw_*` come
@@ -195,8 +210,8 @@ class AgentTrace(BaseModel):
     reward: float | None = Field(
         None, description="This agent's own reward, if the handler gives one (else the episode's)."
     )
-    messages: list[dict[str, Any]] = Field(default_factory=list)
-    tools: list[dict[str, Any]] = Field(default_factory=list)
+    messages: Messages = Field(default_factory=list)
+    tools: Tools = Field(default_factory=list)
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @model_validator(mode="after")
@@ -280,8 +295,8 @@ class Trajectory(BaseModel):
     status: str = Field(description="Terminal job state: completed, failed, cancelled, timed_out.")
     finish_reason: str | None = None
     num_turns: int = 0
-    messages: list[dict[str, Any]] = Field(default_factory=list)
-    tools: list[dict[str, Any]] = Field(default_factory=list)
+    messages: Messages = Field(default_factory=list)
+    tools: Tools = Field(default_factory=list)
     timing: Timing = Field(default_factory=Timing)
     error: ErrorInfo | None = None
     artifacts: dict[str, str] = Field(default_factory=dict)

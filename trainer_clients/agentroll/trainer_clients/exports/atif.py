@@ -24,6 +24,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 from agentroll.server.schema import AgentTrace, Trajectory
+from agentroll.server.schema.messages import ChatMessage
 from agentroll.trainer_clients.exports.messages import content_text, tool_calls
 from agentroll.trainer_clients.exports.turns import TokenFields, TurnTokens, token_turns
 
@@ -77,7 +78,7 @@ def _arguments(raw: Any) -> dict[str, Any]:
     return {"raw": raw}
 
 
-def _tool_calls(message: dict[str, Any], step_id: int) -> list[dict[str, Any]] | None:
+def _tool_calls(message: ChatMessage, step_id: int) -> list[dict[str, Any]] | None:
     calls = [
         {
             "tool_call_id": call.call_id or f"{step_id}-{call.index}",
@@ -89,7 +90,7 @@ def _tool_calls(message: dict[str, Any], step_id: int) -> list[dict[str, Any]] |
     return calls or None
 
 
-def _steps(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _steps(messages: list[ChatMessage]) -> list[dict[str, Any]]:
     steps: list[dict[str, Any]] = []
     for message in messages:
         role = message.get("role")
@@ -111,7 +112,7 @@ def _steps(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return steps
 
 
-def _observe(steps: list[dict[str, Any]], message: dict[str, Any]) -> None:
+def _observe(steps: list[dict[str, Any]], message: ChatMessage) -> None:
     """A tool result joins the observation of the agent step that called it; one that answers
     no call of the step before it (or comes first) is a system step's observation."""
     last = steps[-1] if steps else None

@@ -7,6 +7,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from agentroll.server.schema.messages import ChatMessage
+
 
 def content_text(content: Any) -> str:
     """A message's content as text: OpenAI content parts joined by newlines, a part that is
@@ -41,11 +43,12 @@ class ToolCallView:
         return self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
 
 
-def tool_calls(message: dict[str, Any] | None) -> list[ToolCallView]:
+def tool_calls(message: ChatMessage | None) -> list[ToolCallView]:
     """The message's tool calls: every object in `tool_calls` (one without a `function`
     object, or a name that is not text, has an empty name; no arguments read as `{}`)."""
     views = []
-    for index, call in enumerate((message or {}).get("tool_calls") or []):
+    calls = message.get("tool_calls") if message else None
+    for index, call in enumerate(calls or []):
         if not isinstance(call, dict):
             continue
         function = call.get("function")

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from agentroll.server.schema import SamplingParams, Trajectory
+from agentroll.server.schema.messages import ChatMessage
 from agentroll.trainer_clients.exports.messages import content_text, tool_calls
 from agentroll.trainer_clients.exports.turns import TurnTokens, paired_turns
 
@@ -48,7 +49,7 @@ def _message_item(item_id: str, text: str) -> dict[str, Any]:
     }
 
 
-def _call_items(message: dict[str, Any] | None, item_id: str) -> list[dict[str, Any]]:
+def _call_items(message: ChatMessage | None, item_id: str) -> list[dict[str, Any]]:
     return [
         {
             "id": f"{item_id}-call-{call.index}",
@@ -62,8 +63,8 @@ def _call_items(message: dict[str, Any] | None, item_id: str) -> list[dict[str, 
     ]
 
 
-def _text(message: dict[str, Any] | None) -> str:
-    return content_text((message or {}).get("content"))
+def _text(message: ChatMessage | None) -> str:
+    return content_text(message.get("content") if message else None)
 
 
 def output_items(trajectory: Trajectory) -> list[dict[str, Any]]:

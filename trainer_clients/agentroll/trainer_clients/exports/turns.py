@@ -10,9 +10,10 @@ loop); otherwise no pairing is guessed.
 """
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 from agentroll.server.schema import Segment
+from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
 
 class TokenFields(Protocol):
@@ -23,8 +24,8 @@ class TokenFields(Protocol):
     response_mask: list[int]
     response_logprobs: list[float]
     segments: list[Segment]
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]]
+    messages: list[ChatMessage]
+    tools: list[ToolSpec]
 
 
 @dataclass(frozen=True)
@@ -60,10 +61,10 @@ def token_turns(tokens: TokenFields) -> list[TurnTokens]:
     return turns
 
 
-Paired = tuple[TurnTokens, dict[str, Any] | None, list[dict[str, Any]]]
+Paired = tuple[TurnTokens, ChatMessage | None, list[ChatMessage]]
 
 
-def leading_messages(tokens: TokenFields) -> list[dict[str, Any]]:
+def leading_messages(tokens: TokenFields) -> list[ChatMessage]:
     """The messages before the first assistant message (system, task)."""
     roles = [m.get("role") for m in tokens.messages]
     first = roles.index("assistant") if "assistant" in roles else len(roles)
@@ -75,7 +76,7 @@ def paired_turns(tokens: TokenFields) -> list[Paired]:
     results, user follow-ups); message None and nothing after it where turns and assistant
     messages do not pair."""
     turns = token_turns(tokens)
-    replies: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
+    replies: list[tuple[ChatMessage, list[ChatMessage]]] = []
     for message in tokens.messages:
         if message.get("role") == "assistant":
             replies.append((message, []))

@@ -22,13 +22,14 @@ import uuid
 from typing import Any
 
 from agentroll.server.schema import AgentTrace, Trajectory
+from agentroll.server.schema.messages import ChatMessage
 from agentroll.trainer_clients.exports.messages import content_text, tool_calls
 from agentroll.trainer_clients.exports.turns import TokenFields, leading_messages, paired_turns
 
 TRACE_VERSION = 1
 
 
-def _message(message: dict[str, Any]) -> dict[str, Any]:
+def _message(message: ChatMessage) -> dict[str, Any]:
     """An OpenAI-style message as a verifiers v1 message (system, user, assistant, tool)."""
     role = message.get("role")
     if role == "assistant":
