@@ -1,6 +1,7 @@
 """Rollouts in real bubblewrap sandboxes, owned and torn down by the server."""
 
 import asyncio
+import contextlib
 import shutil
 from pathlib import Path
 
@@ -9,7 +10,9 @@ from tests.conftest import ServerFactory
 from tests.integration.server.sandbox_handlers import sandbox_registry
 
 from agentroll.runtime import BwrapConfig, procs
+from agentroll.runtime.base import OWNER_ENV
 from agentroll.server.schema import JobState, Outcome
+from agentroll.server.serving import RunningServer
 
 pytestmark = [
     pytest.mark.integration,
@@ -17,13 +20,25 @@ pytestmark = [
 ]
 
 
-def sandbox_processes() -> set[int]:
-    return {p.pid for p in procs.scan() if p.sandbox_id}
+def _owner(pid: int) -> str | None:
+    prefix = f"{OWNER_ENV}=".encode()
+    with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as environ:
+        for entry in environ.read().split(b"\0"):
+            if entry.startswith(prefix):
+                return entry[len(prefix) :].decode(errors="replace")
+    return None
 
 
-async def until_gone(before: set[int], timeout_s: float = 30) -> set[int]:
+def sandbox_processes(server: RunningServer) -> set[int]:
+    """The live processes of the sandboxes `server` started (by their owner marker): other
+    tests' and other servers' sandboxes on a shared node are not this test's to count."""
+    runtime = server.server.config.app.state.server.runtime
+    return {p.pid for p in procs.scan() if p.sandbox_id and _owner(p.pid) == runtime.instance_id}
+
+
+async def until_gone(server: RunningServer, timeout_s: float = 30) -> set[int]:
     async with asyncio.timeout(timeout_s):
-        while left := sandbox_processes() - before:
+        while left := sandbox_processes(server):
             await asyncio.sleep(0.05)
     return left
 
@@ -35,14 +50,16 @@ def settings(tmp_path: Path) -> dict[str, object]:
 async def test_sandbox_lives_for_the_rollout_and_is_torn_down(
     agentroll_server: ServerFactory, tmp_path: Path
 ) -> None:
-    before = sandbox_processes()
-    async with agentroll_server(registry=sandbox_registry(), **settings(tmp_path)) as (_, client):
+    async with agentroll_server(registry=sandbox_registry(), **settings(tmp_path)) as (
+        server,
+        client,
+    ):
         await client.submit([{"job_id": "w", "handler": "writer", "instance": {}}])
         t = (await client.wait_for(["w"], 60))["w"]
         assert (t.outcome, t.reward) == (Outcome.ok, 1.0)
         assert t.reward_info["eval_sandbox_id"] == t.reward_info["sandbox_id"]  # reused
         assert t.timing.sandbox_start_s > 0
-        assert await until_gone(before) == set()
+        assert await until_gone(server) == set()
 
 
 async def test_fresh_eval_never_sees_the_agents_sandbox(
@@ -97,36 +114,38 @@ async def test_sandbox_that_cannot_start_is_infra_error(
 async def test_fork_bomb_is_contained_and_the_server_stays_healthy(
     agentroll_server: ServerFactory, tmp_path: Path
 ) -> None:
-    before = sandbox_processes()
-    async with agentroll_server(registry=sandbox_registry(), **settings(tmp_path)) as (_, client):
+    async with agentroll_server(registry=sandbox_registry(), **settings(tmp_path)) as (
+        server,
+        client,
+    ):
         await client.submit([{"job_id": "fb", "handler": "fork-bomb", "instance": {}}])
         t = (await client.wait_for(["fb"], 120))["fb"]
         assert (await client.status()).accepting
         await client.submit([{"job_id": "next", "handler": "writer", "instance": {}}])
         assert (await client.wait_for(["next"], 60))["next"].reward == 1.0
-        assert await until_gone(before) == set()
+        assert await until_gone(server) == set()
     assert t.outcome is Outcome.ok and t.reward == 1.0  # the agent saw an observation, not a crash
 
 
 async def test_200_cancelled_sandboxed_rollouts_leave_no_process(
     agentroll_server: ServerFactory, tmp_path: Path
 ) -> None:
-    before = sandbox_processes()
     pools = {"init": 16, "run": 64, "ready_buffer": 32}
     ids = [f"s{i}" for i in range(200)]
     admission = {"live_when_busy": 64}  # 40 in RUN however busy the node is
     async with agentroll_server(
         registry=sandbox_registry(), pools=pools, admission=admission, **settings(tmp_path)
-    ) as (_, client):
+    ) as (server, client):
         await client.submit([{"job_id": i, "handler": "sleeper", "instance": {}} for i in ids])
         async with asyncio.timeout(120):  # cancel with jobs in every state: queued .. run
             while (await client.status()).jobs_by_state.get("run", 0) < 40:
                 await asyncio.sleep(0.05)
         states = (await client.status()).jobs_by_state
+        assert sandbox_processes(server)  # the count sees this server's sandboxes
         cancelled = await client.cancel_where(all=True)
         assert sorted(cancelled) == sorted(ids)
         results = await client.wait_for(ids, 60)
         assert {t.outcome for t in results.values()} == {Outcome.cancelled}
-        assert await until_gone(before, timeout_s=60) == set()
+        assert await until_gone(server, timeout_s=60) == set()
         assert list((tmp_path / "sandboxes").rglob("*.sock")) == []
     assert states.get(JobState.queued.value, 0) > 0 and states.get(JobState.run.value, 0) >= 40
