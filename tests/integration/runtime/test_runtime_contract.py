@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from rt_support import ISOLATED, make_config, marked_pids
+from tests.support.sandbox_procs import owned_sandbox_processes
 
 from agentroll.runtime import SandboxClosed, SandboxSpec, procs
 from agentroll.runtime.core import BaseRuntime
@@ -88,7 +89,6 @@ async def test_stop_is_idempotent_and_leaves_nothing(runtime: BaseRuntime) -> No
 
 
 async def test_cancelled_start_leaves_nothing(runtime: BaseRuntime) -> None:
-    before = {p.sandbox_id for p in procs.scan() if p.sandbox_id}
     cancelled = 0
     for delay in (0.0, 0.01, 0.03, 0.06, 0.1):
         task = asyncio.create_task(runtime.start(SandboxSpec(), timeout=30))
@@ -104,7 +104,7 @@ async def test_cancelled_start_leaves_nothing(runtime: BaseRuntime) -> None:
     assert runtime.live == []
     assert list(runtime.leases.dir.iterdir()) == []
     assert list(runtime.state.sandboxes.iterdir()) == []
-    assert {p.sandbox_id for p in procs.scan() if p.sandbox_id} <= before
+    assert owned_sandbox_processes(runtime.instance_id) == {}
 
 
 async def test_close_stops_every_sandbox(runtime: BaseRuntime) -> None:

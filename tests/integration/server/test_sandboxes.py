@@ -1,16 +1,15 @@
 """Rollouts in real bubblewrap sandboxes, owned and torn down by the server."""
 
 import asyncio
-import contextlib
 import shutil
 from pathlib import Path
 
 import pytest
 from tests.conftest import ServerFactory
 from tests.integration.server.sandbox_handlers import sandbox_registry
+from tests.support.sandbox_procs import owned_sandbox_processes
 
-from agentroll.runtime import BwrapConfig, procs
-from agentroll.runtime.base import OWNER_ENV
+from agentroll.runtime import BwrapConfig
 from agentroll.server.schema import JobState, Outcome
 from agentroll.server.serving import RunningServer
 
@@ -20,20 +19,10 @@ pytestmark = [
 ]
 
 
-def _owner(pid: int) -> str | None:
-    prefix = f"{OWNER_ENV}=".encode()
-    with contextlib.suppress(OSError), open(f"/proc/{pid}/environ", "rb") as environ:
-        for entry in environ.read().split(b"\0"):
-            if entry.startswith(prefix):
-                return entry[len(prefix) :].decode(errors="replace")
-    return None
-
-
 def sandbox_processes(server: RunningServer) -> set[int]:
     """The live processes of the sandboxes `server` started (by their owner marker): other
     tests' and other servers' sandboxes on a shared node are not this test's to count."""
-    runtime = server.server.config.app.state.server.runtime
-    return {p.pid for p in procs.scan() if p.sandbox_id and _owner(p.pid) == runtime.instance_id}
+    return set(owned_sandbox_processes(server.server.config.app.state.server.runtime.instance_id))
 
 
 async def until_gone(server: RunningServer, timeout_s: float = 30) -> set[int]:
