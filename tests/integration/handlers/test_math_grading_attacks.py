@@ -23,9 +23,9 @@ from tests.integration.handlers.grading_helpers import (
 )
 
 from agentroll.handlers import RolloutContext
-from agentroll.handlers.builtin.answers import Grade, answers_match
 from agentroll.handlers.builtin.grading_pool import GradingPool, shutdown_default_pool
 from agentroll.handlers.builtin.math import MathHandler
+from agentroll.handlers.builtin.math.answers import Grade, answers_match
 
 pytestmark = pytest.mark.integration
 

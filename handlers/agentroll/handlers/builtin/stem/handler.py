@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from agentroll.handlers.builtin.answer_task import AnswerTaskHandler
-from agentroll.handlers.builtin.choices import choice_letters, extract_choice
+from agentroll.handlers.builtin.stem.choices import choice_letters, extract_choice
 from agentroll.handlers.context import Reward, RolloutContext
 
 SYSTEM_PROMPT = (
@@ -82,7 +82,7 @@ class StemTask:
 @cache
 def load_stem_tasks() -> tuple[StemTask, ...]:
     """The bundled question set (`data/stem_tasks.jsonl`)."""
-    data = resources.files("agentroll.handlers.builtin").joinpath("data/stem_tasks.jsonl")
+    data = resources.files("agentroll.handlers.builtin.stem").joinpath("data/stem_tasks.jsonl")
     rows = [json.loads(line) for line in data.read_text("utf-8").splitlines() if line.strip()]
     return tuple(StemTask(**{**row, "choices": tuple(row["choices"])}) for row in rows)
 

@@ -27,7 +27,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentroll.handlers.builtin.answer_task import AnswerTaskHandler
-from agentroll.handlers.builtin.answers import MAX_ANSWER_CHARS, answers_match, extract_boxed
+from agentroll.handlers.builtin.math.answers import MAX_ANSWER_CHARS, answers_match, extract_boxed
 from agentroll.handlers.context import Reward, RolloutContext
 
 SYSTEM_PROMPT = (
@@ -69,7 +69,7 @@ class MathTask:
 @cache
 def load_math_tasks() -> tuple[MathTask, ...]:
     """The bundled task set (`data/math_tasks.jsonl`), read once per process."""
-    data = resources.files("agentroll.handlers.builtin").joinpath("data/math_tasks.jsonl")
+    data = resources.files("agentroll.handlers.builtin.math").joinpath("data/math_tasks.jsonl")
     lines = data.read_text(encoding="utf-8").splitlines()
     return tuple(MathTask(**json.loads(line)) for line in lines if line.strip())
 

@@ -55,14 +55,14 @@ from agentroll.handlers.agents import AgentResult
 from agentroll.handlers.base import parsed_instance
 from agentroll.handlers.builtin.answer_task import FreeTextAnswerHandler
 from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
-from agentroll.handlers.builtin.resources_client import (
+from agentroll.handlers.builtin.remote_verify.resources_client import (
     SeedFailure,
     Verification,
     VerifierFailure,
     encoded,
     verify_remotely,
 )
-from agentroll.handlers.builtin.responses_output import response_object
+from agentroll.handlers.builtin.remote_verify.responses_output import response_object
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.server.schema.messages import ChatMessage, Role
 

@@ -42,7 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from agentroll.handlers.base import parsed_instance
 from agentroll.handlers.builtin.answer_task import FreeTextAnswerHandler
 from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
-from agentroll.handlers.builtin.judge_prompt import (
+from agentroll.handlers.builtin.llm_judge.judge_prompt import (
     DEFAULT_RUBRIC,
     addresses_the_judge,
     check_rubric,

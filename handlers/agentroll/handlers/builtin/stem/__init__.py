@@ -1,0 +1,11 @@
+"""The `stem` task family: multiple-choice science questions (`handler`), the chosen
+letter read by `choices`."""
+
+from agentroll.handlers.builtin.stem.handler import (
+    StemHandler,
+    StemInstance,
+    StemTask,
+    load_stem_tasks,
+)
+
+__all__ = ["StemHandler", "StemInstance", "StemTask", "load_stem_tasks"]
