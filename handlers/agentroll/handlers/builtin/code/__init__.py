@@ -8,4 +8,7 @@ from agentroll.handlers.builtin.code.handler import (
     load_code_tasks,
 )
 
+HANDLERS = {"code": "CodeHandler"}
+"""The handler names this family serves (read by `agentroll.handlers.families`)."""
+
 __all__ = ["CodeHandler", "CodeInstance", "CodeTask", "load_code_tasks"]

@@ -3,4 +3,7 @@ asked and read by `judge_prompt`."""
 
 from agentroll.handlers.builtin.llm_judge.handler import LLMJudgeHandler, LLMJudgeInstance
 
+HANDLERS = {"llm_judge": "LLMJudgeHandler"}
+"""The handler names this family serves (read by `agentroll.handlers.families`)."""
+
 __all__ = ["LLMJudgeHandler", "LLMJudgeInstance"]

@@ -8,4 +8,7 @@ from agentroll.handlers.builtin.math.handler import (
     load_math_tasks,
 )
 
+HANDLERS = {"math": "MathHandler"}
+"""The handler names this family serves (read by `agentroll.handlers.families`)."""
+
 __all__ = ["MathHandler", "MathInstance", "MathTask", "load_math_tasks"]

@@ -7,4 +7,7 @@ from agentroll.handlers.builtin.remote_verify.handler import (
     VerifierSpec,
 )
 
+HANDLERS = {"remote_verify": "RemoteVerifyHandler"}
+"""The handler names this family serves (read by `agentroll.handlers.families`)."""
+
 __all__ = ["RemoteVerifyHandler", "RemoteVerifyInstance", "VerifierSpec"]

@@ -8,4 +8,7 @@ from agentroll.handlers.builtin.stem.handler import (
     load_stem_tasks,
 )
 
+HANDLERS = {"stem": "StemHandler"}
+"""The handler names this family serves (read by `agentroll.handlers.families`)."""
+
 __all__ = ["StemHandler", "StemInstance", "StemTask", "load_stem_tasks"]

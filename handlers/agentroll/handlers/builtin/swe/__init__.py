@@ -4,4 +4,7 @@ and dataset rows (`swe_datasets`, `swe_official`)."""
 
 from agentroll.handlers.builtin.swe.handler import SweHandler, SweInstance, SweTask, load_swe_tasks
 
+HANDLERS = {"swe": "SweHandler"}
+"""The handler names this family serves (read by `agentroll.handlers.families`)."""
+
 __all__ = ["SweHandler", "SweInstance", "SweTask", "load_swe_tasks"]
