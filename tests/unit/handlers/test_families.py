@@ -4,6 +4,7 @@
 import json
 import subprocess
 import sys
+from abc import ABC
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -113,3 +114,12 @@ def test_a_declaration_that_is_not_a_literal_map_is_refused(source: str, problem
 def test_modules_without_a_declaration_declare_nothing() -> None:
     assert declared_handlers('"""Grading helpers; see HANDLERS elsewhere."""\n', "m.py") == {}
     assert declared_handlers("HANDLERS: dict[str, str] = {'a': 'A'}\n", "m.py") == {"a": "A"}
+
+
+def test_every_builtin_handler_is_at_most_one_base_below_agent_handler() -> None:
+    # AgentHandler -> one base (a task: ToolAgentHandler) -> the family. What families
+    # share beyond that is composed (e.g. `FinalAnswer`), never another layer or a mixin.
+    registry = HandlerRegistry()
+    for name in BUILTIN_NAMES:
+        chain = [c.__name__ for c in type(registry.get(name)).__mro__ if c not in (ABC, object)]
+        assert len(chain) <= 3 and chain[-1] == "AgentHandler", f"{name}: {' <- '.join(chain)}"

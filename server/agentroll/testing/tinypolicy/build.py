@@ -49,7 +49,7 @@ SOURCES = (
     "agentroll.handlers.builtin.math.arithmetic",
     "agentroll.handlers.builtin.math.handler",
     "agentroll.handlers.builtin.code.handler",
-    "agentroll.handlers.builtin.answer_task",
+    "agentroll.handlers.agent.final_answer",
     "agentroll.testing.scripted_llm.template",
     "agentroll.testing.scripted_llm.tokenizer",
     "agentroll.testing.scripted_llm.rules.steps",
