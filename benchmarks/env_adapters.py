@@ -46,7 +46,7 @@ from _common import cpu_seconds, report
 
 from agentroll.handlers import HandlerRegistry, Reward, RolloutContext
 from agentroll.handlers.agent import AgentLoop, Tool, ToolAgentHandler
-from agentroll.handlers.builtin.math import SYSTEM_PROMPT
+from agentroll.handlers.builtin.math.handler import SYSTEM_PROMPT
 from agentroll.handlers.builtin.openenv import SYSTEM_PROMPT as OPENENV_SYSTEM_PROMPT
 from agentroll.handlers.builtin.verifiers_env import ensure_verifiers_venv
 from agentroll.handlers.builtin.verifiers_env.workers import default_workers

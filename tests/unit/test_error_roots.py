@@ -49,7 +49,7 @@ HOMES = {
     "trainer_clients": "trainer_clients/agentroll/trainer_clients/errors.py",
 }
 # A program sent to a sandbox as its own source can import no second file of ours.
-STANDALONE = {"handlers/agentroll/handlers/builtin/code_runner.py"}
+STANDALONE = {"handlers/agentroll/handlers/builtin/code/code_runner.py"}
 BUILTIN_ERRORS = {
     name
     for name, value in vars(builtins).items()

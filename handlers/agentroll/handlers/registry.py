@@ -1,10 +1,11 @@
 """Finding handlers (tasks) and agents by name, and composing one job's handler.
 
-Lookup order (see `agentroll.handlers.plugins`): explicit registration, built-ins, the
-entry-point group (`agentroll.handlers` for handlers, `agentroll.agents` for agents), then a
-`module:Class` path. A name claimed twice is an error, never a silent override. A class that
-leaves an abstract stage (`run`, `eval`) unimplemented is refused when it is registered or
-first resolved, never mid-rollout.
+Lookup order (see `agentroll.handlers.plugins`): explicit registration, built-ins (each
+family folder under `agentroll.handlers.builtin` declares its names, see
+`agentroll.handlers.families`), the entry-point group (`agentroll.handlers` for handlers,
+`agentroll.agents` for agents), then a `module:Class` path. A name claimed twice is an
+error, never a silent override. A class that leaves an abstract stage (`run`, `eval`)
+unimplemented is refused when it is registered or first resolved, never mid-rollout.
 
 `HandlerRegistry.for_job(request)` is what the server drives for one job: the task's own
 handler (its default agent) when the job names no agent, else the task under that agent.
@@ -24,23 +25,12 @@ from agentroll.handlers.errors import (
     UnknownAgentError,
     UnknownHandlerError,
 )
+from agentroll.handlers.families import builtin_families
 from agentroll.handlers.plugins import PluginRegistry
 
 ENTRY_POINT_GROUP = "agentroll.handlers"
 AGENT_ENTRY_POINT_GROUP = "agentroll.agents"
 
-BUILTIN_HANDLERS: dict[str, str] = {
-    "code": "agentroll.handlers.builtin.code:CodeHandler",
-    "harbor": "agentroll.handlers.builtin.harbor.handler:HarborHandler",
-    "llm_judge": "agentroll.handlers.builtin.llm_judge:LLMJudgeHandler",
-    "math": "agentroll.handlers.builtin.math:MathHandler",
-    "openenv": "agentroll.handlers.builtin.openenv:OpenEnvHandler",
-    "remote_verify": "agentroll.handlers.builtin.remote_verify:RemoteVerifyHandler",
-    "solve_verify": "agentroll.handlers.builtin.solve_verify:SolveVerifyHandler",
-    "stem": "agentroll.handlers.builtin.stem:StemHandler",
-    "swe": "agentroll.handlers.builtin.swe:SweHandler",
-    "verifiers": "agentroll.handlers.builtin.verifiers_env:VerifiersHandler",
-}
 HARNESS_JOB = "harness"
 """Not a handler of its own: a job form naming a task and a harness in its instance
 (`agentroll.handlers.builtin.harness`)."""
@@ -141,7 +131,7 @@ class HandlerRegistry:
             convert=_as_handler_class,
             unknown=UnknownHandlerError,
             duplicate=DuplicateHandlerError,
-            builtins=BUILTIN_HANDLERS,
+            builtins=builtin_families(),
             group=ENTRY_POINT_GROUP,
         )
         self._instances: dict[str, AgentHandler] = {}

@@ -263,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == [SWE_NORMALISE]:
-        from agentroll.handlers.builtin.swe_datasets import main as swe_normalise
+        from agentroll.handlers.builtin.swe.swe_datasets import main as swe_normalise
 
         return swe_normalise(argv[1:])
     args = build_parser().parse_args(argv)

@@ -13,8 +13,12 @@ from typing import Any
 
 import pytest
 
-from agentroll.handlers.builtin.code_grading import read_runner_output, runner_argv, runner_spec
-from agentroll.handlers.builtin.code_runner import MAX_OUTPUT
+from agentroll.handlers.builtin.code.code_grading import (
+    read_runner_output,
+    runner_argv,
+    runner_spec,
+)
+from agentroll.handlers.builtin.code.code_runner import MAX_OUTPUT
 from agentroll.handlers.builtin.grader_launch import isolated_source
 
 pytestmark = pytest.mark.integration

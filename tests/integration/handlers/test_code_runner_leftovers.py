@@ -16,7 +16,11 @@ from typing import Any
 
 import pytest
 
-from agentroll.handlers.builtin.code_grading import read_runner_output, runner_argv, runner_spec
+from agentroll.handlers.builtin.code.code_grading import (
+    read_runner_output,
+    runner_argv,
+    runner_spec,
+)
 
 pytestmark = pytest.mark.integration
 

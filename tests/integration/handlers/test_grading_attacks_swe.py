@@ -13,7 +13,7 @@ from tests.integration.handlers.attacks import POLICY, attack_rules, job, marked
 from tests.integration.handlers.harness import rollout_service, run_jobs, scripted_backend
 
 from agentroll.handlers.builtin.swe import load_swe_tasks
-from agentroll.handlers.builtin.swe_repo import bundled_repos
+from agentroll.handlers.builtin.swe.swe_repo import bundled_repos
 from agentroll.server.schema import Outcome
 
 pytestmark = [

@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from agentroll.handlers.builtin import swe_pytest
-from agentroll.handlers.builtin.swe_repo import GRADER_SCRATCH
+from agentroll.handlers.builtin.swe import swe_pytest
+from agentroll.handlers.builtin.swe.swe_repo import GRADER_SCRATCH
 from agentroll.runtime import Sandbox, SandboxSpec
 from agentroll.runtime.bwrap import BwrapRuntime
 from agentroll.runtime.cpulimit import GradingUsage, grading_usage

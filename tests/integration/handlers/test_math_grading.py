@@ -25,11 +25,11 @@ from tests.integration.handlers.grading_helpers import (
     until_gone,
 )
 
-from agentroll.handlers import InfraError, RolloutContext
+from agentroll.handlers import AgentResult, InfraError, RolloutContext
 from agentroll.handlers.builtin import grading_pool
-from agentroll.handlers.builtin.answers import Grade, answers_match
 from agentroll.handlers.builtin.grading_pool import GradingPool, default_pool
 from agentroll.handlers.builtin.math import MathHandler
+from agentroll.handlers.builtin.math.answers import Grade, answers_match
 
 pytestmark = pytest.mark.integration
 
@@ -198,9 +198,9 @@ async def test_the_math_handler_reports_the_reason(monkeypatch: pytest.MonkeyPat
     ctx = cast(RolloutContext, type("Ctx", (), {"instance": {"question": "?", "answer": "12"}}))
     handler = MathHandler()
     try:
-        wrong = await handler.score(ctx, "1, 2")
-        right = await handler.score(ctx, "12.0")
-        too_long = await handler.score(ctx, "1" * 10_000)
+        wrong = await handler.grade(ctx, AgentResult(submission={"answer": "1, 2"}))
+        right = await handler.grade(ctx, AgentResult(submission={"answer": "12.0"}))
+        too_long = await handler.grade(ctx, AgentResult(submission={"answer": "1" * 10_000}))
     finally:
         await grading_pool.shutdown_default_pool()
     assert wrong.value == 0.0

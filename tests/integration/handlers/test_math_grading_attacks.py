@@ -22,10 +22,10 @@ from tests.integration.handlers.grading_helpers import (
     until_gone,
 )
 
-from agentroll.handlers import RolloutContext
-from agentroll.handlers.builtin.answers import Grade, answers_match
+from agentroll.handlers import AgentResult, RolloutContext
 from agentroll.handlers.builtin.grading_pool import GradingPool, shutdown_default_pool
 from agentroll.handlers.builtin.math import MathHandler
+from agentroll.handlers.builtin.math.answers import Grade, answers_match
 
 pytestmark = pytest.mark.integration
 
@@ -160,11 +160,11 @@ class Ctx:
 
 async def test_the_math_handler_scores_a_boxed_power_tower_zero_with_a_reason() -> None:
     handler, ctx = MathHandler(), cast(RolloutContext, Ctx({"question": "?", "answer": "5"}))
-    predicted = handler.extract(ctx, "The answer is \\boxed{2^{2^{40}}}.")
-    assert predicted == "2^{2^{40}}"
+    result = AgentResult("The answer is \\boxed{2^{2^{40}}}.")
+    assert handler.final_answer.given(ctx, result) == "2^{2^{40}}"
     try:
         async with heartbeat() as beat:
-            reward = await handler.score(ctx, predicted)
+            reward = await handler.grade(ctx, result)
     finally:
         await shutdown_default_pool()
     assert reward.value == 0.0 and reward.info["reason"] in STOPPED

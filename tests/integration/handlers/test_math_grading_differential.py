@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from agentroll.handlers.builtin.answers import MAX_ANSWER_CHARS, answers_match
 from agentroll.handlers.builtin.grading_pool import GradingPool
+from agentroll.handlers.builtin.math.answers import MAX_ANSWER_CHARS, answers_match
 
 pytestmark = pytest.mark.integration
 

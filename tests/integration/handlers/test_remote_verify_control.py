@@ -9,7 +9,10 @@ from typing import Any
 import pytest
 
 from agentroll.handlers.builtin.control import ControlCache, ControlResult
-from agentroll.handlers.builtin.remote_verify import RemoteVerifyInstance, control_verification
+from agentroll.handlers.builtin.remote_verify.handler import (
+    RemoteVerifyInstance,
+    control_verification,
+)
 from agentroll.server.serving import start_in_loop
 from agentroll.testing.fake_resources_server import FakeResourcesServer, create_app
 

@@ -9,12 +9,12 @@ from typing import Any
 import httpx
 import pytest
 
-from agentroll.handlers.builtin.resources_client import (
+from agentroll.handlers.builtin.remote_verify.resources_client import (
     VerifierFailure,
     encoded,
     verify_remotely,
 )
-from agentroll.handlers.builtin.responses_output import response_object
+from agentroll.handlers.builtin.remote_verify.responses_output import response_object
 from agentroll.server.serving import bind, start_in_loop, url_of
 from agentroll.testing.fake_resources_server import COOKIE, FakeResourcesServer, create_app
 

@@ -11,8 +11,8 @@ from tests.conftest import ServerFactory
 from tests.integration.handlers.harness import request_log, run_jobs, scripted_backend
 from tests.integration.server.multi_agent_support import agent, assert_trace_exact
 
-from agentroll.handlers.builtin.answers import MAX_ANSWER_CHARS
 from agentroll.handlers.builtin.math import load_math_tasks
+from agentroll.handlers.builtin.math.answers import MAX_ANSWER_CHARS
 from agentroll.server.schema import Outcome, Trajectory
 from agentroll.testing.scripted_llm import Conversation, Reply, RuleContext, default_rules
 from agentroll.testing.scripted_llm.rules.math import find_math_task

@@ -17,8 +17,7 @@ from tests.integration.handlers.attacks import POLICY, attack_rules, job, marked
 from tests.integration.handlers.harness import rollout_service, run_jobs, scripted_backend
 
 from agentroll.handlers.agent import DEFAULT_LIMITS
-from agentroll.handlers.builtin import swe_pytest, swe_repo, swe_shadow
-from agentroll.handlers.builtin.swe import load_swe_tasks
+from agentroll.handlers.builtin.swe import load_swe_tasks, swe_pytest, swe_repo, swe_shadow
 from agentroll.runtime import BwrapConfig, Sandbox, SandboxSpec
 from agentroll.server.schema import Outcome
 from agentroll.testing.scripted_llm.rules.redteam_swegrade import (

@@ -15,8 +15,7 @@ from tests.integration.handlers.attacks import POLICY, attack_rules, job, marked
 from tests.integration.handlers.harness import rollout_service, run_jobs, scripted_backend
 from tests.support.images import CACHE, needs_real_build
 
-from agentroll.handlers.builtin import swe_mirror, swe_repo
-from agentroll.handlers.builtin.swe import load_swe_tasks
+from agentroll.handlers.builtin.swe import load_swe_tasks, swe_mirror, swe_repo
 from agentroll.runtime.images import build_image
 from agentroll.server.schema import Outcome
 from agentroll.testing.scripted_llm.rules.redteam_swegrade import (

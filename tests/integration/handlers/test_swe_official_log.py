@@ -14,10 +14,9 @@ from tests.conftest import ServerFactory
 from tests.integration.handlers.attacks import POLICY, attack_rules, job, marked, write
 from tests.integration.handlers.harness import rollout_service, run_jobs, scripted_backend
 
-from agentroll.handlers.builtin import swe_official
-from agentroll.handlers.builtin.swe import load_swe_tasks
-from agentroll.handlers.builtin.swe_datasets import normalise
-from agentroll.handlers.builtin.swe_repo import bundled_repos
+from agentroll.handlers.builtin.swe import load_swe_tasks, swe_official
+from agentroll.handlers.builtin.swe.swe_datasets import normalise
+from agentroll.handlers.builtin.swe.swe_repo import bundled_repos
 from agentroll.server.schema import Outcome
 
 pytestmark = [

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from agentroll.handlers.builtin.swe_pytest import plugin_source
+from agentroll.handlers.builtin.swe.swe_pytest import plugin_source
 
 pytestmark = pytest.mark.integration
 PLUGIN = "agentroll_report_test"

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from agentroll.handlers.builtin.arithmetic import parse_arithmetic
+from agentroll.handlers.builtin.math.arithmetic import parse_arithmetic
 from agentroll.testing.scripted_llm.tokenizer import get_tokenizer
 from agentroll.testing.tinypolicy.data import (
     DataRecipe,

@@ -5,12 +5,12 @@ from typing import Any
 import pytest
 
 from agentroll.handlers.agent import AgentConfig, check_arguments
-from agentroll.handlers.builtin.choices import extract_choice
 from agentroll.handlers.builtin.code import CodeHandler, load_code_tasks
 from agentroll.handlers.builtin.math import MathHandler
 from agentroll.handlers.builtin.stem import StemHandler, load_stem_tasks
+from agentroll.handlers.builtin.stem.choices import extract_choice
 from agentroll.handlers.builtin.swe import SweHandler, load_swe_tasks
-from agentroll.handlers.builtin.swe_repo import as_list, patched_files
+from agentroll.handlers.builtin.swe.swe_repo import as_list, patched_files
 
 
 def test_job_overrides_merge_onto_handler_defaults() -> None:

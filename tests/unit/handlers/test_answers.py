@@ -9,9 +9,14 @@ from collections.abc import AsyncIterator
 import pytest
 
 from agentroll.handlers import InfraError
-from agentroll.handlers.builtin.answers import MAX_ANSWER_CHARS, Grade, answers_match, extract_boxed
 from agentroll.handlers.builtin.grading_pool import GradingPool
 from agentroll.handlers.builtin.math import MathHandler, load_math_tasks
+from agentroll.handlers.builtin.math.answers import (
+    MAX_ANSWER_CHARS,
+    Grade,
+    answers_match,
+    extract_boxed,
+)
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 import ast
 import operator
 
-from agentroll.handlers.builtin.arithmetic import arithmetic_tasks, parse_arithmetic
+from agentroll.handlers.builtin.math.arithmetic import arithmetic_tasks, parse_arithmetic
 from agentroll.testing.scripted_llm.rules.math import find_math_task
 
 OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul}

@@ -6,14 +6,14 @@ import re
 
 import pytest
 
-from agentroll.handlers.builtin.judge_prompt import (
+from agentroll.handlers.builtin.llm_judge import LLMJudgeHandler
+from agentroll.handlers.builtin.llm_judge.judge_prompt import (
     DEFAULT_RUBRIC,
     addresses_the_judge,
     check_rubric,
     judge_messages,
     parse_score,
 )
-from agentroll.handlers.builtin.llm_judge import LLMJudgeHandler
 
 
 def block_of(messages: list[dict[str, str]]) -> tuple[str, str]:

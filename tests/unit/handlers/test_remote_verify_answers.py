@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from agentroll.handlers.builtin.remote_verify import (
+from agentroll.handlers.builtin.remote_verify.handler import (
     VerifierSpec,
     other_fields,
     row_messages,
     verdict,
 )
-from agentroll.handlers.builtin.resources_client import VerifierFailure, encoded
-from agentroll.handlers.builtin.responses_output import response_object
+from agentroll.handlers.builtin.remote_verify.resources_client import VerifierFailure, encoded
+from agentroll.handlers.builtin.remote_verify.responses_output import response_object
 
 SPEC = VerifierSpec(url="http://127.0.0.1:1", infra_failure_reasons=["gold_execution_error"])
 

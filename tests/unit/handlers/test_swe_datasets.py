@@ -8,9 +8,8 @@ from typing import Any
 
 import pytest
 
-from agentroll.handlers.builtin import swe_official
-from agentroll.handlers.builtin.swe import SweInstance
-from agentroll.handlers.builtin.swe_datasets import (
+from agentroll.handlers.builtin.swe import SweInstance, swe_official
+from agentroll.handlers.builtin.swe.swe_datasets import (
     CONDA_PYTHON,
     RowError,
     detect_source,

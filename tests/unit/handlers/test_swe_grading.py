@@ -5,9 +5,9 @@ import json
 
 import pytest
 
-from agentroll.handlers.builtin.swe_infra import config_changed, is_allowed, refused_by_name
-from agentroll.handlers.builtin.swe_pytest import PytestRun, Report, judge, parse_report
-from agentroll.handlers.builtin.swe_repo import Change, parse_raw_diff
+from agentroll.handlers.builtin.swe.swe_infra import config_changed, is_allowed, refused_by_name
+from agentroll.handlers.builtin.swe.swe_pytest import PytestRun, Report, judge, parse_report
+from agentroll.handlers.builtin.swe.swe_repo import Change, parse_raw_diff
 
 F2P, P2P = ["t.py::test_fix"], ["t.py::test_kept", "u.py::test_other"]
 ALL_PASS = {t: "passed" for t in (*F2P, *P2P)}

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from agentroll.handlers.builtin.swe_mirror import image_repository
-from agentroll.handlers.builtin.swe_pytest import interpreter, launch_command
-from agentroll.handlers.builtin.swe_repo import is_test_file, listed_test_files
-from agentroll.handlers.builtin.swe_shadow import shadowing_paths, top_level_modules
+from agentroll.handlers.builtin.swe.swe_mirror import image_repository
+from agentroll.handlers.builtin.swe.swe_pytest import interpreter, launch_command
+from agentroll.handlers.builtin.swe.swe_repo import is_test_file, listed_test_files
+from agentroll.handlers.builtin.swe.swe_shadow import shadowing_paths, top_level_modules
 from agentroll.handlers.errors import InfraError
 
 LAUNCHER = "/agentroll-grader/grade-1/agentroll_report_2.py"

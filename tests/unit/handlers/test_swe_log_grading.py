@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from agentroll.handlers.builtin import swe_official
-from agentroll.handlers.builtin.swe_log import LoggedRun, judge_log, parse
-from agentroll.handlers.builtin.swe_pytest import Report
+from agentroll.handlers.builtin.swe import swe_official
+from agentroll.handlers.builtin.swe.swe_log import LoggedRun, judge_log, parse
+from agentroll.handlers.builtin.swe.swe_pytest import Report
 from agentroll.handlers.errors import InfraError
 
 F2P, P2P = ["t.py::test_fix"], ["t.py::test_kept"]

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from agentroll.handlers.builtin import swe_mirror
 from agentroll.handlers.builtin.harbor import source
+from agentroll.handlers.builtin.swe import swe_mirror
 from agentroll.runtime.settings import CacheSettings, cache_settings
 from agentroll.server import engine
 from agentroll.server.cli import build_parser

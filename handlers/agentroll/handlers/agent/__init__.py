@@ -5,6 +5,13 @@ from agentroll.handlers.agent import AgentLoop, AgentConfig  # or drive the loop
 """
 
 from agentroll.handlers.agent.config import TOOL_NAMES, AgentConfig
+from agentroll.handlers.agent.final_answer import (
+    ANSWER_TOOLS,
+    SUBMIT_ANSWER_PROMPT,
+    FinalAnswer,
+    no_answer,
+    whole_reply,
+)
 from agentroll.handlers.agent.handler import DEFAULT_LIMITS, ToolAgentHandler
 from agentroll.handlers.agent.loop import STATE_KEY, AgentLoop, AgentRun
 from agentroll.handlers.agent.tools import (
@@ -18,18 +25,23 @@ from agentroll.handlers.agent.tools import (
 )
 
 __all__ = [
+    "ANSWER_TOOLS",
     "DEFAULT_LIMITS",
     "STATE_KEY",
+    "SUBMIT_ANSWER_PROMPT",
     "TOOL_NAMES",
     "AgentConfig",
     "AgentLoop",
     "AgentRun",
     "BashTool",
     "EditorTool",
+    "FinalAnswer",
     "PythonTool",
     "SubmitTool",
     "Tool",
     "ToolAgentHandler",
     "build_tools",
     "check_arguments",
+    "no_answer",
+    "whole_reply",
 ]

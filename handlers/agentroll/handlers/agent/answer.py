@@ -1,7 +1,7 @@
 """The `answer` agent: the policy answers in text, without tools (answer tasks' default).
 
-If its reply holds no answer the task can read (`task.has_answer`), it is asked once more
-with the task's `follow_up`, within the job's `max_turns`.
+If its reply holds no answer the task can read (its `final_answer`), it is asked once more
+with that answer's `follow_up`, within the job's `max_turns`.
 """
 
 from collections.abc import Mapping
@@ -27,18 +27,20 @@ class AnswerAgent(Agent):
         return cls()
 
     async def run(self, ctx: RolloutContext, task: "ToolAgentHandler") -> AgentResult:
+        answer = task.final_answer
         await ctx.llm.start(task.plain_messages(ctx))
         turn = await ctx.llm.generate()
         follow_ups = 0
         while (
-            task.follow_up is not None
-            and not task.has_answer(ctx, turn.text)
+            answer is not None
+            and answer.follow_up is not None
+            and answer.read(ctx, turn.text, False) is None
             and turn.finish_reason != "length"
             and follow_ups < MAX_FOLLOW_UPS
             and ctx.llm.num_turns < ctx.limits.max_turns
         ):
             follow_ups += 1
-            await ctx.llm.add_messages([{"role": "user", "content": task.follow_up}])
+            await ctx.llm.add_messages([{"role": "user", "content": answer.follow_up}])
             turn = await ctx.llm.generate()
         ctx.state[STATE_KEY] = result = AgentResult(turn.text, None, turn.finish_reason)
         return result

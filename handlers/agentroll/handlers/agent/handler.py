@@ -3,7 +3,9 @@
 A task family subclasses it and fills in four things: the system prompt, the task prompt,
 the sandbox (spec and preparation) and `grade`. Its default agent (`default_agent`: the
 `tool_loop`, configured by `instance["agent"]`, see `AgentConfig`) comes with it, and a job
-may run it under any other agent (`agentroll.handlers.agents`):
+may run it under any other agent (`agentroll.handlers.agents`). A task scored on one final
+answer says how it reads it (`final_answer`, see `agentroll.handlers.agent.final_answer`):
+it then runs without a sandbox under the `answer` agent by default.
 
     class Haiku(ToolAgentHandler):
         name = "haiku"
@@ -21,7 +23,9 @@ may run it under any other agent (`agentroll.handlers.agents`):
 import asyncio
 from typing import Any, ClassVar
 
+from agentroll.handlers.agent.answer import AnswerAgent
 from agentroll.handlers.agent.config import AgentConfig
+from agentroll.handlers.agent.final_answer import FinalAnswer
 from agentroll.handlers.agent.loop import AgentRun
 from agentroll.handlers.agent.tool_loop import ToolLoopAgent
 from agentroll.handlers.agent.tools import SubmitTool
@@ -50,19 +54,18 @@ class ToolAgentHandler(AgentHandler):
     system_prompt: ClassVar[str] = "You are a helpful assistant that solves tasks with tools."
     default_tools: ClassVar[tuple[str, ...]] = ("bash", "python", "str_replace_editor", "submit")
     default_config: ClassVar[AgentConfig] = AgentConfig()
-    grades_without_sandbox: ClassVar[bool] = False
-    """True: `grade` reads only the agent's answer, so an agent that needs no sandbox
-    (`answer`) runs without one."""
-    follow_up: ClassVar[str | None] = None
-    """What an answer-only agent asks once more when `has_answer` finds none in the reply."""
+    final_answer: ClassVar[FinalAnswer | None] = None
+    """Set for a task scored on one final answer: how it is asked for and read. `grade` then
+    reads only that answer, so an agent that needs no sandbox (`answer`) runs without one."""
 
     # -- what a task family provides -----------------------------------------------------------
     def task_prompt(self, ctx: RolloutContext) -> str:
         raise NotImplementedError
 
     def submit_tool(self, ctx: RolloutContext) -> SubmitTool:
-        """The `submit` tool; override to ask for arguments (e.g. an `answer`)."""
-        return SubmitTool()
+        """The `submit` tool (with an `answer` for a `final_answer` task); override to ask for
+        other arguments."""
+        return SubmitTool() if self.final_answer is None else self.final_answer.submit_tool()
 
     def sandbox_spec(self, ctx: RolloutContext) -> SandboxSpec:
         return SandboxSpec(limits=DEFAULT_LIMITS, label=ctx.job_id)
@@ -84,19 +87,20 @@ class ToolAgentHandler(AgentHandler):
 
     def plain_messages(self, ctx: RolloutContext) -> list[ChatMessage]:
         """The prompt of an agent without tools (`answer`)."""
+        answer = self.final_answer
+        system = self.system_prompt if answer is None else answer.plain_system_prompt
         return [
-            {"role": "system", "content": self.system_prompt},
+            {"role": "system", "content": system},
             {"role": "user", "content": self.task_prompt(ctx)},
         ]
-
-    def has_answer(self, ctx: RolloutContext, text: str) -> bool:
-        """Whether a reply holds an answer `grade` can read (else `follow_up` is asked)."""
-        return True
 
     # -- its default agent -----------------------------------------------------------------------
     def default_agent(self, ctx: RolloutContext) -> Agent:
         """The agent a job that names none runs (a new one per call: agents keep their
-        rollout's records in `ctx.state`)."""
+        rollout's records in `ctx.state`): the tool loop, or for a `final_answer` task whose
+        instance carries no `"agent"` object, the `answer` agent."""
+        if self.final_answer is not None and ctx.instance.get("agent") is None:
+            return AnswerAgent()
         return ToolLoopAgent()
 
     def agent_config(self, ctx: RolloutContext) -> AgentConfig:
@@ -120,7 +124,7 @@ class ToolAgentHandler(AgentHandler):
     async def set_up(self, ctx: RolloutContext, agent: Agent) -> None:
         """INIT for `agent`: start the sandbox and prepare the task in it, while the tools
         with a start-up cost start (not at their first call)."""
-        if not agent.uses_sandbox and self.grades_without_sandbox:
+        if not agent.uses_sandbox and self.final_answer is not None:
             return
         sandbox = await ctx.open_sandbox(agent.sandbox_spec(self.sandbox_spec(ctx)))
         started, _ = await asyncio.gather(

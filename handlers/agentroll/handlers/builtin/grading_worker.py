@@ -2,8 +2,8 @@
 
 Started by `grading_pool` as `python -I .../grading_worker.py LIMIT PARENT` (isolated: see
 `grader_launch`; standard library and math-verify only, no agentroll import: run by path
-without `-I`, its own folder, which holds the `math` handler's `math.py`, would come first on
-the import path). It takes its reply channel first, then imports math-verify once (slow:
+without `-I`, its own folder, which holds the `math` family's folder `math/`, would come first
+on the import path). It takes its reply channel first, then imports math-verify once (slow:
 sympy), caps its own address space at LIMIT bytes and serves requests. It never bounds time
 itself: math-verify's signal-based timeouts cannot interrupt long arithmetic inside one C
 call, so the pool kills a worker that overruns.

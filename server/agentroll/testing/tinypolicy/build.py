@@ -46,10 +46,10 @@ BUILD_TIMEOUT_S = 3600.0
 TRAINING_SOURCE = "agentroll.testing.tinypolicy.train"
 """How the model is trained: part of the policy's key, not of its transcripts'."""
 SOURCES = (
-    "agentroll.handlers.builtin.arithmetic",
-    "agentroll.handlers.builtin.math",
-    "agentroll.handlers.builtin.code",
-    "agentroll.handlers.builtin.answer_task",
+    "agentroll.handlers.builtin.math.arithmetic",
+    "agentroll.handlers.builtin.math.handler",
+    "agentroll.handlers.builtin.code.handler",
+    "agentroll.handlers.agent.final_answer",
     "agentroll.testing.scripted_llm.template",
     "agentroll.testing.scripted_llm.tokenizer",
     "agentroll.testing.scripted_llm.rules.steps",

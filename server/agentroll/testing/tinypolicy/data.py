@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentroll.handlers.builtin.arithmetic import arithmetic_tasks
 from agentroll.handlers.builtin.code import load_code_tasks
 from agentroll.handlers.builtin.math import load_math_tasks
+from agentroll.handlers.builtin.math.arithmetic import arithmetic_tasks
 from agentroll.server.schema import JobRequest, Trajectory
 from agentroll.server.serving import start_in_loop
 from agentroll.testing.scripted_llm import ScriptedLLMConfig

@@ -19,8 +19,8 @@ import hashlib
 import random
 from dataclasses import dataclass
 
-from agentroll.handlers.builtin.arithmetic import arithmetic_tasks, parse_arithmetic
 from agentroll.handlers.builtin.math import MathTask
+from agentroll.handlers.builtin.math.arithmetic import arithmetic_tasks, parse_arithmetic
 from agentroll.testing.scripted_llm.tokenizer import ScriptedTokenizer, get_tokenizer
 from agentroll.testing.tinypolicy.data import Sequence
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agentroll.handlers.builtin.swe import load_swe_tasks
-from agentroll.handlers.builtin.swe_repo import bundled_repos
+from agentroll.handlers.builtin.swe.swe_repo import bundled_repos
 from agentroll.testing.scripted_llm import Conversation, Reply, RuleContext, get_chat_template
 from agentroll.testing.scripted_llm.generation import conversation_of
 from agentroll.testing.scripted_llm.rules.chat_clis import DONE, opencode_rule, qwen_code_rule

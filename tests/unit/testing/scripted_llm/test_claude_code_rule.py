@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from agentroll.handlers.builtin.swe import load_swe_tasks
-from agentroll.handlers.builtin.swe_repo import bundled_repos
+from agentroll.handlers.builtin.swe.swe_repo import bundled_repos
 from agentroll.server.proxy.anthropic_api import parse_messages
 from agentroll.testing.scripted_llm import Conversation, RuleContext, get_chat_template
 from agentroll.testing.scripted_llm.generation import conversation_of

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from agentroll.handlers.builtin.swe import load_swe_tasks
-from agentroll.handlers.builtin.swe_repo import bundled_repos
+from agentroll.handlers.builtin.swe.swe_repo import bundled_repos
 from agentroll.testing.scripted_llm import Conversation, RuleContext, get_chat_template
 from agentroll.testing.scripted_llm.generation import conversation_of
 from agentroll.testing.scripted_llm.rules.mini_swe import SUBMIT, TEXT_BLOCK, mini_swe_rule

@@ -8,6 +8,9 @@ from agentroll.handlers.builtin.verifiers_env.tasks import (
 from agentroll.handlers.builtin.verifiers_env.venv import ensure_verifiers_venv
 from agentroll.handlers.builtin.verifiers_env.workers import shutdown_default_workers
 
+HANDLERS = {"verifiers": "VerifiersHandler"}
+"""The handler names this family serves (read by `agentroll.handlers.families`)."""
+
 __all__ = [
     "UnsupportedEnvironment",
     "VerifiersHandler",

@@ -34,8 +34,13 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentroll.handlers.agent import (
+    ANSWER_TOOLS,
+    SUBMIT_ANSWER_PROMPT,
+    FinalAnswer,
+    ToolAgentHandler,
+)
 from agentroll.handlers.base import parsed_instance
-from agentroll.handlers.builtin.answer_task import FreeTextAnswerHandler
 from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
 from agentroll.handlers.builtin.verifiers_env.venv import ensure_verifiers_venv
 from agentroll.handlers.builtin.verifiers_env.workers import default_workers
@@ -153,9 +158,12 @@ async def score_twice(
     raise failure
 
 
-class VerifiersHandler(FreeTextAnswerHandler):
+class VerifiersHandler(ToolAgentHandler):
     name = "verifiers"
     instance_model = VerifiersInstance
+    system_prompt = SUBMIT_ANSWER_PROMPT
+    default_tools = ANSWER_TOOLS
+    final_answer = FinalAnswer()
 
     @staticmethod
     def task(ctx: RolloutContext) -> VerifiersInstance:

@@ -6,7 +6,7 @@ editor, under their own names and argument names (OpenCode: `bash`, `read`, `edi
 `filePath`/`oldString`/`newString`; Qwen Code: `run_shell_command`, `read_file`, `edit` with
 `file_path`/`old_string`/`new_string`). A session: locate the code (grep), read the file,
 reproduce the bug, edit it (the reference fix, or with probability `wrong_rate` a plausible
-wrong one, from `data/swe/scripts.json`), rerun the reproduction and the test suite, then say
+wrong one, from `swe/data/scripts.json`), rerun the reproduction and the test suite, then say
 it is done in plain text, which ends the CLI's loop. Any other call of theirs (OpenCode's
 session title offers no tools) is not these rules' business.
 

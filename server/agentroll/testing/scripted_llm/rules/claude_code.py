@@ -5,7 +5,7 @@ tells the model its working directory in a system message ("Primary working dire
 and offers `Bash`, `Read`, `Edit`, `Write` and more. Its file tools take absolute paths, and
 `Edit` refuses a file that was not `Read` first. This rule plays a short, methodical session:
 locate (Bash), read (Read), reproduce (Bash), edit (Edit: the reference fix, or with
-probability `wrong_rate` a plausible wrong one, from `data/swe/scripts.json`), check (Bash),
+probability `wrong_rate` a plausible wrong one, from `swe/data/scripts.json`), check (Bash),
 then answer in text without a tool call, which ends Claude Code's print mode.
 
 Registered as `claude_code` by `default_rules()`; not in the default chain, so ask for it:

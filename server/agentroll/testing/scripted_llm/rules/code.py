@@ -2,7 +2,7 @@
 
 Write `solution.py` (the reference solution, or with probability `wrong_rate` a plausible
 wrong one), try it on the prompt's example with bash, submit. Tasks come from
-`agentroll.handlers.builtin` package data; the hidden tests are never used.
+`agentroll.handlers.builtin.code` package data; the hidden tests are never used.
 """
 
 from agentroll.handlers.builtin.code import CodeTask, load_code_tasks

@@ -6,7 +6,7 @@ edits files with `apply_patch`: its own freeform tool where Codex offers one (fo
 knows), else the `apply_patch` command in the shell, which Codex intercepts and applies
 itself. It ends when a reply has no tool call. This rule plays a short, methodical session:
 locate, read, reproduce, patch (the reference fix, or with probability `wrong_rate` a
-plausible wrong one, from `data/swe/scripts.json`), check, answer.
+plausible wrong one, from `swe/data/scripts.json`), check, answer.
 
 Registered as `codex` by `default_rules()`; not in the default chain, so ask for it:
 `agentroll scripted-llm --policy codex`.

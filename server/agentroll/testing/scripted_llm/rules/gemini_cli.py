@@ -5,7 +5,7 @@ Gemini CLI (npm `@google/gemini-cli`) sends the task as its prompt, after a
 `read_file` and `replace` (exact text, replaced once). It stops when a reply calls no tool.
 This rule plays a short, methodical session on the bundled repositories: locate, read,
 reproduce, edit with `replace` (the reference fix, or with probability `wrong_rate` a
-plausible wrong one, from `data/swe/scripts.json`), check, and a closing summary in text.
+plausible wrong one, from `swe/data/scripts.json`), check, and a closing summary in text.
 When the CLI's router (model `auto`) asks for the prompt's complexity first, it gets the JSON
 object it asks for.
 

@@ -16,7 +16,7 @@ format), for the unparseable-judgment path.
 
 import re
 
-from agentroll.handlers.builtin.judge_prompt import SYSTEM_PROMPT
+from agentroll.handlers.builtin.llm_judge.judge_prompt import SYSTEM_PROMPT
 from agentroll.testing.scripted_llm.policy import Conversation, Reply, RuleContext
 
 GRADER = SYSTEM_PROMPT.split(".")[0]

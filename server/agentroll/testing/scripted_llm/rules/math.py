@@ -1,6 +1,6 @@
 """The `math` rule: answers the bundled math tasks, wrong on purpose some of the time.
 
-Tasks live in `agentroll.handlers.builtin` package data (`data/math_tasks.jsonl`), the same
+Tasks live in `agentroll.handlers.builtin.math` package data (`data/math_tasks.jsonl`), the same
 file the math handler serves to trainers, so the scripted model "knows" exactly those, and
 every generated arithmetic question (`builtin.arithmetic`), which it solves by parsing.
 When the prompt offers tools (the handler's tool path), it first runs the task's reference
@@ -10,8 +10,8 @@ Python in the `python` tool, then calls `submit(answer=...)`.
 import re
 from decimal import Decimal
 
-from agentroll.handlers.builtin.arithmetic import parse_arithmetic
 from agentroll.handlers.builtin.math import MathTask, load_math_tasks
+from agentroll.handlers.builtin.math.arithmetic import parse_arithmetic
 from agentroll.testing.scripted_llm.policy import Conversation, Reply, RuleContext
 from agentroll.testing.scripted_llm.rules.steps import call, offered_tools, step, task_text
 

@@ -5,7 +5,7 @@ either offers one `bash` tool (its default `mini.yaml`: the reply carries a tool
 (`mini_textbased.yaml`: the reply carries one fenced `mswea_bash_command` block). It finishes
 when a command prints `COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT` first. This rule plays a short,
 methodical session on the bundled repositories: locate, read, reproduce, edit (the reference
-fix, or with probability `wrong_rate` a plausible wrong one, from `data/swe/scripts.json`),
+fix, or with probability `wrong_rate` a plausible wrong one, from `swe/data/scripts.json`),
 check, submit. Everything is a bash command, since mini-swe-agent has no editor tool.
 
 Registered as `mini_swe` by `default_rules()`; not in the default chain (it answers every

@@ -3,7 +3,7 @@
 Locate the code (grep), read it, reproduce the bug, [explore more], edit with
 `str_replace_editor` (the reference fix, or with probability `wrong_rate` a plausible wrong
 one), rerun the reproduction and the test suite, submit. The fix comes from the bundled
-task data (`data/swe/scripts.json`), which the agent under training never sees.
+task data (`swe/data/scripts.json`), which the agent under training never sees.
 
 `make_swe_rule(explore_turns=N)` adds N exploration turns (viewing files, git log, tests)
 before the edit, for long trajectories: a rollout then takes N + 6 turns.

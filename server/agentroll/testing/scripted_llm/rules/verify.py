@@ -5,7 +5,7 @@ answer against the task's reference (a plain comparison: the scripted solver wri
 the reference's own form); with probability `wrong_rate / 2` its verdict is the opposite.
 """
 
-from agentroll.handlers.builtin.solve_verify import PROPOSED
+from agentroll.handlers.builtin.solve_verify.handler import PROPOSED
 from agentroll.testing.scripted_llm.policy import Conversation, Reply, RuleContext
 from agentroll.testing.scripted_llm.rules.math import find_math_task
 

@@ -2,7 +2,7 @@
 
 Task instance: `{"question": str, "choices": [str, ...] | {"A": str, ...}, "answer": "C"}`
 (2 to 26 choices; a list is lettered A, B, C, ...), optionally `"agent": {...}` to work with
-a `python` tool in a sandbox and `submit(answer="C")` (see `AnswerTaskHandler`).
+a `python` tool in a sandbox and `submit(answer="C")` (see `FinalAnswer`).
 
 The answer is read robustly (`\\boxed{C}`, "Answer: C", "(C)", a bare "C"; see `choices`);
 `reward_info = {"predicted", "gold"}`.
@@ -13,12 +13,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from agentroll.handlers.builtin.answer_task import AnswerTaskHandler
-from agentroll.handlers.builtin.choices import choice_letters, extract_choice
+from agentroll.handlers.agent import (
+    ANSWER_TOOLS,
+    FinalAnswer,
+    ToolAgentHandler,
+    no_answer,
+)
+from agentroll.handlers.agents import AgentResult
+from agentroll.handlers.builtin.stem.choices import choice_letters, extract_choice
 from agentroll.handlers.context import Reward, RolloutContext
 
 SYSTEM_PROMPT = (
@@ -82,7 +88,7 @@ class StemTask:
 @cache
 def load_stem_tasks() -> tuple[StemTask, ...]:
     """The bundled question set (`data/stem_tasks.jsonl`)."""
-    data = resources.files("agentroll.handlers.builtin").joinpath("data/stem_tasks.jsonl")
+    data = resources.files("agentroll.handlers.builtin.stem").joinpath("data/stem_tasks.jsonl")
     rows = [json.loads(line) for line in data.read_text("utf-8").splitlines() if line.strip()]
     return tuple(StemTask(**{**row, "choices": tuple(row["choices"])}) for row in rows)
 
@@ -92,20 +98,29 @@ def render_question(question: str, choices: list[str] | Mapping[str, str]) -> st
     return f"{question}\n\n{options}"
 
 
-class StemHandler(AnswerTaskHandler):
+def chosen_letter(ctx: RolloutContext, text: str, submitted: bool) -> str | None:
+    """The letter a reply (or a submitted answer) chooses among the task's choices."""
+    return extract_choice(text, "".join(lettered(ctx.instance["choices"])))
+
+
+class StemHandler(ToolAgentHandler):
     name = "stem"
     instance_model = StemInstance
-    plain_system_prompt = SYSTEM_PROMPT
     system_prompt = TOOL_SYSTEM_PROMPT
-    follow_up = FOLLOW_UP
-    answer_description = "The letter of the correct choice, e.g. C."
+    default_tools = ANSWER_TOOLS
+    final_answer: ClassVar[FinalAnswer] = FinalAnswer(
+        chosen_letter,
+        plain_system_prompt=SYSTEM_PROMPT,
+        follow_up=FOLLOW_UP,
+        description="The letter of the correct choice, e.g. C.",
+    )
 
     def task_prompt(self, ctx: RolloutContext) -> str:
         return render_question(str(ctx.instance["question"]), ctx.instance["choices"])
 
-    def extract(self, ctx: RolloutContext, text: str, *, submitted: bool = False) -> str | None:
-        return extract_choice(text, "".join(lettered(ctx.instance["choices"])))
-
-    async def score(self, ctx: RolloutContext, predicted: str) -> Reward:
+    async def grade(self, ctx: RolloutContext, result: AgentResult) -> Reward:
+        predicted = self.final_answer.given(ctx, result)
+        if predicted is None:
+            return no_answer()
         gold = str(ctx.instance["answer"])
         return Reward(float(predicted == gold), {"predicted": predicted, "gold": gold})

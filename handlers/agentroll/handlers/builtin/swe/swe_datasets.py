@@ -27,7 +27,7 @@ the sandbox runs) is the local `.sif` or root file system of that reference, nam
 pull).
 
 The command line reads JSON lines and writes instances:
-`python -m agentroll.handlers.builtin.swe_datasets [--source S] [--image-dir D] < in > out`
+`python -m agentroll.handlers.builtin.swe.swe_datasets [--source S] [--image-dir D] < in > out`
 (also `agentroll swe-normalise`).
 """
 
@@ -39,7 +39,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from agentroll.handlers.builtin import swe_official
+from agentroll.handlers.builtin.swe import swe_official
 from agentroll.handlers.errors import RowError
 
 SOURCES = ("swe-bench", "swe-gym", "swe-smith", "r2e-gym")

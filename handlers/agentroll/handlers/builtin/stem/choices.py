@@ -8,7 +8,7 @@ letter ("C", "C.", "C)").
 
 import re
 
-from agentroll.handlers.builtin.answers import extract_boxed
+from agentroll.handlers.builtin.math.answers import extract_boxed
 
 # The keyword in any case, the letter in upper case only ("the answer is a bit long" is no A).
 _ANSWER_IS = re.compile(

@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from fnmatch import fnmatchcase
 
 from agentroll.handlers.builtin.sandbox_files import UnreadableFile
-from agentroll.handlers.builtin.swe_repo import Change, PrivateIndex
+from agentroll.handlers.builtin.swe.swe_repo import Change, PrivateIndex
 
 REFUSED_NAMES = frozenset(
     {

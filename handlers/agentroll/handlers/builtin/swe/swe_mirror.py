@@ -25,7 +25,7 @@ import secrets
 import shutil
 from pathlib import Path
 
-from agentroll.handlers.builtin.swe_repo import GRADER_GIT_ENV
+from agentroll.handlers.builtin.swe.swe_repo import GRADER_GIT_ENV
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import procs
 from agentroll.runtime.sandbox import spawn

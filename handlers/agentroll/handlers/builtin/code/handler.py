@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentroll.handlers.agent import ToolAgentHandler
 from agentroll.handlers.agents import AgentResult
-from agentroll.handlers.builtin import code_grading
+from agentroll.handlers.builtin.code import code_grading
 from agentroll.handlers.builtin.sandbox_files import UnreadableFile, read_text
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.handlers.errors import InfraError
@@ -88,7 +88,7 @@ class CodeTask:
 @cache
 def load_code_tasks() -> tuple[CodeTask, ...]:
     """The bundled task set (`data/code_tasks.jsonl`)."""
-    data = resources.files("agentroll.handlers.builtin").joinpath("data/code_tasks.jsonl")
+    data = resources.files("agentroll.handlers.builtin.code").joinpath("data/code_tasks.jsonl")
     rows = [json.loads(line) for line in data.read_text("utf-8").splitlines() if line.strip()]
     return tuple(CodeTask(**{**row, "tests": tuple(row["tests"])}) for row in rows)
 

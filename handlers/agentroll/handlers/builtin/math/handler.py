@@ -22,12 +22,18 @@ import json
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentroll.handlers.builtin.answer_task import AnswerTaskHandler
-from agentroll.handlers.builtin.answers import MAX_ANSWER_CHARS, answers_match, extract_boxed
+from agentroll.handlers.agent import (
+    ANSWER_TOOLS,
+    FinalAnswer,
+    ToolAgentHandler,
+    no_answer,
+)
+from agentroll.handlers.agents import AgentResult
+from agentroll.handlers.builtin.math.answers import MAX_ANSWER_CHARS, answers_match, extract_boxed
 from agentroll.handlers.context import Reward, RolloutContext
 
 SYSTEM_PROMPT = (
@@ -69,29 +75,38 @@ class MathTask:
 @cache
 def load_math_tasks() -> tuple[MathTask, ...]:
     """The bundled task set (`data/math_tasks.jsonl`), read once per process."""
-    data = resources.files("agentroll.handlers.builtin").joinpath("data/math_tasks.jsonl")
+    data = resources.files("agentroll.handlers.builtin.math").joinpath("data/math_tasks.jsonl")
     lines = data.read_text(encoding="utf-8").splitlines()
     return tuple(MathTask(**json.loads(line)) for line in lines if line.strip())
 
 
-class MathHandler(AnswerTaskHandler):
+def boxed_answer(ctx: RolloutContext, text: str, submitted: bool) -> str | None:
+    """The last `\\boxed{}` of a reply; a submitted answer may also be given bare."""
+    boxed = extract_boxed(text)
+    if boxed is not None or not submitted:
+        return boxed
+    return text.strip().strip("$").strip() or None
+
+
+class MathHandler(ToolAgentHandler):
     name = "math"
     instance_model = MathInstance
-    plain_system_prompt = SYSTEM_PROMPT
     system_prompt = TOOL_SYSTEM_PROMPT
-    follow_up = FOLLOW_UP
-    answer_description = "The final answer, as a number or LaTeX expression."
+    default_tools = ANSWER_TOOLS
+    final_answer: ClassVar[FinalAnswer] = FinalAnswer(
+        boxed_answer,
+        plain_system_prompt=SYSTEM_PROMPT,
+        follow_up=FOLLOW_UP,
+        description="The final answer, as a number or LaTeX expression.",
+    )
 
     def task_prompt(self, ctx: RolloutContext) -> str:
         return str(ctx.instance["question"])
 
-    def extract(self, ctx: RolloutContext, text: str, *, submitted: bool = False) -> str | None:
-        boxed = extract_boxed(text)
-        if boxed is not None or not submitted:
-            return boxed
-        return text.strip().strip("$").strip() or None
-
-    async def score(self, ctx: RolloutContext, predicted: str) -> Reward:
+    async def grade(self, ctx: RolloutContext, result: AgentResult) -> Reward:
+        predicted = self.final_answer.given(ctx, result)
+        if predicted is None:
+            return no_answer()
         gold = str(ctx.instance["answer"])
         grade = await answers_match(gold, predicted)
         info = {"predicted": predicted[:MAX_ANSWER_CHARS], "gold": gold, "reason": grade.reason}

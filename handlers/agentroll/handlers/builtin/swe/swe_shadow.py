@@ -26,8 +26,8 @@ import json
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from agentroll.handlers.builtin import swe_pytest
-from agentroll.handlers.builtin.swe_repo import SYMLINK_MODE, PrivateIndex, sh
+from agentroll.handlers.builtin.swe import swe_pytest
+from agentroll.handlers.builtin.swe.swe_repo import SYMLINK_MODE, PrivateIndex, sh
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import Sandbox
 

@@ -92,8 +92,8 @@ class BundledRepo:
 
 @cache
 def bundled_repos() -> dict[str, BundledRepo]:
-    """The self-made repositories shipped as `data/swe/repos/*.json`, by `repo` name."""
-    folder = resources.files("agentroll.handlers.builtin").joinpath("data/swe/repos")
+    """The self-made repositories shipped as `data/repos/*.json`, by `repo` name."""
+    folder = resources.files("agentroll.handlers.builtin.swe").joinpath("data/repos")
     out = {}
     for entry in folder.iterdir():
         if entry.name.endswith(".json"):

@@ -9,7 +9,7 @@ Task instance:
      "agent": {...}}                    # optional: work with tools, then submit(answer=...)
 
 RUN: the policy answers the question (its whole final reply is the answer; see
-`FreeTextAnswerHandler`). EVAL asks the judge through `ctx.ask_judge` (greedy; never part of
+`FinalAnswer`). EVAL asks the judge through `ctx.ask_judge` (greedy; never part of
 the trajectory or the policy's token budget; latency and tokens are the server's
 `agentroll_judge_*` metrics) and reads a final `Score: N/10` line: reward N/10.
 
@@ -35,14 +35,21 @@ that is the judge model's weakness, and `tests/integration/handlers/test_llm_jud
 with a scripted judge that obeys them.
 """
 
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from agentroll.handlers.agent import (
+    ANSWER_TOOLS,
+    SUBMIT_ANSWER_PROMPT,
+    FinalAnswer,
+    ToolAgentHandler,
+    no_answer,
+)
+from agentroll.handlers.agents import AgentResult
 from agentroll.handlers.base import parsed_instance
-from agentroll.handlers.builtin.answer_task import FreeTextAnswerHandler
 from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
-from agentroll.handlers.builtin.judge_prompt import (
+from agentroll.handlers.builtin.llm_judge.judge_prompt import (
     DEFAULT_RUBRIC,
     addresses_the_judge,
     check_rubric,
@@ -101,9 +108,12 @@ def judgment_record(reply: JudgeReply) -> dict[str, Any]:
     }
 
 
-class LLMJudgeHandler(FreeTextAnswerHandler):
+class LLMJudgeHandler(ToolAgentHandler):
     name = "llm_judge"
     instance_model = LLMJudgeInstance
+    system_prompt = SUBMIT_ANSWER_PROMPT
+    default_tools = ANSWER_TOOLS
+    final_answer: ClassVar[FinalAnswer] = FinalAnswer()
 
     @staticmethod
     def task(ctx: RolloutContext) -> LLMJudgeInstance:
@@ -112,7 +122,10 @@ class LLMJudgeHandler(FreeTextAnswerHandler):
     def task_prompt(self, ctx: RolloutContext) -> str:
         return self.task(ctx).question
 
-    async def score(self, ctx: RolloutContext, predicted: str) -> Reward:
+    async def grade(self, ctx: RolloutContext, result: AgentResult) -> Reward:
+        predicted = self.final_answer.given(ctx, result)
+        if predicted is None:
+            return no_answer()
         task = self.task(ctx)
         info: dict[str, Any] = {"predicted": predicted[:MAX_SHOWN_CHARS]}
         if len(predicted) > MAX_JUDGED_ANSWER_CHARS:

@@ -10,7 +10,7 @@ Task instance:
      "agent": {...}}                    # optional: work with tools, then submit(answer=...)
 
 RUN: the policy gets the row's `responses_create_params` (`instructions` and `input`, text
-messages only) and answers (see `FreeTextAnswerHandler`). EVAL seeds a session with the row,
+messages only) and answers (see `FinalAnswer`). EVAL seeds a session with the row,
 posts the row plus the policy's work as a Responses `response` (`responses_output`) to
 `/verify` with the session cookie, and closes the session (`resources_client`).
 
@@ -46,23 +46,28 @@ scalar fields (`verifier_fields`); the exchange (timing, how the session closed)
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, model_validator
 
-from agentroll.handlers.agent import AgentConfig
+from agentroll.handlers.agent import (
+    ANSWER_TOOLS,
+    SUBMIT_ANSWER_PROMPT,
+    AgentConfig,
+    FinalAnswer,
+    ToolAgentHandler,
+)
 from agentroll.handlers.agents import AgentResult
 from agentroll.handlers.base import parsed_instance
-from agentroll.handlers.builtin.answer_task import FreeTextAnswerHandler
 from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
-from agentroll.handlers.builtin.resources_client import (
+from agentroll.handlers.builtin.remote_verify.resources_client import (
     SeedFailure,
     Verification,
     VerifierFailure,
     encoded,
     verify_remotely,
 )
-from agentroll.handlers.builtin.responses_output import response_object
+from agentroll.handlers.builtin.remote_verify.responses_output import response_object
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.server.schema.messages import ChatMessage, Role
 
@@ -219,9 +224,12 @@ async def control_verification(task: RemoteVerifyInstance) -> ControlResult:
     return ControlResult(True, f"an empty answer was verified: reward {reward.value:g}")
 
 
-class RemoteVerifyHandler(FreeTextAnswerHandler):
+class RemoteVerifyHandler(ToolAgentHandler):
     name = "remote_verify"
     instance_model = RemoteVerifyInstance
+    system_prompt = SUBMIT_ANSWER_PROMPT
+    default_tools = ANSWER_TOOLS
+    final_answer: ClassVar[FinalAnswer] = FinalAnswer()
 
     @staticmethod
     def task(ctx: RolloutContext) -> RemoteVerifyInstance:
@@ -235,7 +243,7 @@ class RemoteVerifyHandler(FreeTextAnswerHandler):
         return messages
 
     def plain_messages(self, ctx: RolloutContext) -> list[ChatMessage]:
-        return self.prompt(ctx, self.plain_system_prompt)
+        return self.prompt(ctx, self.final_answer.plain_system_prompt)
 
     def first_messages(self, ctx: RolloutContext, config: AgentConfig) -> list[ChatMessage]:
         return self.prompt(ctx, config.system_prompt or self.system_prompt)
@@ -257,7 +265,7 @@ class RemoteVerifyHandler(FreeTextAnswerHandler):
 
     async def grade(self, ctx: RolloutContext, result: AgentResult) -> Reward:
         task = self.task(ctx)
-        answer = self.predicted(ctx, result) or ""
+        answer = self.final_answer.given(ctx, result) or ""
         shown = {"predicted": answer[:MAX_SHOWN_CHARS]}
         body = encoded({**task.row, "response": self.response(ctx, result, answer)})
         if len(body) - len(encoded(task.row)) > MAX_RESPONSE_BYTES:

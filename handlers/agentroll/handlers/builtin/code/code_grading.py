@@ -39,7 +39,7 @@ LIVENESS_TIMEOUT_S = 30.0
 
 @cache
 def runner_source() -> str:
-    path = resources.files("agentroll.handlers.builtin").joinpath("code_runner.py")
+    path = resources.files("agentroll.handlers.builtin.code").joinpath("code_runner.py")
     return path.read_text(encoding="utf-8")
 
 

@@ -39,7 +39,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from agentroll.handlers.builtin.swe_repo import grader_folder, write_file
+from agentroll.handlers.builtin.swe.swe_repo import grader_folder, write_file
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import Sandbox
 from agentroll.runtime.cpulimit import grading_wall_s
@@ -98,7 +98,9 @@ def launch_command(test_cmd: str, launcher: str, extra: Sequence[str]) -> str | 
 @cache
 def plugin_source() -> bytes:
     return (
-        resources.files("agentroll.handlers.builtin").joinpath("swe_pytest_report.py").read_bytes()
+        resources.files("agentroll.handlers.builtin.swe")
+        .joinpath("swe_pytest_report.py")
+        .read_bytes()
     )
 
 

@@ -10,7 +10,7 @@ import json
 import resource
 import sys
 
-from agentroll.handlers.builtin import swe_official
+from agentroll.handlers.builtin.swe import swe_official
 
 MEMORY_LIMIT_BYTES = 2 << 30
 

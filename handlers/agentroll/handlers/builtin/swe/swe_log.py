@@ -37,7 +37,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from agentroll.handlers.builtin.swe_pytest import (
+from agentroll.handlers.builtin.swe.swe_pytest import (
     PASSING,
     PytestRun,
     Report,
@@ -49,7 +49,7 @@ from agentroll.handlers.builtin.swe_pytest import (
     require_working_runner,
     run_problem,
 )
-from agentroll.handlers.builtin.swe_repo import grader_folder, write_file
+from agentroll.handlers.builtin.swe.swe_repo import grader_folder, write_file
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import Sandbox, procs
 from agentroll.runtime.cpulimit import grading_wall_s
@@ -58,7 +58,7 @@ from agentroll.runtime.sandbox import spawn
 MAX_OUTPUT_BYTES = 16 << 20
 PARSE_TIMEOUT_S = 120.0
 PROBE_TIMEOUT_S = 600.0
-PARSER_WORKER = "agentroll.handlers.builtin.swe_log_parse"
+PARSER_WORKER = "agentroll.handlers.builtin.swe.swe_log_parse"
 OFFICIAL_PASSING = ("PASSED", "XFAIL")
 OFFICIAL_FAILING = ("FAILED", "ERROR")
 _EXIT_LINE = re.compile(r"\nagentroll-exit (\d+)\Z")

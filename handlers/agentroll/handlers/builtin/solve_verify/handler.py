@@ -23,9 +23,9 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentroll.handlers.base import AgentHandler, parsed_instance
-from agentroll.handlers.builtin.answers import MAX_ANSWER_CHARS, answers_match, extract_boxed
-from agentroll.handlers.builtin.math import FOLLOW_UP
-from agentroll.handlers.builtin.math import SYSTEM_PROMPT as SOLVER_PROMPT
+from agentroll.handlers.builtin.math.answers import MAX_ANSWER_CHARS, answers_match, extract_boxed
+from agentroll.handlers.builtin.math.handler import FOLLOW_UP
+from agentroll.handlers.builtin.math.handler import SYSTEM_PROMPT as SOLVER_PROMPT
 from agentroll.handlers.context import LLMSession, Reward, RolloutContext
 from agentroll.server.schema.messages import ChatMessage
 

@@ -94,7 +94,8 @@ from pydantic import (
 from agentroll.handlers.agent import DEFAULT_LIMITS, ToolAgentHandler
 from agentroll.handlers.agents import Agent, AgentResult
 from agentroll.handlers.base import parsed_instance
-from agentroll.handlers.builtin import (
+from agentroll.handlers.builtin.sandbox_files import UnreadableFile
+from agentroll.handlers.builtin.swe import (
     swe_infra,
     swe_log,
     swe_mirror,
@@ -103,8 +104,7 @@ from agentroll.handlers.builtin import (
     swe_repo,
     swe_shadow,
 )
-from agentroll.handlers.builtin.sandbox_files import UnreadableFile
-from agentroll.handlers.builtin.swe_repo import Git, PrivateIndex
+from agentroll.handlers.builtin.swe.swe_repo import Git, PrivateIndex
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import Bind, Sandbox, SandboxSpec
@@ -196,8 +196,8 @@ class SweTask:
 
 @cache
 def load_swe_tasks() -> tuple[SweTask, ...]:
-    """The bundled instances (`data/swe/tasks.jsonl`) with their scripted solutions."""
-    root = resources.files("agentroll.handlers.builtin").joinpath("data/swe")
+    """The bundled instances (`data/tasks.jsonl`) with their scripted solutions."""
+    root = resources.files("agentroll.handlers.builtin.swe").joinpath("data")
     scripts = json.loads(root.joinpath("scripts.json").read_text("utf-8"))
     rows = [json.loads(x) for x in root.joinpath("tasks.jsonl").read_text("utf-8").splitlines()]
     return tuple(SweTask(row, scripts[row["instance_id"]]) for row in rows if row)
