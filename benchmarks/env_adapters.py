@@ -125,10 +125,16 @@ def verifiers_instance() -> dict[str, Any]:
     return {"environment": environment, "task": task}
 
 
+def reaped_cpu(pid: int) -> float:
+    """CPU seconds of the children `pid` has reaped (a worker's forked scoring children)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
 def tree_cpu(pid: int) -> float:
-    """CPU seconds of `pid` and every live process under it (a confined worker is the
-    grandchild of the bubblewrap process the pool knows)."""
-    total = cpu_seconds(pid)
+    """CPU seconds of `pid`, the children it reaped, and every live process under it (a
+    confined worker is the grandchild of the bubblewrap process the pool knows)."""
+    total = cpu_seconds(pid) + reaped_cpu(pid)
     for task in Path(f"/proc/{pid}/task").iterdir():
         for child in (task / "children").read_text().split():
             total += tree_cpu(int(child))

@@ -10,9 +10,12 @@ Task instance (`verifiers_instances()` makes one per task of the taskset):
 
 INIT installs (once, cached) the environment's virtual environment (`venv`). RUN prompts the
 policy with the task's `system_prompt` and `prompt` (text, or chat messages) and takes its
-reply. EVAL rebuilds the task from its data in a verifiers worker (`workers`, `worker.py`),
-hands its `@vf.reward` and `@vf.metric` functions the rollout as a verifiers trace, and the
-reward is what verifiers itself would sum: every reward's score times its weight.
+reply; a task with tools (its `vf.Toolset`s, `tools`) runs under the tool loop instead, with
+the toolsets' tools and no other, until the policy answers without a call (as verifiers' chat
+harness ends). EVAL rebuilds the task from its data in a verifiers worker (`workers`,
+`worker.py`), hands its `@vf.reward` and `@vf.metric` functions the rollout as a verifiers
+trace, and the reward is what verifiers itself would sum: every reward's score times its
+weight.
 
 Whose fault a failure is:
 - the taskset cannot be imported, its config or the task's data does not validate, or the
@@ -34,9 +37,11 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentroll.handlers.agent import AgentLoop
 from agentroll.handlers.base import parsed_instance
 from agentroll.handlers.builtin.answer_task import FreeTextAnswerHandler
 from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
+from agentroll.handlers.builtin.verifiers_env.tools import VerifiersTool, task_tools
 from agentroll.handlers.builtin.verifiers_env.venv import ensure_verifiers_venv
 from agentroll.handlers.builtin.verifiers_env.workers import default_workers
 from agentroll.handlers.context import Reward, RolloutContext
@@ -44,6 +49,7 @@ from agentroll.handlers.errors import InfraError, VerifiersRewardFailed, Verifie
 from agentroll.server.schema.messages import ChatMessage
 
 INSTANCE_KEY, PYTHON_KEY, PROMPT_KEY = "verifiers_task", "verifiers_python", "verifiers_prompt"
+TOOLS_KEY = "verifiers_tools"
 MAX_SHOWN_CHARS = 2_000
 MAX_REQUIREMENTS = 32
 SCORING_ATTEMPTS = 2
@@ -82,6 +88,17 @@ def prompt_messages(task: dict[str, Any]) -> list[ChatMessage]:
     if not messages:
         raise ValueError("the task has no prompt")
     return messages
+
+
+SCORED_FIELDS = ("tool_calls", "tool_call_id", "name")
+
+
+def scored_message(message: ChatMessage) -> ChatMessage:
+    """A message as the environment's rewards read it: its role and text, with the tool calls
+    and tool answers of a task with tools."""
+    out: dict[str, Any] = {"role": message["role"], "content": message.get("content") or ""}
+    out.update({k: message[k] for k in SCORED_FIELDS if message.get(k)})  # type: ignore[literal-required]
+    return cast(ChatMessage, out)
 
 
 def _scored(reply: dict[str, Any]) -> Reward:
@@ -166,8 +183,21 @@ class VerifiersHandler(FreeTextAnswerHandler):
         prompt_messages(instance["task"])
 
     async def init(self, ctx: RolloutContext) -> None:
-        venv = await ensure_verifiers_venv(self.task(ctx).environment.packages)
+        job = self.task(ctx)
+        venv = await ensure_verifiers_venv(job.environment.packages)
         ctx.state[PYTHON_KEY] = venv.python
+        taskset = job.environment.taskset_config()
+        ctx.state[TOOLS_KEY] = await task_tools(venv.python, taskset, job.task)
+
+    async def run(self, ctx: RolloutContext) -> None:
+        specs = ctx.state.get(TOOLS_KEY)
+        if not specs:
+            await super().run(ctx)
+            return
+        job, python = self.task(ctx), ctx.state[PYTHON_KEY]
+        taskset = job.environment.taskset_config()
+        tools = [VerifiersTool(python, taskset, job.task, spec) for spec in specs]
+        await AgentLoop(tools, self.agent_config(ctx)).run(ctx, self.plain_messages(ctx))
 
     def plain_messages(self, ctx: RolloutContext) -> list[ChatMessage]:
         messages = prompt_messages(self.task(ctx).task)
@@ -180,12 +210,14 @@ class VerifiersHandler(FreeTextAnswerHandler):
     async def eval(self, ctx: RolloutContext) -> Reward:
         job = self.task(ctx)
         python = ctx.state[PYTHON_KEY]
-        messages: list[ChatMessage] = [
-            {"role": m["role"], "content": m.get("content") or ""} for m in ctx.llm.messages
-        ]
+        messages = [scored_message(m) for m in ctx.llm.messages]
         first = ctx.state.get(PROMPT_KEY, len(messages))
-        # The conversation is graded, so only the default agent, whose turns it holds, runs it.
-        reply = self.default_agent(ctx).result(ctx).final_text
+        # The conversation is graded, so only the default agent, whose turns it holds, runs it
+        # (the tool loop where the task has tools).
+        if ctx.state.get(TOOLS_KEY):
+            reply = self.agent_run(ctx).final_text
+        else:
+            reply = self.default_agent(ctx).result(ctx).final_text
         shown: dict[str, Any] = {"reply": reply[:MAX_SHOWN_CHARS]}
         try:
             reward = await score_twice(python, job.environment, job.task, messages, first, shown)
