@@ -5,8 +5,6 @@ a real `agentroll serve` and the scripted backend (`calculator`: calls the tools
 confined worker; every rollout's reward is what the environment's own reward functions give
 on the same conversation, computed here by verifiers itself; tokens are the backend's."""
 
-import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
@@ -18,66 +16,14 @@ from tests.integration.handlers.harness import (
     run_jobs,
     scripted_backend,
 )
+from tests.integration.handlers.verifiers_reference import PACKAGE, reference_rewards
 
-from agentroll.handlers.builtin.verifiers_env import ensure_verifiers_venv, verifiers_instances
+from agentroll.handlers.builtin.verifiers_env import verifiers_instances
 from agentroll.server.schema import Outcome, Trajectory
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
-PACKAGE = str(Path(__file__).resolve().parents[2] / "fixtures" / "verifiers_env_pkg")
 TASKSET = "agentroll-vf-tools"
-
-# verifiers' own scoring of a conversation, in the environment's own interpreter: the task
-# from the taskset's `load()`, the trace built from verifiers' message types.
-REFERENCE = """
-import asyncio, json, sys
-import verifiers.v1 as vf
-from verifiers.v1.utils.loaders import taskset_class, taskset_config_type
-
-cases = json.load(sys.stdin)
-config = taskset_config_type(sys.argv[1]).model_validate({"id": sys.argv[1]})
-tasks = {t.data.id: t for t in taskset_class(sys.argv[1])(config)}
-out = {}
-for task_id, messages in cases:
-    task = tasks[task_id]
-    typed = []
-    for m in messages:
-        if m["role"] == "user":
-            typed.append((vf.UserMessage(content=m["content"]), False))
-        elif m["role"] == "tool":
-            tool = vf.ToolMessage(content=m["content"], tool_call_id=m["tool_call_id"])
-            typed.append((tool, False))
-        else:
-            calls = [vf.ToolCall(id=c["id"], name=c["function"]["name"],
-                                 arguments=c["function"]["arguments"])
-                     for c in m.get("tool_calls") or []]
-            reply = vf.AssistantMessage(content=m["content"], tool_calls=calls or None)
-            typed.append((reply, True))
-    nodes = [vf.MessageNode(parent=i - 1 if i else None, message=msg, sampled=sampled)
-             for i, (msg, sampled) in enumerate(typed)]
-    trace = vf.Trace(task=vf.TraceTask(type=type(task).__name__, data=task.data),
-                     agent=vf.AgentInfo(config=vf.AgentConfig()), nodes=nodes)
-    asyncio.run(task.score(trace))
-    out[task_id] = trace.reward
-print(json.dumps(out))
-"""
-
-
-async def reference_rewards(cases: list[tuple[str, list[dict[str, Any]]]]) -> dict[str, float]:
-    venv = await ensure_verifiers_venv([PACKAGE])
-    proc = await asyncio.create_subprocess_exec(
-        str(venv.python),
-        "-I",
-        "-c",
-        REFERENCE,
-        TASKSET,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(json.dumps(cases).encode()), 300)
-    assert proc.returncode == 0
-    result: dict[str, float] = json.loads(out)
-    return result
 
 
 async def run_tool_jobs(
@@ -118,7 +64,7 @@ async def test_a_tasks_tools_run_in_its_environment_and_its_rewards_grade_the_co
     }
     replies = {j: t.messages[-1]["content"] for j, t in results.items()}
     assert replies == {"add-0": "5", "add-1": "42", "add-2": "I could not add them."}
-    expected = await reference_rewards([(j, list(t.messages)) for j, t in results.items()])
+    expected = await reference_rewards(TASKSET, [(j, list(t.messages)) for j, t in results.items()])
     # correct (weight 1) + used_tool (weight 0.5)
     assert expected == {"add-0": 1.5, "add-1": 1.5, "add-2": 0.0}
     assert {j: t.reward for j, t in results.items()} == expected, {

@@ -41,7 +41,12 @@ from agentroll.handlers.agent import AgentLoop
 from agentroll.handlers.base import parsed_instance
 from agentroll.handlers.builtin.answer_task import FreeTextAnswerHandler
 from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
-from agentroll.handlers.builtin.verifiers_env.tools import VerifiersTool, task_tools
+from agentroll.handlers.builtin.verifiers_env.episodes import (
+    ENV_FAILED,
+    control_episode,
+    play_episode,
+)
+from agentroll.handlers.builtin.verifiers_env.tools import VerifiersTool, describe
 from agentroll.handlers.builtin.verifiers_env.venv import ensure_verifiers_venv
 from agentroll.handlers.builtin.verifiers_env.workers import default_workers
 from agentroll.handlers.context import Reward, RolloutContext
@@ -49,7 +54,7 @@ from agentroll.handlers.errors import InfraError, VerifiersRewardFailed, Verifie
 from agentroll.server.schema.messages import ChatMessage
 
 INSTANCE_KEY, PYTHON_KEY, PROMPT_KEY = "verifiers_task", "verifiers_python", "verifiers_prompt"
-TOOLS_KEY = "verifiers_tools"
+TOOLS_KEY, TURNS_KEY, EPISODE_KEY = "verifiers_tools", "verifiers_turns", "verifiers_episode"
 MAX_SHOWN_CHARS = 2_000
 MAX_REQUIREMENTS = 32
 SCORING_ATTEMPTS = 2
@@ -187,17 +192,25 @@ class VerifiersHandler(FreeTextAnswerHandler):
         venv = await ensure_verifiers_venv(job.environment.packages)
         ctx.state[PYTHON_KEY] = venv.python
         taskset = job.environment.taskset_config()
-        ctx.state[TOOLS_KEY] = await task_tools(venv.python, taskset, job.task)
+        ctx.state[TOOLS_KEY], ctx.state[TURNS_KEY] = await describe(venv.python, taskset, job.task)
 
     async def run(self, ctx: RolloutContext) -> None:
-        specs = ctx.state.get(TOOLS_KEY)
-        if not specs:
-            await super().run(ctx)
-            return
         job, python = self.task(ctx), ctx.state[PYTHON_KEY]
         taskset = job.environment.taskset_config()
-        tools = [VerifiersTool(python, taskset, job.task, spec) for spec in specs]
-        await AgentLoop(tools, self.agent_config(ctx)).run(ctx, self.plain_messages(ctx))
+        if ctx.state.get(TURNS_KEY):  # the environment's own code drives the turns
+            ctx.state[EPISODE_KEY] = await play_episode(
+                ctx,
+                python,
+                taskset,
+                job.task,
+                self.plain_messages(ctx),
+                job.environment.score_timeout_s,
+            )
+        elif ctx.state.get(TOOLS_KEY):
+            tools = [VerifiersTool(python, taskset, job.task, s) for s in ctx.state[TOOLS_KEY]]
+            await AgentLoop(tools, self.agent_config(ctx)).run(ctx, self.plain_messages(ctx))
+        else:
+            await super().run(ctx)
 
     def plain_messages(self, ctx: RolloutContext) -> list[ChatMessage]:
         messages = prompt_messages(self.task(ctx).task)
@@ -212,13 +225,10 @@ class VerifiersHandler(FreeTextAnswerHandler):
         python = ctx.state[PYTHON_KEY]
         messages = [scored_message(m) for m in ctx.llm.messages]
         first = ctx.state.get(PROMPT_KEY, len(messages))
-        # The conversation is graded, so only the default agent, whose turns it holds, runs it
-        # (the tool loop where the task has tools).
-        if ctx.state.get(TOOLS_KEY):
-            reply = self.agent_run(ctx).final_text
-        else:
-            reply = self.default_agent(ctx).result(ctx).final_text
-        shown: dict[str, Any] = {"reply": reply[:MAX_SHOWN_CHARS]}
+        shown: dict[str, Any] = {"reply": self.final_reply(ctx, messages)[:MAX_SHOWN_CHARS]}
+        episode_failure = ctx.state.get(EPISODE_KEY)
+        if episode_failure is not None:
+            return await self.blame_episode(ctx, job, episode_failure, shown)
         try:
             reward = await score_twice(python, job.environment, job.task, messages, first, shown)
         except VerifiersWorkerFailure as exc:  # unavailable: never the reply's doing
@@ -244,3 +254,31 @@ class VerifiersHandler(FreeTextAnswerHandler):
         return blamed(
             failure, "reward_failed_on_answer", await CONTROLS.result(key, control), shown
         )
+
+    def final_reply(self, ctx: RolloutContext, messages: list[ChatMessage]) -> str:
+        # The conversation is graded, so only the default agent, whose turns it holds, runs
+        # it (the tool loop where the task has tools, the environment's turns where it has).
+        if ctx.state.get(TURNS_KEY):
+            replies = [m["content"] for m in messages if m["role"] == "assistant"]
+            return str(replies[-1]) if replies else ""
+        if ctx.state.get(TOOLS_KEY):
+            return self.agent_run(ctx).final_text
+        return self.default_agent(ctx).result(ctx).final_text
+
+    async def blame_episode(
+        self, ctx: RolloutContext, job: VerifiersInstance, failure: str, shown: dict[str, Any]
+    ) -> Reward:
+        """The environment's code failed during the episode: the policy's doing (reward 0)
+        if the same episode completes with empty replies, else the environment's."""
+        python, spec = ctx.state[PYTHON_KEY], job.environment
+        max_turns = ctx.limits.max_turns
+
+        async def control() -> ControlResult:
+            return await control_episode(
+                python, spec.taskset_config(), job.task, spec.score_timeout_s, max_turns
+            )
+
+        key = content_key(self.name, "episode", spec.model_dump(mode="json"), job.task, max_turns)
+        result = await CONTROLS.result(key, control)
+        error = InfraError(failure, cause=ENV_FAILED)
+        return blamed(error, "environment_failed_on_answer", result, shown)

@@ -6,7 +6,8 @@ subprocess on verifiers' host. Here that host is the environment's confined work
 (`worker.py`): the policy's arguments reach the tool code only there, never the server's
 process. The schemas are verifiers' own (MCP's, from the tools' signatures), named as
 verifiers' harness names them, `<server>_<tool>`; they depend on the task type and its config
-only, so they are asked once per environment and server process.
+only, so they are asked once per environment and server process (`describe`, which also tells
+whether the taskset's own `vf.Env` drives the turns: `episodes`).
 
 Whose fault a failure is: a tool that raises on the model's call answers the model with its
 error (what an MCP tool error shows it: the policy's doing, the rollout goes on); a call that
@@ -17,7 +18,7 @@ of, and the worker is replaced; toolsets that cannot set up are infra_error
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentroll.handlers.agent import Tool
 from agentroll.handlers.builtin.verifiers_env.workers import default_workers
@@ -28,8 +29,16 @@ from agentroll.server.schema.messages import ToolSpec
 
 TOOLS_TIMEOUT_S = 120.0
 
-_schemas: dict[tuple[Path, str], list[ToolSpec]] = {}
-"""Tool schemas by interpreter and environment (taskset config): asked once per process."""
+
+class Described(NamedTuple):
+    tools: list[ToolSpec]
+    """The OpenAI function schemas of the task's toolsets ([] for a task without tools)."""
+    turns: bool
+    """Whether the taskset's own `vf.Env` drives the policy's turns."""
+
+
+_described: dict[tuple[Path, str], Described] = {}
+"""By interpreter and environment (taskset config): asked once per process."""
 
 
 def _answered(reply: dict[str, Any]) -> dict[str, Any]:
@@ -50,17 +59,17 @@ async def _ask(python: Path, request: dict[str, Any], timeout_s: float) -> dict[
         raise
 
 
-async def task_tools(python: Path, taskset: dict[str, Any], task: dict[str, Any]) -> list[ToolSpec]:
-    """The OpenAI function schemas of the task's toolsets ([] for a task without tools)."""
+async def describe(python: Path, taskset: dict[str, Any], task: dict[str, Any]) -> Described:
+    """The task's tools, and whether an environment of its own drives its turns."""
     key = (python, json.dumps(taskset, sort_keys=True))
-    if key not in _schemas:
+    if key not in _described:
         request = {"op": "tools", "taskset": taskset, "task": task}
         try:
             reply = await _ask(python, request, TOOLS_TIMEOUT_S)
         except VerifiersWorkerFailure as exc:  # before the policy said anything
             raise InfraError(str(exc), cause="verifiers_load_failed") from exc
-        _schemas[key] = reply["tools"]
-    return _schemas[key]
+        _described[key] = Described(reply["tools"], bool(reply["turns"]))
+    return _described[key]
 
 
 class VerifiersTool(Tool):

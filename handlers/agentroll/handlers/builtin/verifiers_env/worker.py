@@ -16,9 +16,15 @@ space and serves requests, one JSON object per line, until stdin closes:
     -> {"ok": true, "rewards": {"name": {"score": 1.0, "weight": 1.0} | null},
         "metrics": {"name": 1.0 | null}, "retire": false}
     <- {"op": "tools", "taskset": {...}, "task": {...}}
-    -> {"ok": true, "tools": [{"type": "function", "function": {"name": ..., ...}}]}
+    -> {"ok": true, "tools": [{"type": "function", "function": {...}}], "turns": false}
     <- {"op": "call", "taskset": {...}, "task": {...}, "name": "calc_add", "arguments": {...}}
     -> {"ok": true, "text": "5", "is_error": false}
+    <- {"op": "episode", "taskset": {...}, "task": {...}, "control": false}
+    -> {"turn": [{"role": "user", "content": "higher"}]}  <- {"reply": "7"} | {"end": "max_turns"}
+    -> ... {"ok": true}
+
+`episode` runs the taskset's own `vf.Env` (`turns`: true) with the policy as its one agent,
+each turn relayed to the server (`episodes`); the control answers every turn itself.
 
 `tools` and `call` serve the task's `vf.Toolset`s, as MCP tools named as verifiers' own
 harness names them (`<server>_<tool>`): each call sets the toolsets up afresh (`setup`,
@@ -32,14 +38,14 @@ The worker itself runs only the environment's loading and listing, from the job'
 `retire` asks for a fresh worker: this one grew past half its memory limit, or a process it
 did not start itself (one the reply's code left running) shares its sandbox.
 
-A failure is `{"ok": false, "stage": "load" | "score", "error": "Type: message", "retire"}`:
-`load` while the taskset or its task was built (before the policy's work was seen), `score`
-while the environment's reward and metric functions ran on it. The worker never bounds time
+A failure is `{"ok": false, "stage": "load" | "score" | "episode", "error": "Type: message",
+"retire"}`: `load` while the taskset or its task was built (before the policy's work was
+seen), `score` while the environment's reward and metric functions ran on it, `episode` while
+its `Env.run` did. The worker never bounds time
 itself (a reward function may block its event loop): the server kills a worker that overruns.
 """
 
 import asyncio
-import contextlib
 import functools
 import gc
 import importlib.util
@@ -48,16 +54,21 @@ import os
 import resource
 import sys
 import traceback
-from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-_shared_spec = importlib.util.spec_from_file_location(
-    "agentroll_grading_worker", Path(__file__).parent.parent / "grading_worker.py"
-)
-assert _shared_spec is not None and _shared_spec.loader is not None
-_shared = importlib.util.module_from_spec(_shared_spec)
-_shared_spec.loader.exec_module(_shared)
+
+def _by_path(name: str, path: Path) -> Any:
+    """A module of agentroll's, loaded by its file: its folder never joins the import path."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_shared = _by_path("agentroll_grading_worker", Path(__file__).parent.parent / "grading_worker.py")
+_env = _by_path("agentroll_verifiers_worker_env", Path(__file__).with_name("worker_env.py"))
 
 MAX_TASKS = 100_000
 
@@ -74,7 +85,7 @@ def unsupported(taskset_cls: Any, config: Any) -> list[str]:
     if getattr(task_cls, "NEEDS_CONTAINER", False):
         problems.append(f"{task_cls.__name__} needs a container runtime")
     for toolset in task_cls.toolsets(config.task):
-        problems.extend(toolset_problems(toolset))
+        problems.extend(_env.toolset_problems(toolset))
     if config.task.judges:
         problems.append("the taskset plugs LLM judges into its rewards")
     for attr in ("reward", "metric"):
@@ -86,47 +97,50 @@ def unsupported(taskset_cls: Any, config: Any) -> list[str]:
     return problems
 
 
-def toolset_problems(toolset: Any) -> list[str]:
-    """What a task's toolset needs beyond this process: verifiers would run it colocated in
-    the agent's runtime, in a container or behind a URL, or sync its `State` through the
-    rollout's state channel. A plain toolset runs here, in the environment's own process."""
-    from verifiers.v1.runtimes import SubprocessConfig
-    from verifiers.v1.state import State, state_cls
-
-    name, config = type(toolset).__name__, toolset.config
-    problems = []
-    if getattr(config, "colocated", False):
-        problems.append(f"toolset {name} runs colocated in the agent's runtime")
-    if not isinstance(getattr(config, "runtime", SubprocessConfig()), SubprocessConfig):
-        problems.append(f"toolset {name} needs a {config.runtime.type} runtime")
-    if getattr(config, "url", None):
-        problems.append(f"toolset {name} is a remote server ({config.url})")
-    if state_cls(type(toolset)) is not State:
-        problems.append(f"toolset {name} keeps a State across calls")
-    return problems
+class Loaded(NamedTuple):
+    cls: Any
+    """The taskset class."""
+    config: Any
+    """Its validated config."""
+    problems: list[str]
+    """What its tasks need that is not run (`unsupported`, `env_problems`)."""
+    env: Any
+    """The package's own `vf.Env`, which drives the policy's turns; None for a plain
+    taskset (verifiers runs it as one agent's single rollout)."""
 
 
 class Environments:
-    """Taskset classes and configs by their JSON, loaded once per worker."""
+    """Tasksets (and their environments) by their JSON, loaded once per worker."""
 
     def __init__(self) -> None:
-        self._loaded: dict[str, tuple[Any, Any, list[str]]] = {}
+        self._loaded: dict[str, Loaded] = {}
 
-    def get(self, taskset: dict[str, Any]) -> tuple[Any, Any, list[str]]:
-        """(taskset class, validated taskset config, what it needs that is not run)."""
+    def get(self, taskset: dict[str, Any]) -> Loaded:
         key = json.dumps(taskset, sort_keys=True)
         if key not in self._loaded:
-            from verifiers.v1.utils.loaders import taskset_class, taskset_config_type
+            from verifiers.v1.envs.single_agent import SingleAgentEnv
+            from verifiers.v1.utils.loaders import (
+                env_config_type,
+                environment_class,
+                taskset_class,
+                taskset_config_type,
+            )
 
             ident = str(taskset["id"])
             config = taskset_config_type(ident).model_validate(taskset)
             cls = taskset_class(ident)
-            self._loaded[key] = (cls, config, unsupported(cls, config))
+            problems = unsupported(cls, config)
+            env = None
+            env_cls = environment_class(ident)
+            if env_cls is not SingleAgentEnv:
+                env = env_cls(env_config_type(ident).model_validate({"taskset": config}))
+                problems += _env.env_problems(env)
+            self._loaded[key] = Loaded(cls, config, problems, env)
         return self._loaded[key]
 
 
 def list_tasks(envs: Environments, request: dict[str, Any]) -> dict[str, Any]:
-    cls, config, problems = envs.get(request["taskset"])
+    cls, config, problems, _ = envs.get(request["taskset"])
     skip, limit = int(request.get("skip", 0)), min(int(request.get("limit", MAX_TASKS)), MAX_TASKS)
     view = cls(config).skip(skip).take(limit)
     tasks = [
@@ -184,7 +198,7 @@ def build_trace(task: Any, messages: list[dict[str, Any]], sampled: set[int]) ->
 
 def load_task(envs: Environments, request: dict[str, Any]) -> Any:
     """The request's task, refused where it needs what is not run."""
-    cls, config, problems = envs.get(request["taskset"])
+    cls, config, problems, _ = envs.get(request["taskset"])
     if problems:
         raise ValueError("; ".join(problems))
     task_cls = cls.task_type()
@@ -215,53 +229,6 @@ def score(
     return {"ok": True, "rewards": rewards, "metrics": dict(trace.metrics)}
 
 
-@contextlib.asynccontextmanager
-async def served_tools(task: Any) -> AsyncIterator[dict[str, tuple[Any, str]]]:
-    """The task's toolsets set up for one request, registered on in-process MCP servers:
-    `{tool name as the model sees it: (server, the server's own tool name)}`."""
-    from mcp.server.mcpserver import MCPServer
-
-    dispatch: dict[str, tuple[Any, str]] = {}
-    async with contextlib.AsyncExitStack() as stack:
-        for toolset in type(task).toolsets(task.config):
-            await stack.enter_async_context(toolset._exit_stack)  # what `setup` holds
-            await toolset.setup()
-            await toolset.setup_task(task)
-            server = MCPServer(toolset.server_name or type(toolset).__name__)
-            toolset.register(server)
-            for tool in await server.list_tools():
-                prefix = toolset.server_name
-                dispatch[f"{prefix}_{tool.name}" if prefix else tool.name] = (server, tool.name)
-        yield dispatch
-
-
-async def tool_schemas(task: Any) -> list[dict[str, Any]]:
-    async with served_tools(task) as dispatch:
-        schemas = []
-        for name, (server, raw) in dispatch.items():
-            tool = next(t for t in await server.list_tools() if t.name == raw)
-            function = {
-                "name": name,
-                "description": tool.description or "",
-                "parameters": tool.input_schema,
-            }
-            schemas.append({"type": "function", "function": function})
-        return schemas
-
-
-async def call_tool(task: Any, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    async with served_tools(task) as dispatch:
-        if name not in dispatch:
-            return {"ok": True, "text": f"Unknown tool: {name}", "is_error": True}
-        server, raw = dispatch[name]
-        try:
-            result = await server.call_tool(raw, arguments)
-        except Exception as exc:  # the tool failed on the model's call: the model reads why
-            return {"ok": True, "text": f"Error executing tool {name}: {exc}", "is_error": True}
-        texts = [b.text if b.type == "text" else str(b) for b in result.content]
-        return {"ok": True, "text": "\n".join(texts), "is_error": bool(result.is_error)}
-
-
 def serve_tools(
     envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any]
 ) -> dict[str, Any]:
@@ -269,11 +236,33 @@ def serve_tools(
     try:
         task = load_task(envs, request)
         if request["op"] == "tools":
-            return {"ok": True, "tools": loop.run_until_complete(tool_schemas(task))}
+            return {"ok": True, "tools": loop.run_until_complete(_env.tool_schemas(task))}
         args = request["arguments"]
-        return loop.run_until_complete(call_tool(task, str(request["name"]), args))
+        return loop.run_until_complete(_env.call_tool(task, str(request["name"]), args))
     except Exception as exc:  # a toolset that cannot set up is the environment's
         return failed("load", exc)
+
+
+def episode(
+    envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any], replies: Any
+) -> dict[str, Any]:
+    """The taskset's own `vf.Env` runs one episode (`setup`, then `run`) with the policy as
+    its agent; the conversation is scored afterwards, by `score`, as any rollout."""
+    from verifiers.v1.agent import Agents
+
+    try:
+        task = load_task(envs, request)
+        env = envs.get(request["taskset"]).env
+        relay = _env.Relay(lambda message: _shared._send(replies, message), request)
+        agents = Agents(env.config, lambda name, spec: _env.RelayAgent(relay))
+    except Exception as exc:
+        return failed("load", exc)
+    try:
+        loop.run_until_complete(env.setup(agents))
+        loop.run_until_complete(env.run(task, agents))
+    except Exception as exc:  # the environment's code failed during the episode
+        return failed("episode", exc)
+    return {"ok": True}
 
 
 def strays() -> bool:
@@ -284,13 +273,19 @@ def strays() -> bool:
     return any(name.isdigit() and int(name) not in ours for name in os.listdir("/proc"))
 
 
-def answer(envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any]) -> Any:
+def answer(
+    envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any], replies: Any
+) -> Any:
     if request["op"] in ("tools", "call"):
         return serve_tools(envs, loop, request)
+    if request["op"] == "episode":
+        return episode(envs, loop, request, replies)
     return score(envs, loop, request)
 
 
-def in_child(envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any]) -> Any:
+def in_child(
+    envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any], replies: Any
+) -> Any:
     """The reply to a request the policy's text reaches (its reply scored, its tool call
     run), answered by a forked child that exits after: whatever that code changes (a class
     patched, a module's global, the task's own object) dies with the child, so no rollout's
@@ -302,7 +297,7 @@ def in_child(envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[
     if pid == 0:  # the child
         os.close(readable)
         try:
-            text = json.dumps(answer(envs, loop, request))
+            text = json.dumps(answer(envs, loop, request, replies))
             with os.fdopen(writable, "w") as out:
                 out.write(text)
         except BaseException:
@@ -346,9 +341,10 @@ def main() -> None:
                     reply = failed("load", exc)
             elif request["op"] == "tools":  # schemas: nothing of the policy's is read
                 reply = serve_tools(envs, loop, request)
+                reply["turns"] = envs.get(request["taskset"]).env is not None
             else:
                 gc.freeze()  # what the worker holds stays shared with its children, not copied
-                reply = in_child(envs, loop, request)
+                reply = in_child(envs, loop, request, replies)
         reply["retire"] = _shared._peak_memory_bytes() > retire_above or strays()
         _shared._send(replies, reply)
 
