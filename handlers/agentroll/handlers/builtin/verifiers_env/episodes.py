@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from agentroll.handlers.builtin.control import ControlResult
-from agentroll.handlers.builtin.verifiers_env.workers import default_workers
+from agentroll.handlers.builtin.verifiers_env.workers import default_workers, load_failure
 from agentroll.handlers.context import RolloutContext
 from agentroll.handlers.errors import InfraError, VerifiersWorkerFailure
 from agentroll.server.schema.messages import ChatMessage
@@ -48,10 +48,7 @@ async def _episode(
     if reply.get("ok"):
         return None
     if reply.get("stage") == "load":
-        raise InfraError(
-            f"the verifiers environment cannot load: {reply.get('error')}"[:4000],
-            cause="verifiers_load_failed",
-        )
+        raise load_failure(reply)
     return f"the environment's run() failed: {reply.get('error')}"[:4000]
 
 

@@ -12,15 +12,20 @@ INIT installs (once, cached) the environment's virtual environment (`venv`). RUN
 policy with the task's `system_prompt` and `prompt` (text, or chat messages) and takes its
 reply; a task with tools (its `vf.Toolset`s, `tools`) runs under the tool loop instead, with
 the toolsets' tools and no other, until the policy answers without a call (as verifiers' chat
-harness ends). EVAL rebuilds the task from its data in a verifiers worker (`workers`,
+harness ends); a taskset whose package exports its own `vf.Env` plays that environment's
+episode, its code driving the turns (`episodes`). EVAL rebuilds the task from its data in a
+verifiers worker (`workers`,
 `worker.py`), hands its `@vf.reward` and `@vf.metric` functions the rollout as a verifiers
 trace, and the reward is what verifiers itself would sum: every reward's score times its
 weight.
 
 Whose fault a failure is:
 - the taskset cannot be imported, its config or the task's data does not validate, or the
-  environment needs what agentroll does not run yet (tool servers, a container runtime, LLM
-  judges): infra_error `verifiers_load_failed` (nothing of the policy's was read);
+  environment needs what agentroll does not run yet (tool servers verifiers would run
+  elsewhere than its own host, a container runtime, more than one agent, LLM judges):
+  infra_error `verifiers_load_failed` (nothing of the policy's was read);
+- a tool or the environment's own `run` fails on the policy's calls or replies: `tools`,
+  `episodes`;
 - a reward function raises, never returns (`score_timeout_s`), kills its worker, or gives no
   finite score, on the policy's reply (a timeout or a dead worker counts once it happened
   twice, the second time in a fresh worker: a loaded node is not the reply's doing): blamed
@@ -48,7 +53,7 @@ from agentroll.handlers.builtin.verifiers_env.episodes import (
 )
 from agentroll.handlers.builtin.verifiers_env.tools import VerifiersTool, describe
 from agentroll.handlers.builtin.verifiers_env.venv import ensure_verifiers_venv
-from agentroll.handlers.builtin.verifiers_env.workers import default_workers
+from agentroll.handlers.builtin.verifiers_env.workers import default_workers, load_failure
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.handlers.errors import InfraError, VerifiersRewardFailed, VerifiersWorkerFailure
 from agentroll.server.schema.messages import ChatMessage
@@ -110,10 +115,7 @@ def _scored(reply: dict[str, Any]) -> Reward:
     """The reward a worker's reply gives; `VerifiersRewardFailed` where the reward code failed."""
     if not reply.get("ok"):
         if reply.get("stage") == "load":
-            raise InfraError(
-                f"the verifiers environment cannot load: {reply.get('error')}",
-                cause="verifiers_load_failed",
-            )
+            raise load_failure(reply)
         raise VerifiersRewardFailed(f"a reward function failed: {reply.get('error')}"[:4000])
     rewards: dict[str, Any] = reply["rewards"]
     unscored = [n for n, r in rewards.items() if r is None or not math.isfinite(r["score"])]

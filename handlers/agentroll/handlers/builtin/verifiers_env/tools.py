@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from agentroll.handlers.agent import Tool
-from agentroll.handlers.builtin.verifiers_env.workers import default_workers
+from agentroll.handlers.builtin.verifiers_env.workers import default_workers, load_failure
 from agentroll.handlers.errors import InfraError, VerifiersWorkerFailure
 from agentroll.runtime import Sandbox
 from agentroll.runtime.action.errors import ActionRequestError
@@ -43,10 +43,7 @@ _described: dict[tuple[Path, str], Described] = {}
 
 def _answered(reply: dict[str, Any]) -> dict[str, Any]:
     if not reply.get("ok"):
-        raise InfraError(
-            f"the verifiers environment's toolsets cannot load: {reply.get('error')}"[:4000],
-            cause="verifiers_load_failed",
-        )
+        raise load_failure(reply)
     return reply
 
 

@@ -88,8 +88,8 @@ async def call_tool(task: Any, name: str, arguments: dict[str, Any]) -> dict[str
         server, raw = dispatch[name]
         try:
             result = await server.call_tool(raw, arguments)
-        except Exception as exc:  # the tool failed on the model's call: the model reads why
-            return {"ok": True, "text": f"Error executing tool {name}: {exc}", "is_error": True}
+        except Exception as exc:  # failed on the model's call: it reads why, as MCP shows it
+            return {"ok": True, "text": str(exc), "is_error": True}
         texts = [b.text if b.type == "text" else str(b) for b in result.content]
         return {"ok": True, "text": "\n".join(texts), "is_error": bool(result.is_error)}
 

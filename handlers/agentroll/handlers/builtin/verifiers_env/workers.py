@@ -30,7 +30,7 @@ from typing import Any
 from agentroll.handlers.builtin.grader_launch import isolated_script
 from agentroll.handlers.builtin.grading_pool import REAP_TIMEOUT_S, _Worker, _WorkerGone
 from agentroll.handlers.builtin.verifiers_env.confine import confined_argv
-from agentroll.handlers.errors import Unconfinable, VerifiersWorkerFailure
+from agentroll.handlers.errors import InfraError, Unconfinable, VerifiersWorkerFailure
 from agentroll.handlers.loop_local import LoopLocal
 from agentroll.runtime.base import Limits
 from agentroll.runtime.cgroup import SandboxCgroup
@@ -218,6 +218,14 @@ async def _exchange(worker: _Worker, message: dict[str, Any], timeout_s: float) 
             return await worker.receive()
     except TimeoutError:
         raise _Overran from None
+
+
+def load_failure(reply: dict[str, Any]) -> InfraError:
+    """A worker's `{"ok": false, "stage": "load"}`: the environment, not the policy."""
+    return InfraError(
+        f"the verifiers environment cannot load: {reply.get('error')}"[:4000],
+        cause="verifiers_load_failed",
+    )
 
 
 def in_cgroup(cgroup: SandboxCgroup | None, argv: list[str]) -> list[str]:
