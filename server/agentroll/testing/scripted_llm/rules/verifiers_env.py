@@ -35,7 +35,7 @@ def guess_rule(conv: Conversation, ctx: RuleContext) -> Reply | None:
     task = task_text(conv)
     if GAME not in task:
         return None
-    guesses = [m.content.strip() for m in conv.of_role("assistant")]
+    guesses = [m.content.strip() for m in conv.of_role("assistant") if m.complete]
     if BOOM in task and not guesses:
         return Reply("BOOM")
     low, high = 1, 10
