@@ -206,8 +206,7 @@ def load_task(envs: Environments, request: dict[str, Any]) -> Any:
 
 
 def failed(stage: str, exc: BaseException) -> dict[str, Any]:
-    cause = exc.__cause__ or exc  # verifiers wraps it in a TaskError
-    return {"ok": False, "stage": stage, "error": f"{type(cause).__name__}: {cause}"}
+    return {"ok": False, "stage": stage, "error": f"{type(exc).__name__}: {exc}"}
 
 
 def score(
@@ -221,7 +220,7 @@ def score(
     try:
         loop.run_until_complete(task.score(trace))
     except Exception as exc:
-        return failed("score", exc)
+        return failed("score", exc.__cause__ or exc)  # verifiers wraps it in a TaskError
     rewards = {
         name: None if r is None else {"score": r.score, "weight": r.weight}
         for name, r in trace.rewards.items()
