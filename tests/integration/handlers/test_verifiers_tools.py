@@ -58,9 +58,7 @@ async def test_a_tasks_tools_run_in_its_environment_and_its_rewards_grade_the_co
         "add-0": ["5"],
         "add-1": ["42"],
         # the tool raised on the model's call: its error is the model's to read
-        "add-2": [
-            "Error executing tool add: this calculator adds non-negative numbers only"
-        ],
+        "add-2": ["Error executing tool add: this calculator adds non-negative numbers only"],
     }
     replies = {j: t.messages[-1]["content"] for j, t in results.items()}
     assert replies == {"add-0": "5", "add-1": "42", "add-2": "I could not add them."}
