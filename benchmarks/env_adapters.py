@@ -6,9 +6,9 @@ doing the same task.
   `42` against `42` (`math` accepts the same plain number without its math-verify worker; the
   adapter asks a worker of the fixture taskset, `tests/fixtures/verifiers_env_pkg`, whose
   reward functions compare strings). CPU counted: this process and the verifiers workers'
-  process trees (bubblewrap and the worker it confines, read from /proc before they exit);
-  their start (verifiers imports in seconds) is paid in a
-  warm-up round and reported apart.
+  process trees (bubblewrap and the worker it confines, read from /proc before they exit,
+  with the children a worker forked and reaped to score one rollout each); their start
+  (verifiers imports in seconds) is paid in a warm-up round and reported apart.
 - `openenv` against `native_guess`, the same guessing game written as an agentroll handler (a
   `step` tool answering the same JSON in-process), played by the scripted `openenv_guess`
   policy to the same four steps. CPU counted: this process; the environment server's own CPU
@@ -21,8 +21,13 @@ Target: <= 10 % added CPU per rollout. A loaded machine adds noise to both sides
 
 Measured (2 shared cores, 60 rollouts x 3 rounds, two runs): math 2.5-2.7 ms, verifiers
 3.5-4.0 ms per rollout (+1.0-1.3 ms, +40-50 %: the scoring round trip to the confined worker,
-JSON over its pipes, the trace built and scored there, 0.4 ms of it in the worker);
-native_guess 12.0-12.7 ms, openenv 14.3-14.5 ms per rollout (+1.7-2.5 ms, +13-21 %: a
+JSON over its pipes, the trace built and scored there, 0.4 ms of it in the worker).
+Since each scoring runs in a child forked from the warm worker (so that no rollout's text
+persists into another's scoring): math 3.0 ms, verifiers 28.3 ms (+25 ms, +844 %), against
+3.3 and 5.7 ms (+70 %) without the fork, back to back on a node at load 23 (30 rollouts x 3
+rounds); in the worker alone, 21 ms against 0.6 ms of CPU per scoring, of which a bare fork
+and exit of the 220 MB worker is 8-12 ms on this VM (page tables copied and torn down).
+OpenEnv: native_guess 12.0-12.7 ms, openenv 14.3-14.5 ms per rollout (+1.7-2.5 ms, +13-21 %: a
 WebSocket session and a `/schema` request per episode, JSON frames; the environment server's
 own 3.1-3.3 ms apart). Both miss the 10 % target against rollouts this cheap (no sandbox,
 short replies, in-process grading): the cost is fixed per rollout (per step for openenv's
@@ -125,10 +130,16 @@ def verifiers_instance() -> dict[str, Any]:
     return {"environment": environment, "task": task}
 
 
+def reaped_cpu(pid: int) -> float:
+    """CPU seconds of the children `pid` has reaped (a worker's forked scoring children)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
 def tree_cpu(pid: int) -> float:
-    """CPU seconds of `pid` and every live process under it (a confined worker is the
-    grandchild of the bubblewrap process the pool knows)."""
-    total = cpu_seconds(pid)
+    """CPU seconds of `pid`, the children it reaped, and every live process under it (a
+    confined worker is the grandchild of the bubblewrap process the pool knows)."""
+    total = cpu_seconds(pid) + reaped_cpu(pid)
     for task in Path(f"/proc/{pid}/task").iterdir():
         for child in (task / "children").read_text().split():
             total += tree_cpu(int(child))

@@ -10,14 +10,22 @@ Task instance (`verifiers_instances()` makes one per task of the taskset):
 
 INIT installs (once, cached) the environment's virtual environment (`venv`). RUN prompts the
 policy with the task's `system_prompt` and `prompt` (text, or chat messages) and takes its
-reply. EVAL rebuilds the task from its data in a verifiers worker (`workers`, `worker.py`),
-hands its `@vf.reward` and `@vf.metric` functions the rollout as a verifiers trace, and the
-reward is what verifiers itself would sum: every reward's score times its weight.
+reply; a task with tools (its `vf.Toolset`s, `tools`) runs under the tool loop instead, with
+the toolsets' tools and no other, until the policy answers without a call (as verifiers' chat
+harness ends); a taskset whose package exports its own `vf.Env` plays that environment's
+episode, its code driving the turns (`episodes`). EVAL rebuilds the task from its data in a
+verifiers worker (`workers`,
+`worker.py`), hands its `@vf.reward` and `@vf.metric` functions the rollout as a verifiers
+trace, and the reward is what verifiers itself would sum: every reward's score times its
+weight.
 
 Whose fault a failure is:
 - the taskset cannot be imported, its config or the task's data does not validate, or the
-  environment needs what agentroll does not run yet (tool servers, a container runtime, LLM
-  judges): infra_error `verifiers_load_failed` (nothing of the policy's was read);
+  environment needs what agentroll does not run yet (tool servers verifiers would run
+  elsewhere than its own host, a container runtime, more than one agent, LLM judges):
+  infra_error `verifiers_load_failed` (nothing of the policy's was read);
+- a tool or the environment's own `run` fails on the policy's calls or replies: `tools`,
+  `episodes`;
 - a reward function raises, never returns (`score_timeout_s`), kills its worker, or gives no
   finite score, on the policy's reply (a timeout or a dead worker counts once it happened
   twice, the second time in a fresh worker: a loaded node is not the reply's doing): blamed
@@ -37,18 +45,26 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentroll.handlers.agent import (
     ANSWER_TOOLS,
     SUBMIT_ANSWER_PROMPT,
+    AgentLoop,
     FinalAnswer,
     ToolAgentHandler,
 )
 from agentroll.handlers.base import parsed_instance
 from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
+from agentroll.handlers.builtin.verifiers_env.episodes import (
+    ENV_FAILED,
+    control_episode,
+    play_episode,
+)
+from agentroll.handlers.builtin.verifiers_env.tools import VerifiersTool, describe
 from agentroll.handlers.builtin.verifiers_env.venv import ensure_verifiers_venv
-from agentroll.handlers.builtin.verifiers_env.workers import default_workers
+from agentroll.handlers.builtin.verifiers_env.workers import default_workers, load_failure
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.handlers.errors import InfraError, VerifiersRewardFailed, VerifiersWorkerFailure
 from agentroll.server.schema.messages import ChatMessage
 
 INSTANCE_KEY, PYTHON_KEY, PROMPT_KEY = "verifiers_task", "verifiers_python", "verifiers_prompt"
+TOOLS_KEY, TURNS_KEY, EPISODE_KEY = "verifiers_tools", "verifiers_turns", "verifiers_episode"
 MAX_SHOWN_CHARS = 2_000
 MAX_REQUIREMENTS = 32
 SCORING_ATTEMPTS = 2
@@ -89,14 +105,22 @@ def prompt_messages(task: dict[str, Any]) -> list[ChatMessage]:
     return messages
 
 
+SCORED_FIELDS = ("tool_calls", "tool_call_id", "name")
+
+
+def scored_message(message: ChatMessage) -> ChatMessage:
+    """A message as the environment's rewards read it: its role and text, with the tool calls
+    and tool answers of a task with tools."""
+    out: dict[str, Any] = {"role": message["role"], "content": message.get("content") or ""}
+    out.update({k: message[k] for k in SCORED_FIELDS if message.get(k)})  # type: ignore[literal-required]
+    return cast(ChatMessage, out)
+
+
 def _scored(reply: dict[str, Any]) -> Reward:
     """The reward a worker's reply gives; `VerifiersRewardFailed` where the reward code failed."""
     if not reply.get("ok"):
         if reply.get("stage") == "load":
-            raise InfraError(
-                f"the verifiers environment cannot load: {reply.get('error')}",
-                cause="verifiers_load_failed",
-            )
+            raise load_failure(reply)
         raise VerifiersRewardFailed(f"a reward function failed: {reply.get('error')}"[:4000])
     rewards: dict[str, Any] = reply["rewards"]
     unscored = [n for n, r in rewards.items() if r is None or not math.isfinite(r["score"])]
@@ -174,8 +198,29 @@ class VerifiersHandler(ToolAgentHandler):
         prompt_messages(instance["task"])
 
     async def init(self, ctx: RolloutContext) -> None:
-        venv = await ensure_verifiers_venv(self.task(ctx).environment.packages)
+        job = self.task(ctx)
+        venv = await ensure_verifiers_venv(job.environment.packages)
         ctx.state[PYTHON_KEY] = venv.python
+        taskset = job.environment.taskset_config()
+        ctx.state[TOOLS_KEY], ctx.state[TURNS_KEY] = await describe(venv.python, taskset, job.task)
+
+    async def run(self, ctx: RolloutContext) -> None:
+        job, python = self.task(ctx), ctx.state[PYTHON_KEY]
+        taskset = job.environment.taskset_config()
+        if ctx.state.get(TURNS_KEY):  # the environment's own code drives the turns
+            ctx.state[EPISODE_KEY] = await play_episode(
+                ctx,
+                python,
+                taskset,
+                job.task,
+                self.plain_messages(ctx),
+                job.environment.score_timeout_s,
+            )
+        elif ctx.state.get(TOOLS_KEY):
+            tools = [VerifiersTool(python, taskset, job.task, s) for s in ctx.state[TOOLS_KEY]]
+            await AgentLoop(tools, self.agent_config(ctx)).run(ctx, self.plain_messages(ctx))
+        else:
+            await super().run(ctx)
 
     def plain_messages(self, ctx: RolloutContext) -> list[ChatMessage]:
         messages = prompt_messages(self.task(ctx).task)
@@ -188,13 +233,12 @@ class VerifiersHandler(ToolAgentHandler):
     async def eval(self, ctx: RolloutContext) -> Reward:
         job = self.task(ctx)
         python = ctx.state[PYTHON_KEY]
-        messages: list[ChatMessage] = [
-            {"role": m["role"], "content": m.get("content") or ""} for m in ctx.llm.messages
-        ]
+        messages = [scored_message(m) for m in ctx.llm.messages]
         first = ctx.state.get(PROMPT_KEY, len(messages))
-        # The conversation is graded, so only the default agent, whose turns it holds, runs it.
-        reply = self.default_agent(ctx).result(ctx).final_text
-        shown: dict[str, Any] = {"reply": reply[:MAX_SHOWN_CHARS]}
+        shown: dict[str, Any] = {"reply": self.final_reply(ctx, messages)[:MAX_SHOWN_CHARS]}
+        episode_failure = ctx.state.get(EPISODE_KEY)
+        if episode_failure is not None:
+            return await self.blame_episode(ctx, job, episode_failure, shown)
         try:
             reward = await score_twice(python, job.environment, job.task, messages, first, shown)
         except VerifiersWorkerFailure as exc:  # unavailable: never the reply's doing
@@ -220,3 +264,31 @@ class VerifiersHandler(ToolAgentHandler):
         return blamed(
             failure, "reward_failed_on_answer", await CONTROLS.result(key, control), shown
         )
+
+    def final_reply(self, ctx: RolloutContext, messages: list[ChatMessage]) -> str:
+        # The conversation is graded, so only the default agent, whose turns it holds, runs
+        # it (the tool loop where the task has tools, the environment's turns where it has).
+        if ctx.state.get(TURNS_KEY):
+            replies = [m["content"] for m in messages if m["role"] == "assistant"]
+            return str(replies[-1]) if replies else ""
+        if ctx.state.get(TOOLS_KEY):
+            return self.agent_run(ctx).final_text
+        return self.default_agent(ctx).result(ctx).final_text
+
+    async def blame_episode(
+        self, ctx: RolloutContext, job: VerifiersInstance, failure: str, shown: dict[str, Any]
+    ) -> Reward:
+        """The environment's code failed during the episode: the policy's doing (reward 0)
+        if the same episode completes with empty replies, else the environment's."""
+        python, spec = ctx.state[PYTHON_KEY], job.environment
+        max_turns = ctx.limits.max_turns
+
+        async def control() -> ControlResult:
+            return await control_episode(
+                python, spec.taskset_config(), job.task, spec.score_timeout_s, max_turns
+            )
+
+        key = content_key(self.name, "episode", spec.model_dump(mode="json"), job.task, max_turns)
+        result = await CONTROLS.result(key, control)
+        error = InfraError(failure, cause=ENV_FAILED)
+        return blamed(error, "environment_failed_on_answer", result, shown)

@@ -15,46 +15,77 @@ space and serves requests, one JSON object per line, until stdin closes:
     <- {"op": "score", "taskset": {...}, "task": {...}, "messages": [...], "sampled": [2, 4]}
     -> {"ok": true, "rewards": {"name": {"score": 1.0, "weight": 1.0} | null},
         "metrics": {"name": 1.0 | null}, "retire": false}
+    <- {"op": "tools", "taskset": {...}, "task": {...}}
+    -> {"ok": true, "tools": [{"type": "function", "function": {...}}], "turns": false}
+    <- {"op": "call", "taskset": {...}, "task": {...}, "name": "calc_add", "arguments": {...}}
+    -> {"ok": true, "text": "5", "is_error": false}
+    <- {"op": "episode", "taskset": {...}, "task": {...}, "control": false}
+    -> {"turn": [{"role": "user", "content": "higher"}]}  <- {"reply": "7"} | {"end": "max_turns"}
+    -> ... {"ok": true}
+
+`episode` runs the taskset's own `vf.Env` (`turns`: true) with the policy as its one agent,
+each turn relayed to the server (`episodes`); the control answers every turn itself.
+
+`tools` and `call` serve the task's `vf.Toolset`s, as MCP tools named as verifiers' own
+harness names them (`<server>_<tool>`): each call sets the toolsets up afresh (`setup`,
+`setup_task`) and tears them down after. A tool that raises answers the model with its
+error, as an MCP tool error does.
+
+`score` and `call` (what the policy's text reaches) are answered by a child forked for the
+request (`in_child`), which exits after it: nothing that code changes outlives the request.
+The worker itself runs only the environment's loading and listing, from the job's settings.
 
 `retire` asks for a fresh worker: this one grew past half its memory limit, or a process it
 did not start itself (one the reply's code left running) shares its sandbox.
 
-A failure is `{"ok": false, "stage": "load" | "score", "error": "Type: message", "retire"}`:
-`load` while the taskset or its task was built (before the policy's work was seen), `score`
-while the environment's reward and metric functions ran on it. The worker never bounds time
+A failure is `{"ok": false, "stage": "load" | "score" | "episode", "error": "Type: message",
+"retire"}`: `load` while the taskset or its task was built (before the policy's work was
+seen), `score` while the environment's reward and metric functions ran on it, `episode` while
+its `Env.run` did. The worker never bounds time
 itself (a reward function may block its event loop): the server kills a worker that overruns.
 """
 
 import asyncio
 import functools
+import gc
 import importlib.util
 import json
 import os
 import resource
 import sys
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
-_shared_spec = importlib.util.spec_from_file_location(
-    "agentroll_grading_worker", Path(__file__).parent.parent / "grading_worker.py"
-)
-assert _shared_spec is not None and _shared_spec.loader is not None
-_shared = importlib.util.module_from_spec(_shared_spec)
-_shared_spec.loader.exec_module(_shared)
+
+def _by_path(name: str, path: Path) -> Any:
+    """A module of agentroll's, loaded by its file: its folder never joins the import path."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+_shared = _by_path("agentroll_grading_worker", Path(__file__).parent.parent / "grading_worker.py")
+_env = _by_path("agentroll_verifiers_worker_env", Path(__file__).with_name("worker_env.py"))
 
 MAX_TASKS = 100_000
 
 
-def unsupported(task_cls: Any, config: Any) -> list[str]:
-    """What a task of this type needs that agentroll does not run yet (refused, never
+def unsupported(taskset_cls: Any, config: Any) -> list[str]:
+    """What the taskset's tasks need that agentroll does not run yet (refused, never
     scored without it: a reward skipped for want of a runtime would read as a score)."""
     import inspect
 
+    task_cls = taskset_cls.task_type()
     problems: list[str] = []
+    if taskset_cls.toolsets(config):
+        problems.append(f"{taskset_cls.__name__} shares tool servers across its tasks")
     if getattr(task_cls, "NEEDS_CONTAINER", False):
         problems.append(f"{task_cls.__name__} needs a container runtime")
-    if task_cls.toolsets(config.task):
-        problems.append(f"{task_cls.__name__} declares tool servers (toolsets)")
+    for toolset in task_cls.toolsets(config.task):
+        problems.extend(_env.toolset_problems(toolset))
     if config.task.judges:
         problems.append("the taskset plugs LLM judges into its rewards")
     for attr in ("reward", "metric"):
@@ -66,26 +97,50 @@ def unsupported(task_cls: Any, config: Any) -> list[str]:
     return problems
 
 
+class Loaded(NamedTuple):
+    cls: Any
+    """The taskset class."""
+    config: Any
+    """Its validated config."""
+    problems: list[str]
+    """What its tasks need that is not run (`unsupported`, `env_problems`)."""
+    env: Any
+    """The package's own `vf.Env`, which drives the policy's turns; None for a plain
+    taskset (verifiers runs it as one agent's single rollout)."""
+
+
 class Environments:
-    """Taskset classes and configs by their JSON, loaded once per worker."""
+    """Tasksets (and their environments) by their JSON, loaded once per worker."""
 
     def __init__(self) -> None:
-        self._loaded: dict[str, tuple[Any, Any]] = {}
+        self._loaded: dict[str, Loaded] = {}
 
-    def get(self, taskset: dict[str, Any]) -> tuple[Any, Any]:
-        """(taskset class, validated taskset config)."""
+    def get(self, taskset: dict[str, Any]) -> Loaded:
         key = json.dumps(taskset, sort_keys=True)
         if key not in self._loaded:
-            from verifiers.v1.utils.loaders import taskset_class, taskset_config_type
+            from verifiers.v1.envs.single_agent import SingleAgentEnv
+            from verifiers.v1.utils.loaders import (
+                env_config_type,
+                environment_class,
+                taskset_class,
+                taskset_config_type,
+            )
 
             ident = str(taskset["id"])
             config = taskset_config_type(ident).model_validate(taskset)
-            self._loaded[key] = (taskset_class(ident), config)
+            cls = taskset_class(ident)
+            problems = unsupported(cls, config)
+            env = None
+            env_cls = environment_class(ident)
+            if env_cls is not SingleAgentEnv:
+                env = env_cls(env_config_type(ident).model_validate({"taskset": config}))
+                problems += _env.env_problems(env)
+            self._loaded[key] = Loaded(cls, config, problems, env)
         return self._loaded[key]
 
 
 def list_tasks(envs: Environments, request: dict[str, Any]) -> dict[str, Any]:
-    cls, config = envs.get(request["taskset"])
+    cls, config, problems, _ = envs.get(request["taskset"])
     skip, limit = int(request.get("skip", 0)), min(int(request.get("limit", MAX_TASKS)), MAX_TASKS)
     view = cls(config).skip(skip).take(limit)
     tasks = [
@@ -96,7 +151,7 @@ def list_tasks(envs: Environments, request: dict[str, Any]) -> dict[str, Any]:
         }
         for task in view
     ]
-    return {"ok": True, "tasks": tasks, "unsupported": unsupported(cls.task_type(), config)}
+    return {"ok": True, "tasks": tasks, "unsupported": problems}
 
 
 @functools.cache
@@ -107,6 +162,19 @@ def _messages_adapter() -> Any:
     return TypeAdapter(vf.Messages)
 
 
+def vf_message(message: dict[str, Any]) -> dict[str, Any]:
+    """A chat message as verifiers' types read it: an OpenAI tool call
+    (`{"id", "function": {"name", "arguments"}}`) becomes verifiers' flat `ToolCall`."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    flat = [
+        {"id": c["id"], "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
+        for c in calls
+    ]
+    return {**message, "tool_calls": flat}
+
+
 def build_trace(task: Any, messages: list[dict[str, Any]], sampled: set[int]) -> Any:
     """The rollout as a verifiers trace: one branch of message nodes, the policy's own
     replies marked sampled (what `trace.last_reply` and `assistant_messages` read)."""
@@ -114,7 +182,7 @@ def build_trace(task: Any, messages: list[dict[str, Any]], sampled: set[int]) ->
     from verifiers.v1.graph import MessageNode
     from verifiers.v1.trace import AgentInfo, TraceTask
 
-    parsed = _messages_adapter().validate_python(messages)
+    parsed = _messages_adapter().validate_python([vf_message(m) for m in messages])
     nodes = [
         MessageNode(parent=i - 1 if i else None, message=message, sampled=i in sampled)
         for i, message in enumerate(parsed)
@@ -128,29 +196,72 @@ def build_trace(task: Any, messages: list[dict[str, Any]], sampled: set[int]) ->
     )
 
 
+def load_task(envs: Environments, request: dict[str, Any]) -> Any:
+    """The request's task, refused where it needs what is not run."""
+    cls, config, problems, _ = envs.get(request["taskset"])
+    if problems:
+        raise ValueError("; ".join(problems))
+    task_cls = cls.task_type()
+    return task_cls(task_cls.data_type().model_validate(request["task"]), config.task)
+
+
+def failed(stage: str, exc: BaseException) -> dict[str, Any]:
+    return {"ok": False, "stage": stage, "error": f"{type(exc).__name__}: {exc}"}
+
+
 def score(
     envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any]
 ) -> dict[str, Any]:
     try:
-        cls, config = envs.get(request["taskset"])
-        task_cls = cls.task_type()
-        problems = unsupported(task_cls, config)
-        if problems:
-            raise ValueError("; ".join(problems))
-        task = task_cls(task_cls.data_type().model_validate(request["task"]), config.task)
+        task = load_task(envs, request)
         trace = build_trace(task, request["messages"], set(request["sampled"]))
     except Exception as exc:  # the environment or the job is unusable: not the policy's doing
-        return {"ok": False, "stage": "load", "error": f"{type(exc).__name__}: {exc}"}
+        return failed("load", exc)
     try:
         loop.run_until_complete(task.score(trace))
     except Exception as exc:
-        cause = exc.__cause__ or exc  # verifiers wraps it in a TaskError
-        return {"ok": False, "stage": "score", "error": f"{type(cause).__name__}: {cause}"}
+        return failed("score", exc.__cause__ or exc)  # verifiers wraps it in a TaskError
     rewards = {
         name: None if r is None else {"score": r.score, "weight": r.weight}
         for name, r in trace.rewards.items()
     }
     return {"ok": True, "rewards": rewards, "metrics": dict(trace.metrics)}
+
+
+def serve_tools(
+    envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any]
+) -> dict[str, Any]:
+    """`tools` (the schemas the model is offered) or `call` (one call of the model's)."""
+    try:
+        task = load_task(envs, request)
+        if request["op"] == "tools":
+            return {"ok": True, "tools": loop.run_until_complete(_env.tool_schemas(task))}
+        args = request["arguments"]
+        return loop.run_until_complete(_env.call_tool(task, str(request["name"]), args))
+    except Exception as exc:  # a toolset that cannot set up is the environment's
+        return failed("load", exc)
+
+
+def episode(
+    envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any], replies: Any
+) -> dict[str, Any]:
+    """The taskset's own `vf.Env` runs one episode (`setup`, then `run`) with the policy as
+    its agent; the conversation is scored afterwards, by `score`, as any rollout."""
+    from verifiers.v1.agent import Agents
+
+    try:
+        task = load_task(envs, request)
+        env = envs.get(request["taskset"]).env
+        relay = _env.Relay(lambda message: _shared._send(replies, message), request)
+        agents = Agents(env.config, lambda name, spec: _env.RelayAgent(relay))
+    except Exception as exc:
+        return failed("load", exc)
+    try:
+        loop.run_until_complete(env.setup(agents))
+        loop.run_until_complete(env.run(task, agents))
+    except Exception as exc:  # the environment's code failed during the episode
+        return failed("episode", exc)
+    return {"ok": True}
 
 
 def strays() -> bool:
@@ -159,6 +270,46 @@ def strays() -> bool:
     sandbox dies with it, so nothing outlives the grading that started it."""
     ours = {1, os.getpid()}
     return any(name.isdigit() and int(name) not in ours for name in os.listdir("/proc"))
+
+
+def answer(
+    envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any], replies: Any
+) -> Any:
+    if request["op"] in ("tools", "call"):
+        return serve_tools(envs, loop, request)
+    if request["op"] == "episode":
+        return episode(envs, loop, request, replies)
+    return score(envs, loop, request)
+
+
+def in_child(
+    envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any], replies: Any
+) -> Any:
+    """The reply to a request the policy's text reaches (its reply scored, its tool call
+    run), answered by a forked child that exits after: whatever that code changes (a class
+    patched, a module's global, the task's own object) dies with the child, so no rollout's
+    text reaches another rollout's scoring. The worker keeps only what it loaded before,
+    from the job's own settings. A child that dies without a reply ends the worker with its
+    status (the server sees the worker crash, as before)."""
+    readable, writable = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.close(readable)
+        try:
+            text = json.dumps(answer(envs, loop, request, replies))
+            with os.fdopen(writable, "w") as out:
+                out.write(text)
+        except BaseException:
+            traceback.print_exc()
+            os._exit(1)
+        os._exit(0)
+    os.close(writable)
+    with os.fdopen(readable) as pipe:
+        text = pipe.read()
+    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    if code != 0 or not text:
+        os._exit(code if code > 0 else 128 - code)
+    return json.loads(text)
 
 
 def main() -> None:
@@ -170,19 +321,29 @@ def main() -> None:
     import verifiers  # only once the replies are ours
 
     resource.setrlimit(resource.RLIMIT_AS, (memory_limit, memory_limit))
+    _messages_adapter()  # built once here, not in every child
     retire_above = (_shared._peak_memory_bytes() + memory_limit) // 2
     _shared._send(replies, {"ready": True, "verifiers": verifiers.__version__})
     envs = Environments()
     loop = asyncio.new_event_loop()  # one for the worker's life: a loop per request costs
     for line in sys.stdin.buffer:
         request = json.loads(line)
-        if request["op"] == "tasks":
-            try:
-                reply = list_tasks(envs, request)
-            except Exception as exc:
-                reply = {"ok": False, "stage": "load", "error": f"{type(exc).__name__}: {exc}"}
+        try:
+            envs.get(request["taskset"])  # the environment's code, loaded once: job settings
+        except Exception as exc:
+            reply = failed("load", exc)
         else:
-            reply = score(envs, loop, request)
+            if request["op"] == "tasks":
+                try:
+                    reply = list_tasks(envs, request)
+                except Exception as exc:
+                    reply = failed("load", exc)
+            elif request["op"] == "tools":  # schemas: nothing of the policy's is read
+                reply = serve_tools(envs, loop, request)
+                reply["turns"] = envs.get(request["taskset"]).env is not None
+            else:
+                gc.freeze()  # what the worker holds stays shared with its children, not copied
+                reply = in_child(envs, loop, request, replies)
         reply["retire"] = _shared._peak_memory_bytes() > retire_above or strays()
         _shared._send(replies, reply)
 

@@ -23,13 +23,14 @@ import asyncio
 import os
 import uuid
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 from agentroll.handlers.builtin.grader_launch import isolated_script
 from agentroll.handlers.builtin.grading_pool import REAP_TIMEOUT_S, _Worker, _WorkerGone
 from agentroll.handlers.builtin.verifiers_env.confine import confined_argv
-from agentroll.handlers.errors import Unconfinable, VerifiersWorkerFailure
+from agentroll.handlers.errors import InfraError, Unconfinable, VerifiersWorkerFailure
 from agentroll.handlers.loop_local import LoopLocal
 from agentroll.runtime.base import Limits
 from agentroll.runtime.cgroup import SandboxCgroup
@@ -46,6 +47,11 @@ MAX_PROCESSES = 256
 """Processes and threads in one worker's sandbox (its cgroup's `pids.max`, where the server
 can create cgroups): code a reward function runs cannot fork-bomb the node."""
 CGROUP_REMOVE_TRIES = 10
+
+
+Turns = Callable[[list[dict[str, Any]]], Awaitable[dict[str, Any]]]
+"""Answers a worker's turn (the messages it adds) with the policy's `{"reply": text}`, or
+`{"end": why}` once the rollout's limits end the exchange."""
 
 
 class VerifiersWorkers:
@@ -74,18 +80,26 @@ class VerifiersWorkers:
     def worker_pids(self) -> list[int]:
         return sorted(w.process.pid for w in self._workers)
 
-    async def ask(self, python: Path, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    async def ask(
+        self,
+        python: Path,
+        message: dict[str, Any],
+        timeout_s: float,
+        answer: Turns | None = None,
+    ) -> dict[str, Any]:
         """The reply of a worker of `python` to `message`, within `timeout_s` (the start of a
-        worker not counted: an environment's import time is not the request's doing)."""
+        worker not counted: an environment's import time is not the request's doing). With
+        `answer`, each `{"turn": ...}` line the worker sends first is answered with
+        `await answer(turn)`; `timeout_s` then bounds each wait for the worker, not them."""
         slots = self._slots.setdefault(python, asyncio.Semaphore(self.size))
         async with slots:
             self._check_open()
             worker = await self._checkout(python)
             try:
-                async with asyncio.timeout(timeout_s):
-                    await worker.send(message)
-                    reply = await worker.receive()
-            except TimeoutError:
+                reply = await _exchange(worker, message, timeout_s)
+                while answer is not None and "turn" in reply:
+                    reply = await _exchange(worker, await answer(reply["turn"]), timeout_s)
+            except _Overran:
                 await self._retire(worker)
                 self._check_open()
                 raise VerifiersWorkerFailure(
@@ -191,6 +205,27 @@ class VerifiersWorkers:
 
     async def _retire(self, worker: _Worker) -> None:
         await asyncio.wait({self._discard(worker)}, timeout=REAP_TIMEOUT_S)
+
+
+class _Overran(Exception):
+    """The worker did not answer in time (not a timeout of a turn's answer)."""
+
+
+async def _exchange(worker: _Worker, message: dict[str, Any], timeout_s: float) -> dict[str, Any]:
+    try:
+        async with asyncio.timeout(timeout_s):
+            await worker.send(message)
+            return await worker.receive()
+    except TimeoutError:
+        raise _Overran from None
+
+
+def load_failure(reply: dict[str, Any]) -> InfraError:
+    """A worker's `{"ok": false, "stage": "load"}`: the environment, not the policy."""
+    return InfraError(
+        f"the verifiers environment cannot load: {reply.get('error')}"[:4000],
+        cause="verifiers_load_failed",
+    )
 
 
 def in_cgroup(cgroup: SandboxCgroup | None, argv: list[str]) -> list[str]:

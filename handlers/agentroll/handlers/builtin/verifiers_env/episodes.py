@@ -1,0 +1,100 @@
+"""A taskset whose package exports its own `vf.Env`: the environment's code drives the turns.
+
+verifiers v1's counterpart of the legacy `env_response` is an `Env` subclass whose
+`run(task, agents)` opens `agents.<name>.interaction(task)` and calls `turn(message)`: each
+turn hands the policy the environment's message(s) and returns its reply, and the
+environment decides what comes next (feedback, a next question) and when it is over. Here
+`run` runs in a verifiers worker, in a child forked for the episode (`worker.py`), with the
+policy as its one agent: each turn comes to the server as `{"turn": messages}`, the policy's
+reply is sampled through the rollout's session (`ctx.llm`: agentroll's exact tokens, the
+environment's messages between them masked out) and goes back as `{"reply": text}`. Once the
+rollout's `limits.max_turns` is reached the next turn is answered `{"end": "max_turns"}`, which
+the environment sees as a terminated segment. The conversation is then scored as any
+rollout's (EVAL, `handler`).
+
+Whose fault a failure is: the environment's code raised or ran past `score_timeout_s` between
+two turns during the episode: blamed by a control (`control.py`), the same episode played with
+an empty reply to every turn. If the control completes, the policy's replies broke it: ok,
+reward 0, `reason: "environment_failed_on_answer"`; if it fails too, infra_error
+`verifiers_env_failed`.
+"""
+
+from pathlib import Path
+from typing import Any, cast
+
+from agentroll.handlers.builtin.control import ControlResult
+from agentroll.handlers.builtin.verifiers_env.workers import default_workers, load_failure
+from agentroll.handlers.context import RolloutContext
+from agentroll.handlers.errors import InfraError, VerifiersWorkerFailure
+from agentroll.server.schema.messages import ChatMessage
+
+ENV_FAILED = "verifiers_env_failed"
+
+
+def _environment_messages(turn: list[dict[str, Any]]) -> list[ChatMessage]:
+    return [cast(ChatMessage, {"role": m["role"], "content": m.get("content") or ""}) for m in turn]
+
+
+async def _episode(
+    python: Path, request: dict[str, Any], timeout_s: float, answer: Any = None
+) -> str | None:
+    """None when the environment's `run` completed, else what failed."""
+    try:
+        reply = await default_workers().ask(python, request, timeout_s, answer)
+    except VerifiersWorkerFailure as exc:
+        if exc.kind == "unavailable":
+            raise InfraError(str(exc), cause="verifiers_worker_unavailable") from exc
+        return f"the environment's code {exc.kind}: {exc}"
+    if reply.get("ok"):
+        return None
+    if reply.get("stage") == "load":
+        raise load_failure(reply)
+    return f"the environment's run() failed: {reply.get('error')}"[:4000]
+
+
+async def play_episode(
+    ctx: RolloutContext,
+    python: Path,
+    taskset: dict[str, Any],
+    task: dict[str, Any],
+    opening: list[ChatMessage],
+    timeout_s: float,
+) -> str | None:
+    """One episode, the policy answering each turn the environment asks; None when it
+    completed, else what failed (blamed in EVAL, by `control_episode`)."""
+
+    async def answer(turn: list[dict[str, Any]]) -> dict[str, Any]:
+        said = _environment_messages(turn)
+        if not ctx.llm.messages:
+            await ctx.llm.start([*opening, *said])
+        elif ctx.llm.num_turns >= ctx.limits.max_turns:
+            ctx.set_finish_reason("max_turns")
+            return {"end": "max_turns"}
+        else:
+            await ctx.llm.add_messages(said)
+        sampled = await ctx.llm.generate()
+        return {"reply": sampled.text}
+
+    request = {"op": "episode", "taskset": taskset, "task": task, "control": False}
+    return await _episode(python, request, timeout_s, answer)
+
+
+async def control_episode(
+    python: Path, taskset: dict[str, Any], task: dict[str, Any], timeout_s: float, max_turns: int
+) -> ControlResult:
+    """The same episode with an empty reply to every turn (answered in the worker), ended
+    at the same turn limit."""
+    request = {
+        "op": "episode",
+        "taskset": taskset,
+        "task": task,
+        "control": True,
+        "max_turns": max_turns,
+    }
+    try:
+        failure = await _episode(python, request, timeout_s)
+    except InfraError as exc:
+        return ControlResult(False, f"with empty replies: {exc}", keep=False)
+    if failure is None:
+        return ControlResult(True, "the episode completes with empty replies")
+    return ControlResult(False, f"with empty replies: {failure}", keep="timeout" not in failure)

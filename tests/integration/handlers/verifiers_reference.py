@@ -1,0 +1,65 @@
+"""verifiers' own scoring of a conversation, for the `verifiers` handler's tests: run by
+verifiers itself in the environment's own interpreter, the task from the taskset's `load()`,
+the trace built from verifiers' message types (user, assistant with its tool calls, tool)."""
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from agentroll.handlers.builtin.verifiers_env import ensure_verifiers_venv
+
+PACKAGE = str(Path(__file__).resolve().parents[2] / "fixtures" / "verifiers_env_pkg")
+
+REFERENCE = """
+import asyncio, json, sys
+import verifiers.v1 as vf
+from verifiers.v1.utils.loaders import taskset_class, taskset_config_type
+
+cases = json.load(sys.stdin)
+config = taskset_config_type(sys.argv[1]).model_validate({"id": sys.argv[1]})
+tasks = {t.data.id: t for t in taskset_class(sys.argv[1])(config)}
+out = {}
+for task_id, messages in cases:
+    task = tasks[task_id]
+    typed = []
+    for m in messages:
+        if m["role"] == "user":
+            typed.append((vf.UserMessage(content=m["content"]), False))
+        elif m["role"] == "tool":
+            tool = vf.ToolMessage(content=m["content"], tool_call_id=m["tool_call_id"])
+            typed.append((tool, False))
+        else:
+            calls = [vf.ToolCall(id=c["id"], name=c["function"]["name"],
+                                 arguments=c["function"]["arguments"])
+                     for c in m.get("tool_calls") or []]
+            reply = vf.AssistantMessage(content=m["content"], tool_calls=calls or None)
+            typed.append((reply, True))
+    nodes = [vf.MessageNode(parent=i - 1 if i else None, message=msg, sampled=sampled)
+             for i, (msg, sampled) in enumerate(typed)]
+    trace = vf.Trace(task=vf.TraceTask(type=type(task).__name__, data=task.data),
+                     agent=vf.AgentInfo(config=vf.AgentConfig()), nodes=nodes)
+    asyncio.run(task.score(trace))
+    out[task_id] = trace.reward
+print(json.dumps(out))
+"""
+
+
+async def reference_rewards(
+    taskset: str, cases: list[tuple[str, list[dict[str, Any]]]]
+) -> dict[str, float]:
+    """`{task id: verifiers' trace.reward}` of each (task id, conversation)."""
+    venv = await ensure_verifiers_venv([PACKAGE])
+    proc = await asyncio.create_subprocess_exec(
+        str(venv.python),
+        "-I",
+        "-c",
+        REFERENCE,
+        taskset,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(json.dumps(cases).encode()), 300)
+    assert proc.returncode == 0
+    result: dict[str, float] = json.loads(out)
+    return result
