@@ -35,6 +35,7 @@ BUILTIN_HANDLERS: dict[str, str] = {
     "llm_judge": "agentroll.handlers.builtin.llm_judge:LLMJudgeHandler",
     "math": "agentroll.handlers.builtin.math:MathHandler",
     "openenv": "agentroll.handlers.builtin.openenv:OpenEnvHandler",
+    "openreward": "agentroll.handlers.builtin.openreward:OpenRewardHandler",
     "remote_verify": "agentroll.handlers.builtin.remote_verify:RemoteVerifyHandler",
     "solve_verify": "agentroll.handlers.builtin.solve_verify:SolveVerifyHandler",
     "stem": "agentroll.handlers.builtin.stem:StemHandler",
