@@ -51,7 +51,7 @@ class GuessGame(Environment):
             os._exit(1)
         if spec.get("raise_on_guess"):
             raise RuntimeError("the guessing game's tool is broken")
-        target = int(spec["target"])  # type: ignore[call-overload]
+        target = int(spec["target"])
         broken = spec.get("broken_reward")
         if params.number == target or broken == "always":
             correct = params.number == target

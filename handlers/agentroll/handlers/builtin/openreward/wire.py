@@ -41,7 +41,7 @@ def sse_events(body: str) -> list[tuple[str, str]]:
     once its blank line has come. Lines end at CR, LF or CRLF only (`str.splitlines` would
     also cut at U+2028 inside a JSON string)."""
     events: list[tuple[str, str]] = []
-    event, data = "", []
+    event, data = "", list[str]()
     for line in LINE_END.split(body):
         if not line:
             if data or event:
