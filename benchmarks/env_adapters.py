@@ -33,6 +33,12 @@ short replies, in-process grading): the cost is fixed per rollout (per step for 
 frames), not a share of the rollout's own work. An httpx client per rollout cost another 14 ms
 (its creation), so the adapter uses aiohttp for `/schema` as well. Figures are whole clock
 ticks (10 ms) over 60 rollouts: +-0.2 ms.
+
+openreward (40 rollouts x 3 rounds, three runs on a node at load 8-11 on 2 cores, so noisy):
+native_ors_guess 15.5-17.3 ms, openreward 17.0-21.8 ms per rollout (+0.75-5.75 ms, +4-36 %,
+median +9.7 %: ten HTTP requests per episode, `/create_session` to `/delete_session`, four of
+them tool calls answered over SSE; the environment server's own 9-12 ms apart). openenv in the
+same hour: +0.75 ms (+3.9 %). Run it on a quiet node before quoting either against the target.
 """
 
 import argparse
