@@ -115,7 +115,7 @@ async def test_a_missing_reward_is_blamed_by_a_control_and_a_failing_server_is_i
     """The game finishes the policy's episode without a reward (NaN on the wire is `null`):
     when an empty answer in a fresh session is answered properly, the policy's answer broke it
     (reward 0); when it is not, the environment is broken (infra_error). A tool that raises, a
-    server that dies mid-episode or that nothing listens for: never a reward."""
+    server that answers 500, dies mid-episode or that nothing listens for: never a reward."""
     async with openreward_server() as env, openreward_server() as doomed:
         results = await run(
             agentroll_server,
@@ -129,6 +129,7 @@ async def test_a_missing_reward_is_blamed_by_a_control_and_a_failing_server_is_i
                 job("nan-always", env.url, task_spec={"target": 4, "broken_reward": "always"}),
                 job("raises", env.url, task_spec={"target": 4, "raise_on_guess": True}),
                 job("unknown-env", env.url, environment="nope", task_spec={"target": 4}),
+                job("http-500", env.url, task_spec={"target": 4, "raise_on_prompt": True}),
                 job("dropped", doomed.url, task_spec={"target": 4, "crash_on_guess": True}),
                 job("unreachable", f"http://127.0.0.1:{free_port()}", task_spec={"target": 4}),
             ],
@@ -158,6 +159,12 @@ async def test_a_missing_reward_is_blamed_by_a_control_and_a_failing_server_is_i
     assert (
         unknown.error.type == "openreward_error" and "unknown environment" in unknown.error.message
     )
+
+    http_500 = results["http-500"]
+    assert http_500.outcome is Outcome.infra_error and http_500.reward is None
+    assert http_500.error is not None and http_500.error.type == "openreward_error"
+    assert "HTTP 500" in http_500.error.message
+    assert "the guessing game has no prompt" in http_500.error.message
 
     dropped = results["dropped"]
     assert dropped.outcome is Outcome.infra_error and dropped.reward is None

@@ -10,7 +10,8 @@ input model refuses anything else) answers `higher` or `lower` (reward 0.0) or `
 - `"broken_reward": "on_correct"`: the correct guess finishes with reward NaN (sent as `null`,
   which is how pydantic writes NaN); `"always"`: every guess does;
 - `"raise_on_guess": true`: the tool raises;
-- `"crash_on_guess": true`: the server's process dies at the first guess (connections drop).
+- `"crash_on_guess": true`: the server's process dies at the first guess (connections drop);
+- `"raise_on_prompt": true`: reading the prompt raises (the server answers HTTP 500).
 
 `quiz`, task spec `{"question": ..., "answer": ...}`: no tool the model sees, only a
 `@terminal` tool `answer`: the model's plain reply is graded (1.0 if it is the answer).
@@ -41,6 +42,8 @@ class GuessGame(Environment):
         return [{"target": n} for n in range(1, 11)]
 
     def get_prompt(self) -> list[TextBlock]:
+        if self.task_spec.get("raise_on_prompt"):
+            raise RuntimeError("the guessing game has no prompt")
         return [TextBlock(text="Guess the number from 1 to 10 with the guess tool.")]
 
     @tool
