@@ -13,11 +13,15 @@ doing the same task.
   `step` tool answering the same JSON in-process), played by the scripted `openenv_guess`
   policy to the same four steps. CPU counted: this process; the environment server's own CPU
   (openenv-core's server, `agentroll.testing.openenv`) is the environment's work, printed apart.
+- `openreward` against `native_ors_guess`, the same game behind a `guess` tool answering the
+  same text in-process, played by the scripted `openreward_guess` policy to the same four calls;
+  CPU counted as for openenv (openreward's own server, `agentroll.testing.openreward`, apart).
 
 The agentroll server and the scripted backend run in this process, alike for both sides.
 Target: <= 10 % added CPU per rollout. A loaded machine adds noise to both sides: run it alone.
 
     .venv/bin/python benchmarks/env_adapters.py [--rollouts 60] [--rounds 3]
+        [--only verifiers|openenv|openreward]
 
 Measured (2 shared cores, 60 rollouts x 3 rounds, two runs): math 2.5-2.7 ms, verifiers
 3.5-4.0 ms per rollout (+1.0-1.3 ms, +40-50 %: the scoring round trip to the confined worker,
@@ -34,6 +38,12 @@ short replies, in-process grading): the cost is fixed per rollout (per step for 
 frames), not a share of the rollout's own work. An httpx client per rollout cost another 14 ms
 (its creation), so the adapter uses aiohttp for `/schema` as well. Figures are whole clock
 ticks (10 ms) over 60 rollouts: +-0.2 ms.
+
+openreward (40 rollouts x 3 rounds, three runs on a node at load 8-11 on 2 cores, so noisy):
+native_ors_guess 15.5-17.3 ms, openreward 17.0-21.8 ms per rollout (+0.75-5.75 ms, +4-36 %,
+median +9.7 %: ten HTTP requests per episode, `/create_session` to `/delete_session`, four of
+them tool calls answered over SSE; the environment server's own 9-12 ms apart). openenv in the
+same hour: +0.75 ms (+3.9 %). Run it on a quiet node before quoting either against the target.
 """
 
 import argparse
@@ -53,6 +63,7 @@ from agentroll.handlers import HandlerRegistry, Reward, RolloutContext
 from agentroll.handlers.agent import AgentLoop, Tool, ToolAgentHandler
 from agentroll.handlers.builtin.math.handler import SYSTEM_PROMPT
 from agentroll.handlers.builtin.openenv import SYSTEM_PROMPT as OPENENV_SYSTEM_PROMPT
+from agentroll.handlers.builtin.openreward.handler import SYSTEM_PROMPT as OPENREWARD_SYSTEM_PROMPT
 from agentroll.handlers.builtin.verifiers_env import ensure_verifiers_venv
 from agentroll.handlers.builtin.verifiers_env.workers import default_workers
 from agentroll.runtime import Sandbox
@@ -62,8 +73,10 @@ from agentroll.server.schema import Outcome, PoolSizes
 from agentroll.server.serving import start_in_loop
 from agentroll.server.settings import Settings
 from agentroll.testing.openenv import guess_server
+from agentroll.testing.openreward import openreward_server
 from agentroll.testing.scripted_llm import ScriptedLLMConfig
 from agentroll.testing.scripted_llm import create_app as create_scripted_app
+from agentroll.testing.uvicorn_app import AppServer
 from agentroll.trainer_clients import AsyncRolloutClient
 
 PACKAGE = str(Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "verifiers_env_pkg")
@@ -78,6 +91,7 @@ class NativeStep(Tool):
 
     name = "step"
     description = "Take one action in the environment."
+    argument = "guess"
     parameters: ClassVar[dict[str, Any]] = {
         "type": "object",
         "properties": {"guess": {"type": "integer", "description": "Your guess, 1 to 10."}},
@@ -94,19 +108,42 @@ class NativeStep(Tool):
     async def call(
         self, sandbox: Sandbox | None, args: dict[str, Any], *, limit_s: float, max_chars: int
     ) -> str:
-        guess = int(args["guess"])
+        guess = int(args[self.argument])
         self.done = guess == TARGET
         feedback = "correct" if self.done else "higher" if guess < TARGET else "lower"
+        return self.answer(feedback)
+
+    def answer(self, feedback: str) -> str:
         reward = 1.0 if self.done else -0.1
         self.rewards.append(reward)
         answer = {"observation": {"prompt": "", "feedback": feedback}, "reward": reward}
         return json.dumps({**answer, "done": self.done})
 
 
+class NativeOrsGuessTool(NativeStep):
+    """The guessing game in-process, answering what the Open Reward Standard server answers."""
+
+    name = "guess"
+    description = "Guess the number."
+    argument = "number"
+    parameters: ClassVar[dict[str, Any]] = {
+        "type": "object",
+        "properties": {
+            "number": {"type": "integer", "minimum": 1, "maximum": 10, "title": "Number"}
+        },
+        "required": ["number"],
+    }
+
+    def answer(self, feedback: str) -> str:
+        self.rewards.append(1.0 if self.done else 0.0)
+        return feedback
+
+
 class NativeGuess(ToolAgentHandler):
     name: ClassVar[str] = "native_guess"
     system_prompt = OPENENV_SYSTEM_PROMPT
     default_tools = ()
+    game: ClassVar[type[NativeStep]] = NativeStep
 
     async def init(self, ctx: RolloutContext) -> None:
         """No sandbox: the game runs in the handler."""
@@ -116,12 +153,21 @@ class NativeGuess(ToolAgentHandler):
         return f"First observation: {json.dumps(first)}"
 
     async def run(self, ctx: RolloutContext) -> None:
-        tool = ctx.state["game"] = NativeStep()
+        tool = ctx.state["game"] = self.game()
         config = self.agent_config(ctx)
         await AgentLoop([tool], config).run(ctx, self.first_messages(ctx, config))
 
     async def eval(self, ctx: RolloutContext) -> Reward:
         return Reward(sum(ctx.state["game"].rewards))
+
+
+class NativeOrsGuess(NativeGuess):
+    name: ClassVar[str] = "native_ors_guess"
+    system_prompt = OPENREWARD_SYSTEM_PROMPT
+    game = NativeOrsGuessTool
+
+    def task_prompt(self, ctx: RolloutContext) -> str:
+        return "Guess the number from 1 to 10 with the guess tool."
 
 
 def verifiers_instance() -> dict[str, Any]:
@@ -179,6 +225,7 @@ async def batch(
 async def service(policy: str) -> AsyncIterator[AsyncRolloutClient]:
     registry = HandlerRegistry()
     registry.register(NativeGuess)
+    registry.register(NativeOrsGuess)
     backend = await start_in_loop(
         create_scripted_app(ScriptedLLMConfig(policy=policy, wrong_rate=0.0))
     )
@@ -225,8 +272,7 @@ def verdict(baseline: str, adapter: str, ms: dict[str, float]) -> None:
     report(f"{adapter}: added CPU per rollout", added, "%", f"<= {TARGET_PERCENT:g} %", ok)
 
 
-async def main_async(args: argparse.Namespace) -> None:
-    print(f"{os.cpu_count()} cores; {args.rollouts} rollouts x {args.rounds} rounds per side")
+async def verifiers_side(args: argparse.Namespace) -> None:
     venv = await ensure_verifiers_venv([PACKAGE])
     how = "installed now" if venv.installed_now else "cached"
     print(f"verifiers: environment {venv.root} ({how})")
@@ -236,22 +282,51 @@ async def main_async(args: argparse.Namespace) -> None:
         ms = await compare(client, args, sides, verifiers_cpu)
     verdict("math", "verifiers", ms)
 
-    print("openenv: openenv-core's server on loopback")
-    async with guess_server() as env, service("openenv_guess") as client:
-        openenv = {"server": {"url": env.url}, "reset": {"target": TARGET}}
-        sides = {"native_guess": ("native_guess", {}), "openenv": ("openenv", openenv)}
+
+async def server_side(
+    args: argparse.Namespace,
+    env: AppServer,
+    policy: str,
+    sides: dict[str, tuple[str, dict[str, Any]]],
+) -> None:
+    """A handler against its environment server `env`, beside its native twin (first side)."""
+    async with service(policy) as client:
         env_before = cpu_seconds(env.process.pid)
         ms = await compare(client, args, sides, own_cpu)
         env_ms = (cpu_seconds(env.process.pid) - env_before) * 1000
-    verdict("native_guess", "openenv", ms)
+    native, adapter = list(sides)
+    verdict(native, adapter, ms)
     rollouts = (args.rounds * args.rollouts) + 16
     print(f"  the environment server's own CPU: {env_ms / rollouts:.1f} ms per rollout")
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    print(f"{os.cpu_count()} cores; {args.rollouts} rollouts x {args.rounds} rounds per side")
+    if args.only in (None, "verifiers"):
+        await verifiers_side(args)
+    if args.only in (None, "openenv"):
+        print("openenv: openenv-core's server on loopback")
+        async with guess_server() as env:
+            openenv = {"server": {"url": env.url}, "reset": {"target": TARGET}}
+            sides = {"native_guess": ("native_guess", {}), "openenv": ("openenv", openenv)}
+            await server_side(args, env, "openenv_guess", sides)
+    if args.only in (None, "openreward"):
+        print("openreward: openreward's environment server on loopback")
+        async with openreward_server() as env:
+            task = {"target": TARGET}
+            ors = {"server": {"url": env.url}, "environment": "guessgame", "task_spec": task}
+            sides = {
+                "native_ors_guess": ("native_ors_guess", {}),
+                "openreward": ("openreward", ors),
+            }
+            await server_side(args, env, "openreward_guess", sides)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rollouts", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--only", choices=["verifiers", "openenv", "openreward"])
     asyncio.run(main_async(parser.parse_args()))
 
 

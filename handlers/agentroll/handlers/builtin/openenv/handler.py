@@ -46,8 +46,6 @@ from agentroll.runtime import Sandbox
 from agentroll.runtime.action.errors import ActionRequestError
 
 INSTANCE_KEY, EPISODE_KEY = "openenv_task", "openenv_episode"
-HANDLERS = {"openenv": "OpenEnvHandler"}
-"""The handler names this module serves (read by `agentroll.handlers.families`)."""
 MAX_FRAME_BYTES = 16 << 20
 INVALID = "VALIDATION_ERROR"
 SYSTEM_PROMPT = (
