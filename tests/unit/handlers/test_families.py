@@ -19,6 +19,7 @@ BUILTIN_NAMES = {
     "llm_judge",
     "math",
     "openenv",
+    "openreward",
     "remote_verify",
     "solve_verify",
     "stem",

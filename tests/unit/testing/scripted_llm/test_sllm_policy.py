@@ -121,8 +121,9 @@ def test_registry_rejects_duplicates_and_names_known_rules() -> None:
         registry.register("echo", lambda c, x: None)
     with pytest.raises(
         UnknownRuleError,
-        match="known rules: claude_code, code, codex, compaction, default, echo, gemini_cli, "
-        "judge, judge_garbage, math, mini_swe, opencode, openenv_guess, openreward_guess, "
+        match="known rules: calculator, claude_code, code, codex, compaction, default, echo, "
+        "gemini_cli, guess, judge, judge_garbage, math, mini_swe, opencode, openenv_guess, "
+        "openreward_guess, "
         "qwen_code, redteam, "
         "redteam_budgets, "
         "redteam_codegrade, stem, "
