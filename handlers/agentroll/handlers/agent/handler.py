@@ -19,6 +19,7 @@ may run it under any other agent (`agentroll.handlers.agents`):
 """
 
 import asyncio
+from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar
 
 from agentroll.handlers.agent.config import AgentConfig
@@ -28,6 +29,7 @@ from agentroll.handlers.agent.tools import SubmitTool
 from agentroll.handlers.agents import Agent, AgentResult
 from agentroll.handlers.base import AgentHandler
 from agentroll.handlers.context import Reward, RolloutContext
+from agentroll.handlers.mcp import ToolSource
 from agentroll.runtime import Limits, SandboxSpec
 from agentroll.server.schema.messages import ChatMessage
 
@@ -55,6 +57,8 @@ class ToolAgentHandler(AgentHandler):
     (`answer`) runs without one."""
     follow_up: ClassVar[str | None] = None
     """What an answer-only agent asks once more when `has_answer` finds none in the reply."""
+    serves_mcp_tools: ClassVar[bool] = False
+    """True: the task's own tools reach a harness over MCP (`mcp_tools`)."""
 
     # -- what a task family provides -----------------------------------------------------------
     def task_prompt(self, ctx: RolloutContext) -> str:
@@ -88,6 +92,11 @@ class ToolAgentHandler(AgentHandler):
             {"role": "system", "content": self.system_prompt},
             {"role": "user", "content": self.task_prompt(ctx)},
         ]
+
+    def mcp_tools(self, ctx: RolloutContext) -> AbstractAsyncContextManager[ToolSource]:
+        """Where `serves_mcp_tools`: the task's tools, open for the harness's run and closed
+        when it leaves the `async with` (on every path); raising on leaving ends RUN so."""
+        raise NotImplementedError(f"{type(self).__name__} serves no MCP tools")
 
     def has_answer(self, ctx: RolloutContext, text: str) -> bool:
         """Whether a reply holds an answer `grade` can read (else `follow_up` is asked)."""
