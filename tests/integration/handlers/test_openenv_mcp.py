@@ -40,6 +40,17 @@ def rpc(method, **params):
     return answer
 def say(*words):
     sys.stderr.write(" ".join(str(w) for w in words) + "\n")
+if os.environ.get("PROBE"):  # the protocol's edges, answered without a step
+    say("batch", post(URL, [{"jsonrpc": "2.0", "id": 1, "method": "ping"}])[1]["error"]["code"])
+    say("unknown", rpc("resources/list")["error"]["code"])
+    say("nameless", rpc("tools/call", arguments={})["error"]["code"])
+    say("ping", rpc("ping")["result"])
+    stream = urllib.request.Request(URL, headers={"Authorization": "Bearer " + KEY})
+    try:
+        urllib.request.urlopen(stream, timeout=60)
+    except urllib.error.HTTPError as e:
+        say("get", e.code)
+    sys.exit(0)
 chat = {"model": os.environ["OPENAI_MODEL"], "messages": [{"role": "user", "content": "go"}]}
 post(os.environ["OPENAI_BASE_URL"] + "/chat/completions", chat)
 init = rpc("initialize", protocolVersion="2025-06-18", capabilities={},
@@ -73,8 +84,8 @@ if os.environ.get("MISTAKES"):
 """
 
 
-def job(job_id: str, url: str, reset: dict[str, Any], mistakes: bool = False) -> dict[str, Any]:
-    env = {"MISTAKES": "1"} if mistakes else {}
+def job(job_id: str, url: str, reset: dict[str, Any], mode: str = "") -> dict[str, Any]:
+    env = {mode: "1"} if mode else {}
     agent = {"type": "shell", "command": ["python3", "-c", MCP_CLIENT], "env": env}
     instance = {"server": {"url": url, "timeout_s": 30}, "reset": reset}
     return {"job_id": job_id, "task": "openenv", "agent": agent, "instance": instance}
@@ -107,7 +118,8 @@ async def test_a_harness_lists_and_calls_the_environments_tools_and_earns_its_re
             tmp_path,
             [
                 job("search", env.url, {"target": 7}),
-                job("mistakes", env.url, {"target": 3}, mistakes=True),
+                job("mistakes", env.url, {"target": 3}, "MISTAKES"),
+                job("probe", env.url, {"target": 3}, "PROBE"),
             ],
         )
 
@@ -146,6 +158,18 @@ async def test_a_harness_lists_and_calls_the_environments_tools_and_earns_its_re
     assert emitted(mistakes) == [None, -0.1, -0.1, -0.1, -0.1, 1.0]
     assert mistakes.reward == pytest.approx(0.6)
     assert mistakes.reward_info["invalid_actions"] == 1
+
+    # JSON-RPC the server does not serve: errors the client sees, no step taken.
+    probe = results["probe"]
+    assert probe.outcome is Outcome.ok, probe.error
+    assert said(probe) == [
+        "batch -32600",
+        "unknown -32601",
+        "nameless -32602",
+        "ping {}",
+        "get 405",
+    ]
+    assert emitted(probe) == [None] and probe.reward == 0.0
 
 
 async def test_the_environment_dying_under_a_harness_is_infra_error(

@@ -60,6 +60,8 @@ class HarnessRecord:
 
 
 class HarnessAgent(Agent):
+    takes_mcp_tools = True
+
     def __init__(self, harness: HarnessConfig, instruction: str | None = None) -> None:
         self.harness = harness
         self.instruction = instruction
