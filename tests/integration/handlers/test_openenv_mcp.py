@@ -72,6 +72,13 @@ if os.environ.get("MISTAKES"):
     bad = rpc("tools/call", name="teleport", arguments={})["error"]
     say("teleport", bad["code"], bad["message"][:80])
     guess(42)
+if os.environ.get("PARALLEL"):  # four calls at once, as a harness's parallel tool calls
+    from concurrent.futures import ThreadPoolExecutor
+    def text(n):
+        answer = rpc("tools/call", name="guess", arguments={"n": n})
+        return answer["result"]["content"][0]["text"] if "result" in answer else answer
+    with ThreadPoolExecutor(4) as pool:
+        say("parallel", list(pool.map(text, [1, 2, 4, 5])))
 low, high = 1, 10
 while True:
     n = (low + high) // 2
@@ -120,6 +127,7 @@ async def test_a_harness_lists_and_calls_the_environments_tools_and_earns_its_re
                 job("search", env.url, {"target": 7}),
                 job("mistakes", env.url, {"target": 3}, "MISTAKES"),
                 job("probe", env.url, {"target": 3}, "PROBE"),
+                job("parallel", env.url, {"target": 3}, "PARALLEL"),
             ],
         )
 
@@ -158,6 +166,17 @@ async def test_a_harness_lists_and_calls_the_environments_tools_and_earns_its_re
     assert emitted(mistakes) == [None, -0.1, -0.1, -0.1, -0.1, 1.0]
     assert mistakes.reward == pytest.approx(0.6)
     assert mistakes.reward_info["invalid_actions"] == 1
+
+    # Parallel calls each get their own answer (one step at a time on the session).
+    parallel = results["parallel"]
+    assert parallel.outcome is Outcome.ok, parallel.error
+    assert said(parallel)[4:] == [
+        "parallel ['higher', 'higher', 'lower', 'lower']",
+        "guess 5 ok lower",
+        "guess 2 ok higher",
+        "guess 3 ok correct",
+    ]
+    assert emitted(parallel) == [None] + [-0.1] * 6 + [1.0]
 
     # JSON-RPC the server does not serve: errors the client sees, no step taken.
     probe = results["probe"]

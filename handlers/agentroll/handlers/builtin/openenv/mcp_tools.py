@@ -15,6 +15,7 @@ answered `INTERNAL_ERROR`, every later one too, and the rollout ends `infra_erro
 harness's run ends.
 """
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
@@ -40,8 +41,19 @@ class OpenEnvTools:
         self.session = session
         self.episode = episode
         self.failure: InfraError | None = None
+        # A harness may call tools in parallel; the session answers one frame at a time.
+        self.turn = asyncio.Lock()
 
     async def list_tools(self) -> list[dict[str, Any]]:
+        async with self.turn:
+            return await self._list_tools()
+
+    async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """One step per call, in the order the calls arrive (`done` checked in turn)."""
+        async with self.turn:
+            return await self._call_tool(name, arguments)
+
+    async def _list_tools(self) -> list[dict[str, Any]]:
         answer = await self._ask("mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
         result = (answer.get("data") or {}).get("result")
         tools = result.get("tools") if isinstance(result, dict) else None
@@ -49,7 +61,7 @@ class OpenEnvTools:
             raise self._fail(f"tools/list: {json.dumps(answer)[:500]}", "openenv_error")
         return [mcp_tool(t) for t in tools if isinstance(t, dict)]
 
-    async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    async def _call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         if self.episode.done:
             return text_result("The episode is over.", is_error=True)
         action = {"type": "call_tool", "tool_name": name, "arguments": arguments}
