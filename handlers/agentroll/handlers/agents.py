@@ -45,6 +45,9 @@ class Agent(ABC):
 
     uses_sandbox: ClassVar[bool] = True
     """False: runs without a sandbox where the task grades without one (answer-only)."""
+    takes_mcp_tools: ClassVar[bool] = False
+    """True: gives the policy a task's own tools over MCP (`ToolAgentHandler.mcp_tools`);
+    a task whose tools reach an agent only so (`serves_mcp_tools`) runs under no other."""
 
     @classmethod
     @abstractmethod

@@ -34,6 +34,11 @@ class ComposedHandler(AgentHandler):
                 f"the {self.task.name} task grades only through eval(ctx), so it runs only under "
                 "its default agent; implement grade(ctx, result) to run it under another"
             )
+        if self.task.serves_mcp_tools and not self.agent.takes_mcp_tools:
+            raise ValueError(
+                f"the {self.task.name} task's tools reach an agent only over MCP: run it under "
+                "its default agent or a harness preset"
+            )
         try:
             self.agent.check(self.task)
         except ValueError as exc:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
 if TYPE_CHECKING:
+    from agentroll.handlers.mcp import McpAnswer
     from agentroll.runtime import Sandbox, SandboxSpec
 
 Message = dict[str, Any]
@@ -189,6 +190,11 @@ class LLMProxy(Protocol):
 
     async def close(self) -> None:
         """Stop listening (idempotent). What was recorded stays for the trajectory."""
+        ...
+
+    def serve_mcp(self, answer: "McpAnswer") -> None:
+        """Serve `POST /mcp` (same key) with `answer`: a task's tools, for the harness over
+        MCP (`agentroll.handlers.mcp`). Without it, `/mcp` is 404."""
         ...
 
 

@@ -21,6 +21,7 @@ it then runs without a sandbox under the `answer` agent by default.
 """
 
 import asyncio
+from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar
 
 from agentroll.handlers.agent.answer import AnswerAgent
@@ -32,6 +33,7 @@ from agentroll.handlers.agent.tools import SubmitTool
 from agentroll.handlers.agents import Agent, AgentResult
 from agentroll.handlers.base import AgentHandler
 from agentroll.handlers.context import Reward, RolloutContext
+from agentroll.handlers.mcp import ToolSource
 from agentroll.runtime import Limits, SandboxSpec
 from agentroll.server.schema.messages import ChatMessage
 
@@ -57,6 +59,8 @@ class ToolAgentHandler(AgentHandler):
     final_answer: ClassVar[FinalAnswer | None] = None
     """Set for a task scored on one final answer: how it is asked for and read. `grade` then
     reads only that answer, so an agent that needs no sandbox (`answer`) runs without one."""
+    serves_mcp_tools: ClassVar[bool] = False
+    """True: the task's own tools reach a harness over MCP (`mcp_tools`)."""
 
     # -- what a task family provides -----------------------------------------------------------
     def task_prompt(self, ctx: RolloutContext) -> str:
@@ -93,6 +97,11 @@ class ToolAgentHandler(AgentHandler):
             {"role": "system", "content": system},
             {"role": "user", "content": self.task_prompt(ctx)},
         ]
+
+    def mcp_tools(self, ctx: RolloutContext) -> AbstractAsyncContextManager[ToolSource]:
+        """Where `serves_mcp_tools`: the task's tools, open for the harness's run and closed
+        when it leaves the `async with` (on every path); raising on leaving ends RUN so."""
+        raise NotImplementedError(f"{type(self).__name__} serves no MCP tools")
 
     # -- its default agent -----------------------------------------------------------------------
     def default_agent(self, ctx: RolloutContext) -> Agent:

@@ -13,14 +13,17 @@ recorded calls (see `agentroll.server.proxy`).
 
 Outcomes: a harness that exits non-zero is `agent_error` (its exit code and stderr tail in
 the message), one stopped by a cap or its time limit too (still graded); a proxy or bridge
-failure is `infra_error`. Its time limit is `timeout_s` clipped to RUN's budget
-(`agentroll.handlers.budget`), so a harness that would outlive RUN's timeout is killed and
-graded (`harness_timeout`), never `timed_out`.
+failure is `infra_error`. A task with tools of its own (`serves_mcp_tools`: an OpenEnv
+environment's) opens them just before the harness starts and closes them when it ends; they
+are served on the proxy's `/mcp` and written into the preset's configuration (`with_mcp`;
+presets without one are refused at submission). Its time limit is `timeout_s` clipped to
+RUN's budget (`agentroll.handlers.budget`), so a harness that would outlive RUN's timeout is
+killed and graded (`harness_timeout`), never `timed_out`.
 """
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from pydantic import TypeAdapter
 
@@ -29,6 +32,7 @@ from agentroll.handlers.budget import run_budget
 from agentroll.handlers.context import ProxyLimits, RolloutContext
 from agentroll.handlers.harness.config import HarnessConfig
 from agentroll.handlers.harness.runner import HarnessRun, new_folder, outcome_error, run_harness
+from agentroll.handlers.mcp import McpServer, ToolSource
 from agentroll.handlers.toolcalls import get_parser
 from agentroll.runtime import SandboxSpec
 
@@ -39,6 +43,12 @@ STATE_KEY = "harness"
 # mini-swe-agent's exit statuses, as trajectory finish reasons.
 FINISH_BY_EXIT_STATUS = {"Submitted": "submit", "LimitsExceeded": "max_turns"}
 HARNESS_CONFIG: TypeAdapter[HarnessConfig] = TypeAdapter(HarnessConfig)
+MCP_PRESETS = tuple(
+    preset.model_fields["type"].default
+    for preset in get_args(get_args(HarnessConfig)[0])
+    if preset.speaks_mcp
+)
+"""The presets that can be given a task's MCP tools (`speaks_mcp`)."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +60,8 @@ class HarnessRecord:
 
 
 class HarnessAgent(Agent):
+    takes_mcp_tools = True
+
     def __init__(self, harness: HarnessConfig, instruction: str | None = None) -> None:
         self.harness = harness
         self.instruction = instruction
@@ -68,6 +80,14 @@ class HarnessAgent(Agent):
         except LookupError as exc:
             raise ValueError(f"harness.parser: {exc}") from exc
 
+    def check(self, task: "ToolAgentHandler") -> None:
+        if task.serves_mcp_tools and not self.harness.speaks_mcp:
+            raise ValueError(
+                f"the {task.name} task's tools reach a harness over MCP, and agentroll does not "
+                f"write {self.harness.type}'s MCP configuration yet (it does for: "
+                f"{', '.join(MCP_PRESETS)})"
+            )
+
     def sandbox_spec(self, spec: SandboxSpec) -> SandboxSpec:
         space = self.harness.address_space_bytes
         if space is None:
@@ -84,6 +104,15 @@ class HarnessAgent(Agent):
         return task.task_prompt(ctx)
 
     async def run(self, ctx: RolloutContext, task: "ToolAgentHandler") -> AgentResult:
+        if not task.serves_mcp_tools:
+            return await self.run_with(ctx, task, None)
+        # The task's tools live exactly as long as the harness's run (closed on every path).
+        async with task.mcp_tools(ctx) as tools:
+            return await self.run_with(ctx, task, tools)
+
+    async def run_with(
+        self, ctx: RolloutContext, task: "ToolAgentHandler", tools: ToolSource | None
+    ) -> AgentResult:
         harness = self.harness
         sandbox = ctx.sandbox
         assert sandbox is not None, "INIT opens the sandbox"
@@ -95,6 +124,9 @@ class HarnessAgent(Agent):
         proxy = await ctx.open_llm_proxy(sandbox, limits=limits, parser=harness.parser)
         folder = new_folder()
         launch = harness.launch(self.instruction_for(ctx, task), folder, proxy.model)
+        if tools is not None:
+            proxy.serve_mcp(McpServer(tools).answer)
+            launch = harness.with_mcp(launch, folder, tools.name)
         # Its budget ends inside RUN's timeout: one that runs it out is killed and graded.
         timeout = max(1.0, run_budget(ctx, harness.timeout_s))
         run = await run_harness(

@@ -7,8 +7,8 @@ placeholders `LLM_ORIGIN` and `API_KEY`: the bridge fills them in the argv, the 
 and the files named in `Launch.render` just before it starts the harness.
 """
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,6 +16,8 @@ LLM_ORIGIN = "@AGENTROLL_LLM_ORIGIN@"
 """`http://127.0.0.1:PORT`: the proxy as the harness reaches it (no `/v1`)."""
 API_KEY = "@AGENTROLL_API_KEY@"
 """The rollout's proxy key (also in `OPENAI_API_KEY`)."""
+MCP_URL = f"{LLM_ORIGIN}/mcp"
+"""The task's tools over MCP (streamable HTTP; `Authorization: Bearer API_KEY`)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +57,24 @@ class HarnessBase(BaseModel):
         """`folder` is a fresh sandbox directory for this run's files; `model` the name the
         proxy serves."""
         raise NotImplementedError
+
+    speaks_mcp: ClassVar[bool] = False
+    """True: `with_mcp` configures this CLI for a task's MCP tools."""
+
+    def with_mcp(self, launch: Launch, folder: str, server: str) -> Launch:
+        """`launch` with the task's MCP server (named `server`, at `MCP_URL`) configured
+        where this CLI reads it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be given MCP tools")
+
+
+def with_files(launch: Launch, files: dict[str, bytes], argv_tail: list[str]) -> Launch:
+    """`launch` with more files (placeholders filled by the bridge) and arguments."""
+    return replace(
+        launch,
+        argv=[*launch.argv, *argv_tail],
+        files={**launch.files, **files},
+        render=(*launch.render, *files),
+    )
 
 
 def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -18,16 +18,27 @@ settings keep its requests to what the proxy serves exactly:
                                               tools, no tool references to resolve
     CLAUDE_CODE_DISABLE_EXPERIMENTAL_BETAS=1  no context-management edits or other betas
 
+A task that serves its tools over MCP (an OpenEnv environment's) is given to it as an HTTP
+MCP server in an `--mcp-config` file (`--strict-mcp-config`: no other MCP server).
+
 It ends when the model answers without a tool call; its JSON result (`subtype`, `is_error`,
 `num_turns`, `result`: the final text) is written to a file and read back as the run's report.
 """
 
+import json
 import shlex
-from typing import Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
-from agentroll.handlers.harness.base import API_KEY, LLM_ORIGIN, HarnessBase, Launch
+from agentroll.handlers.harness.base import (
+    API_KEY,
+    LLM_ORIGIN,
+    MCP_URL,
+    HarnessBase,
+    Launch,
+    with_files,
+)
 
 
 class ClaudeCodeHarness(HarnessBase):
@@ -68,3 +79,13 @@ class ClaudeCodeHarness(HarnessBase):
             {prompt: instruction.encode()},
             report_file=result,
         )
+
+    speaks_mcp: ClassVar[bool] = True
+
+    def with_mcp(self, launch: Launch, folder: str, server: str) -> Launch:
+        """The server in an `--mcp-config` file (its tools are `mcp__SERVER__TOOL`), and no
+        other MCP server (`--strict-mcp-config`)."""
+        path = f"{folder}/mcp.json"
+        entry = {"type": "http", "url": MCP_URL, "headers": {"Authorization": f"Bearer {API_KEY}"}}
+        config = json.dumps({"mcpServers": {server: entry}}).encode()
+        return with_files(launch, {path: config}, ["--strict-mcp-config", "--mcp-config", path])

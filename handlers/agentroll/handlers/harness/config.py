@@ -11,11 +11,12 @@ its own), added to `HarnessConfig`.
 """
 
 import json
-from typing import Annotated, Any, Literal
+from dataclasses import replace
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field
 
-from agentroll.handlers.harness.base import HarnessBase, Launch
+from agentroll.handlers.harness.base import MCP_URL, HarnessBase, Launch
 from agentroll.handlers.harness.claude_code import ClaudeCodeHarness
 from agentroll.handlers.harness.codex import CodexHarness
 from agentroll.handlers.harness.gemini_cli import GeminiCliHarness
@@ -25,8 +26,9 @@ from agentroll.handlers.harness.qwen_code import QwenCodeHarness
 
 class ShellHarness(HarnessBase):
     """Any command line. It gets `OPENAI_BASE_URL`, `OPENAI_API_BASE`, `OPENAI_API_KEY`,
-    `OPENAI_MODEL`, `AGENTROLL_INSTRUCTION` and `AGENTROLL_INSTRUCTION_FILE`; a string runs
-    under `sh -c`, a list is an argv."""
+    `OPENAI_MODEL`, `AGENTROLL_INSTRUCTION` and `AGENTROLL_INSTRUCTION_FILE` (and, for a task
+    that serves its tools over MCP, `AGENTROLL_MCP_URL`); a string runs under `sh -c`, a list
+    is an argv."""
 
     type: Literal["shell"] = "shell"
     command: str | list[str] = Field(..., min_length=1)
@@ -40,6 +42,12 @@ class ShellHarness(HarnessBase):
             "OPENAI_MODEL": model,
         }
         return Launch(list(argv), {**env, **self.env}, {path: instruction.encode()})
+
+    speaks_mcp: ClassVar[bool] = True
+
+    def with_mcp(self, launch: Launch, folder: str, server: str) -> Launch:
+        """The task's MCP endpoint in `AGENTROLL_MCP_URL` (the key: `OPENAI_API_KEY`)."""
+        return replace(launch, env={**launch.env, "AGENTROLL_MCP_URL": MCP_URL})
 
 
 class MiniSweAgentHarness(HarnessBase):

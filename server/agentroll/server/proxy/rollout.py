@@ -2,7 +2,8 @@
 
 It serves the chat-style APIs of `apis.APIS` (OpenAI chat completions and Responses,
 Anthropic Messages, Google generateContent; each plain and streamed, see wire.py),
-`/v1/completions` (token-id prompts) and `/v1/models` on a Unix socket in the rollout's
+`/v1/completions` (token-id prompts), `/v1/models` and, where the handler serves a task's
+tools (`serve_mcp`), `/mcp` on a Unix socket in the rollout's
 sandbox socket directory. Every request must carry the rollout's secret as its API key (in
 the header its API's clients send it in). Each chat call becomes token-level
 generation through the job's `TokenSession` (same backends, affinity, retries, pause gate and
@@ -37,6 +38,8 @@ from agentroll.handlers import (
     ProxyStop,
     UnservableRequest,
 )
+from agentroll.handlers.mcp import PARSE_ERROR, McpAnswer
+from agentroll.handlers.mcp import error as mcp_error
 from agentroll.handlers.toolcalls import ToolCall, ToolCallParser, openai_tool_call
 from agentroll.server.llm import Backend, BackendError, Completion, TokenSession
 from agentroll.server.llm.gate import Flight, GenerationAborted
@@ -106,6 +109,7 @@ class RolloutProxy:
         self.refused: dict[str, int] = {}
         self.context_overflows = 0
         self.mixed_version_segments = 0
+        self._mcp: McpAnswer | None = None
 
     # -- LLMProxy protocol ----------------------------------------------------------------
     @property
@@ -158,6 +162,9 @@ class RolloutProxy:
     @property
     def listening(self) -> bool:
         return self._listening
+
+    def serve_mcp(self, answer: McpAnswer) -> None:
+        self._mcp = answer
 
     async def close(self) -> None:
         self._listening = False
@@ -213,6 +220,8 @@ class RolloutProxy:
             return Response(200, {"status": "ok"})
         if request.method == "GET" and path == "/models":
             return Response(200, api.models_body(MODEL_NAME))
+        if path == "/mcp" and self._mcp is not None:
+            return await self._serve_mcp(self._mcp, request)
         tokens_in = request.method == "POST" and path == "/completions"
         wire = OPENAI_CHAT if tokens_in else route(APIS, request.method, request.path)
         if wire is None:
@@ -242,6 +251,18 @@ class RolloutProxy:
             self._set_stop(ProxyStop("infra", cause, f"the LLM proxy could not generate: {exc}"))
             error = wire.error(503, str(exc), "server_error", "backend_unavailable")
             return Response(503, error)
+
+    @staticmethod
+    async def _serve_mcp(answer: McpAnswer, request: Request) -> Response:
+        """Streamable-HTTP MCP, JSON answers only: no server-to-client stream (GET), no
+        session to end (DELETE)."""
+        if request.method != "POST":
+            return Response(405, None, headers={"Allow": "POST"})
+        try:
+            reply = await answer(request.json())
+        except BadRequest as exc:
+            reply = mcp_error(None, PARSE_ERROR, str(exc))
+        return Response(202) if reply is None else Response(200, reply)
 
     def _admit(self, wire: WireAPI) -> Response | None:
         """Refuse a call past a cap (and stop the proxy) or after it stopped."""

@@ -1,6 +1,12 @@
 """A real OpenEnv environment server for tests: openenv-core's own server, serving the
-guessing game of `guess_env.py`, in a virtual environment of its own (`server.py`)."""
+guessing game of `guess_env.py` (or, as one MCP tool, of `guess_mcp_env.py`), in a virtual
+environment of its own (`server.py`)."""
 
-from agentroll.testing.openenv.server import GuessServer, guess_server, openenv_python
+from agentroll.testing.openenv.server import (
+    GuessServer,
+    guess_mcp_server,
+    guess_server,
+    openenv_python,
+)
 
-__all__ = ["GuessServer", "guess_server", "openenv_python"]
+__all__ = ["GuessServer", "guess_mcp_server", "guess_server", "openenv_python"]

@@ -3,7 +3,8 @@
 openenv-core pulls in fastmcp, websockets and (for its web UI) gradio, none of which the
 server's environment holds, so its server runs in a virtual environment of its own, created by
 code from `openenv.lock.txt` and cached beside the engine's (`ensure_venv`). `guess_server()`
-serves `guess_env:app` from there (`agentroll.testing.uvicorn_app`).
+serves `guess_env:app` from there (`agentroll.testing.uvicorn_app`), `guess_mcp_server()`
+`guess_mcp_env:app`.
 """
 
 import contextlib
@@ -32,4 +33,11 @@ async def openenv_python(timeout_s: float = 1200.0) -> Path:
 @contextlib.asynccontextmanager
 async def guess_server() -> AsyncIterator[AppServer]:
     async with served_app(await openenv_python(), "guess_env:app", HERE) as server:
+        yield server
+
+
+@contextlib.asynccontextmanager
+async def guess_mcp_server() -> AsyncIterator[AppServer]:
+    """The guessing game as an MCP environment (`guess_mcp_env`): its tool is `guess`."""
+    async with served_app(await openenv_python(), "guess_mcp_env:app", HERE) as server:
         yield server

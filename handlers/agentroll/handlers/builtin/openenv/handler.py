@@ -17,6 +17,11 @@ policy stops, or a limit of the agent loop is reached); the session is closed (`
 every case. The reward is the sum of the rewards the environment gave (`None` counts as 0);
 every observation as the environment sent it is in `metadata.openenv.observations`.
 
+Under a harness preset (`{"task": "openenv", "agent": {"type": "claude_code"}, ...}`) the
+environment's MCP tools are the policy's instead: the session opens just before the harness
+starts, its tools are served on the rollout proxy's `/mcp`, each `tools/call` is a `step`
+with a `call_tool` action, and the session closes when the harness ends (mcp_tools.py).
+
 Whose fault a failure is:
 - an action the environment refuses as invalid (its action model does not validate it: the
   server answers `VALIDATION_ERROR`), or that does not fit the action schema: an error
@@ -29,24 +34,25 @@ Whose fault a failure is:
 """
 
 import asyncio
-import contextlib
 import json
-import math
-from dataclasses import dataclass, field
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import aiohttp
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
 from agentroll.handlers.agent import AgentLoop, Tool, ToolAgentHandler
+from agentroll.handlers.agents import AgentResult
 from agentroll.handlers.base import parsed_instance
+from agentroll.handlers.builtin.openenv.mcp_tools import served_tools
+from agentroll.handlers.builtin.openenv.session import Episode, Session, open_session
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.handlers.errors import InfraError
+from agentroll.handlers.mcp import ToolSource
 from agentroll.runtime import Sandbox
 from agentroll.runtime.action.errors import ActionRequestError
 
 INSTANCE_KEY, EPISODE_KEY = "openenv_task", "openenv_episode"
-MAX_FRAME_BYTES = 16 << 20
 INVALID = "VALIDATION_ERROR"
 SYSTEM_PROMPT = (
     "You act in an environment through the `step` tool: each call takes one action, and the "
@@ -68,74 +74,6 @@ class OpenEnvInstance(BaseModel):
     reset: dict[str, Any] = Field(default_factory=dict)
     prompt: str = Field("", max_length=100_000)
     agent: dict[str, Any] | None = None
-
-
-@dataclass
-class Episode:
-    """What the environment sent, in order (reset's answer first)."""
-
-    frames: list[dict[str, Any]] = field(default_factory=list)
-    done: bool = False
-    invalid_actions: int = 0
-
-    def add(self, frame: dict[str, Any]) -> None:
-        reward = frame.get("reward")
-        if reward is not None and (
-            not isinstance(reward, int | float) or not math.isfinite(float(reward))
-        ):
-            raise InfraError(
-                f"the environment gave reward {reward!r:.100}", cause="openenv_bad_reward"
-            )
-        self.frames.append(frame)
-        self.done = bool(frame.get("done"))
-
-    @property
-    def reward(self) -> float:
-        return float(sum(float(f.get("reward") or 0.0) for f in self.frames))
-
-
-class Session:
-    """One environment session: frames out, one answer frame in, each within `timeout_s`."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse, timeout_s: float) -> None:
-        self.ws = ws
-        self.timeout_s = timeout_s
-
-    async def ask(self, kind: str, data: dict[str, Any]) -> dict[str, Any]:
-        """The answer frame (`observation` or `error`) to one `reset` / `step` frame."""
-        try:
-            await self.ws.send_str(json.dumps({"type": kind, "data": data}))
-            message = await self.ws.receive(timeout=self.timeout_s)
-        except TimeoutError:
-            raise InfraError(
-                f"no answer to {kind} within {self.timeout_s:g} s", cause="openenv_timeout"
-            ) from None
-        except (aiohttp.ClientError, ConnectionError) as exc:
-            raise InfraError(f"{kind}: {exc}", cause="openenv_connection_lost") from exc
-        if message.type != aiohttp.WSMsgType.TEXT:
-            raise InfraError(
-                f"the environment's WebSocket dropped during {kind} ({message.type.name})",
-                cause="openenv_connection_lost",
-            )
-        try:
-            answer = json.loads(message.data)
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict) or answer.get("type") not in ("observation", "error"):
-            raise InfraError(
-                f"unexpected answer to {kind}: {message.data[:300]}", cause="openenv_error"
-            )
-        return answer
-
-    async def close(self) -> None:
-        """`close`, then the server's own closing handshake (closing first ourselves would
-        race the server's close), each within `timeout_s`."""
-        # Already gone: nothing to release.
-        with contextlib.suppress(aiohttp.ClientError, ConnectionError, TimeoutError):
-            if not self.ws.closed:
-                await self.ws.send_str(json.dumps({"type": "close"}))
-                await self.ws.receive(timeout=self.timeout_s)
-        await self.ws.close()
 
 
 class StepTool(Tool):
@@ -193,6 +131,7 @@ class OpenEnvHandler(ToolAgentHandler):
     instance_model = OpenEnvInstance
     system_prompt = SYSTEM_PROMPT
     default_tools = ()
+    serves_mcp_tools = True
 
     @staticmethod
     def task(ctx: RolloutContext) -> OpenEnvInstance:
@@ -206,27 +145,11 @@ class OpenEnvHandler(ToolAgentHandler):
         url = str(task.server.url).rstrip("/")
         timeout_s = task.server.timeout_s
         episode = ctx.state[EPISODE_KEY] = Episode()
-        ws_url = "ws" + url.removeprefix("http") + "/ws"
         # aiohttp, not httpx, for /schema too: an httpx client costs ~14 ms of CPU to create.
         async with aiohttp.ClientSession(trust_env=False) as http:
             schema = await action_schema(http, url, timeout_s)
+            session = await open_session(http, url, timeout_s, task.reset, episode)
             try:
-                async with asyncio.timeout(timeout_s):
-                    ws = await http.ws_connect(ws_url, max_msg_size=MAX_FRAME_BYTES)
-            except (aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
-                raise InfraError(
-                    f"cannot open {ws_url}: {exc}", cause="openenv_connection_lost"
-                ) from exc
-            session = Session(ws, timeout_s)
-            try:
-                first = await session.ask("reset", task.reset)
-                if first["type"] == "error":
-                    raise InfraError(
-                        f"reset failed: {json.dumps(first.get('data'))[:1000]}",
-                        cause="openenv_error",
-                    )
-                episode.add(first["data"])
-                ctx.state["openenv_first"] = first["data"]
                 tool = StepTool(session, episode, schema)
                 config = self.agent_config(ctx)
                 await AgentLoop([tool], config).run(ctx, self.first_messages(ctx, config))
@@ -234,13 +157,23 @@ class OpenEnvHandler(ToolAgentHandler):
                 await session.close()
 
     def task_prompt(self, ctx: RolloutContext) -> str:
-        first = json.dumps(ctx.state.get("openenv_first"), ensure_ascii=False)
+        episode = ctx.state.get(EPISODE_KEY)
+        first_frame = episode.frames[0] if isinstance(episode, Episode) else None
+        first = json.dumps(first_frame, ensure_ascii=False)
         prompt = self.task(ctx).prompt
         return (
             f"{prompt}\n\nFirst observation: {first}" if prompt else f"First observation: {first}"
         )
 
-    async def eval(self, ctx: RolloutContext) -> Reward:
+    def mcp_tools(self, ctx: RolloutContext) -> AbstractAsyncContextManager[ToolSource]:
+        """Under a harness: the environment's MCP tools, one session for the harness's run."""
+        task = self.task(ctx)
+        episode = ctx.state[EPISODE_KEY] = Episode()
+        url = str(task.server.url).rstrip("/")
+        return served_tools(url, task.server.timeout_s, task.reset, episode)
+
+    async def grade(self, ctx: RolloutContext, result: AgentResult) -> Reward:
+        """The environment's rewards, under any agent (what the policy said is not graded)."""
         episode = ctx.state.get(EPISODE_KEY)
         if not isinstance(episode, Episode):
             raise InfraError("the episode never started", cause="openenv_error")

@@ -1,0 +1,118 @@
+"""One OpenEnv session over the server's WebSocket (`/ws`), and the episode it plays.
+
+Every frame is answered within `timeout_s`; a dropped WebSocket, no answer in time or an
+answer of an unexpected type is `InfraError` (`openenv_connection_lost`, `openenv_timeout`,
+`openenv_error`), as is a reward that is not a finite number (`openenv_bad_reward`).
+"""
+
+import asyncio
+import contextlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+
+from agentroll.handlers.errors import InfraError
+
+MAX_FRAME_BYTES = 16 << 20
+
+
+@dataclass
+class Episode:
+    """What the environment sent, in order (reset's answer first)."""
+
+    frames: list[dict[str, Any]] = field(default_factory=list)
+    done: bool = False
+    invalid_actions: int = 0
+
+    def add(self, frame: dict[str, Any]) -> None:
+        reward = frame.get("reward")
+        if reward is not None and (
+            not isinstance(reward, int | float) or not math.isfinite(float(reward))
+        ):
+            raise InfraError(
+                f"the environment gave reward {reward!r:.100}", cause="openenv_bad_reward"
+            )
+        self.frames.append(frame)
+        self.done = bool(frame.get("done"))
+
+    @property
+    def reward(self) -> float:
+        return float(sum(float(f.get("reward") or 0.0) for f in self.frames))
+
+
+class Session:
+    """One environment session: frames out, one answer frame in, each within `timeout_s`."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, timeout_s: float) -> None:
+        self.ws = ws
+        self.timeout_s = timeout_s
+
+    async def ask(
+        self, kind: str, data: dict[str, Any], answers: tuple[str, ...] = ("observation", "error")
+    ) -> dict[str, Any]:
+        """The answer frame (of a type in `answers`) to one `reset` / `step` / `mcp` frame."""
+        try:
+            await self.ws.send_str(json.dumps({"type": kind, "data": data}))
+            message = await self.ws.receive(timeout=self.timeout_s)
+        except TimeoutError:
+            raise InfraError(
+                f"no answer to {kind} within {self.timeout_s:g} s", cause="openenv_timeout"
+            ) from None
+        except (aiohttp.ClientError, ConnectionError) as exc:
+            raise InfraError(f"{kind}: {exc}", cause="openenv_connection_lost") from exc
+        if message.type != aiohttp.WSMsgType.TEXT:
+            raise InfraError(
+                f"the environment's WebSocket dropped during {kind} ({message.type.name})",
+                cause="openenv_connection_lost",
+            )
+        try:
+            answer = json.loads(message.data)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict) or answer.get("type") not in answers:
+            raise InfraError(
+                f"unexpected answer to {kind}: {message.data[:300]}", cause="openenv_error"
+            )
+        return answer
+
+    async def close(self) -> None:
+        """`close`, then the server's own closing handshake (closing first ourselves would
+        race the server's close), each within `timeout_s`."""
+        # Already gone: nothing to release.
+        with contextlib.suppress(aiohttp.ClientError, ConnectionError, TimeoutError):
+            if not self.ws.closed:
+                await self.ws.send_str(json.dumps({"type": "close"}))
+                await self.ws.receive(timeout=self.timeout_s)
+        await self.ws.close()
+
+
+async def open_session(
+    http: aiohttp.ClientSession,
+    url: str,
+    timeout_s: float,
+    reset: dict[str, Any],
+    episode: Episode,
+) -> Session:
+    """A session on `url`'s `/ws`, reset with `reset` (its first observation added to
+    `episode`); closed again if the reset fails."""
+    ws_url = "ws" + url.removeprefix("http") + "/ws"
+    try:
+        async with asyncio.timeout(timeout_s):
+            ws = await http.ws_connect(ws_url, max_msg_size=MAX_FRAME_BYTES)
+    except (aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
+        raise InfraError(f"cannot open {ws_url}: {exc}", cause="openenv_connection_lost") from exc
+    session = Session(ws, timeout_s)
+    try:
+        first = await session.ask("reset", reset)
+        if first["type"] == "error":
+            raise InfraError(
+                f"reset failed: {json.dumps(first.get('data'))[:1000]}", cause="openenv_error"
+            )
+        episode.add(first["data"])
+    except BaseException:
+        await session.close()
+        raise
+    return session
