@@ -26,6 +26,7 @@ modules that raise them re-export their names, so older import paths such as
     ├── UnsupportedEnvironment(HandlerError, ValueError)  a verifiers taskset needing more
     ├── VerifiersWorkerFailure         a verifiers worker timed out, died or did not start
     ├── Unconfinable(HandlerError, RuntimeError)   bubblewrap is missing: no worker runs
+    ├── ToolRefused            a harness's MCP tool call that cannot run (the policy's doing)
     └── UnreadableFile         a file in a sandbox the agent left unreadable (too large, a FIFO)
         └── MissingFile                no regular file at the path
 
@@ -219,3 +220,8 @@ class VerifiersWorkerFailure(HandlerError):
 
 class Unconfinable(HandlerError, RuntimeError):
     """bubblewrap is not installed: verifiers workers run only confined."""
+
+
+class ToolRefused(HandlerError):
+    """A tool call over MCP that cannot run (no such tool, arguments that do not fit): the
+    policy's doing, answered as a JSON-RPC error and scored."""

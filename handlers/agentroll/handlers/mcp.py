@@ -15,7 +15,7 @@ answered `INTERNAL_ERROR`; the task then ends the rollout as `infra_error`.
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from agentroll.handlers.errors import InfraError
+from agentroll.handlers.errors import InfraError, ToolRefused
 
 PROTOCOL_VERSION = "2025-06-18"
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND = -32700, -32600, -32601
@@ -23,10 +23,6 @@ INVALID_PARAMS, INTERNAL_ERROR = -32602, -32603
 
 McpAnswer = Callable[[Any], Awaitable[dict[str, Any] | None]]
 """One JSON-RPC message in, its answer out (None: a notification, nothing to answer)."""
-
-
-class ToolRefused(Exception):
-    """The policy's call cannot run (no such tool, arguments that do not fit)."""
 
 
 class ToolSource(Protocol):
