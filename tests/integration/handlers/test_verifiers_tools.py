@@ -10,13 +10,11 @@ from typing import Any
 
 import pytest
 from tests.conftest import ServerFactory
-from tests.integration.handlers.harness import (
-    request_log,
-    rollout_service,
-    run_jobs,
-    scripted_backend,
+from tests.integration.handlers.verifiers_reference import (
+    PACKAGE,
+    reference_rewards,
+    run_verifiers_jobs,
 )
-from tests.integration.handlers.verifiers_reference import PACKAGE, reference_rewards
 
 from agentroll.handlers.builtin.verifiers_env import verifiers_instances
 from agentroll.server.schema import Outcome, Trajectory
@@ -29,16 +27,9 @@ TASKSET = "agentroll-vf-tools"
 async def run_tool_jobs(
     agentroll_server: ServerFactory, tmp_path: Path, instances: list[dict[str, Any]]
 ) -> tuple[dict[str, Trajectory], list[dict[str, Any]]]:
-    jobs = [
-        {"job_id": i["task"]["id"], "handler": "verifiers", "instance": i, "group_id": "add"}
-        for i in instances
-    ]
-    async with (
-        scripted_backend(wrong_rate=0.0, policy="calculator") as backend,
-        rollout_service(agentroll_server, tmp_path, backend) as client,
-    ):
-        results = await run_jobs(client, jobs, timeout_s=600)
-        return results, await request_log(backend)
+    return await run_verifiers_jobs(
+        agentroll_server, tmp_path, instances, policy="calculator", group_id="add"
+    )
 
 
 async def test_a_tasks_tools_run_in_its_environment_and_its_rewards_grade_the_conversation(

@@ -12,13 +12,11 @@ from typing import Any
 
 import pytest
 from tests.conftest import ServerFactory
-from tests.integration.handlers.harness import (
-    request_log,
-    rollout_service,
-    run_jobs,
-    scripted_backend,
+from tests.integration.handlers.verifiers_reference import (
+    PACKAGE,
+    reference_rewards,
+    run_verifiers_jobs,
 )
-from tests.integration.handlers.verifiers_reference import PACKAGE, reference_rewards
 
 from agentroll.handlers.builtin.control import CONTROLS
 from agentroll.handlers.builtin.verifiers_env import verifiers_instances
@@ -32,16 +30,9 @@ TASKSET = "agentroll-vf-guess"
 async def play(
     agentroll_server: ServerFactory, tmp_path: Path, instances: list[dict[str, Any]]
 ) -> tuple[dict[str, Trajectory], list[dict[str, Any]]]:
-    jobs = [
-        {"job_id": i["task"]["id"], "handler": "verifiers", "instance": i, "group_id": "guess"}
-        for i in instances
-    ]
-    async with (
-        scripted_backend(wrong_rate=0.0, policy="guess") as backend,
-        rollout_service(agentroll_server, tmp_path, backend) as client,
-    ):
-        results = await run_jobs(client, jobs, timeout_s=600)
-        return results, await request_log(backend)
+    return await run_verifiers_jobs(
+        agentroll_server, tmp_path, instances, policy="guess", group_id="guess"
+    )
 
 
 async def test_the_environments_own_run_drives_the_turns_with_exact_tokens(

@@ -7,7 +7,16 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import ServerFactory
+from tests.integration.handlers.harness import (
+    request_log,
+    rollout_service,
+    run_jobs,
+    scripted_backend,
+)
+
 from agentroll.handlers.builtin.verifiers_env import ensure_verifiers_venv
+from agentroll.server.schema import Trajectory
 
 PACKAGE = str(Path(__file__).resolve().parents[2] / "fixtures" / "verifiers_env_pkg")
 
@@ -63,3 +72,25 @@ async def reference_rewards(
     assert proc.returncode == 0
     result: dict[str, float] = json.loads(out)
     return result
+
+
+async def run_verifiers_jobs(
+    agentroll_server: ServerFactory,
+    tmp_path: Path,
+    instances: list[dict[str, Any]],
+    *,
+    policy: str,
+    group_id: str,
+) -> tuple[dict[str, Trajectory], list[dict[str, Any]]]:
+    """Each instance as a `verifiers` job in one group, through a real server and the scripted
+    backend's `policy`; the results and the backend's request log."""
+    jobs = [
+        {"job_id": i["task"]["id"], "handler": "verifiers", "instance": i, "group_id": group_id}
+        for i in instances
+    ]
+    async with (
+        scripted_backend(wrong_rate=0.0, policy=policy) as backend,
+        rollout_service(agentroll_server, tmp_path, backend) as client,
+    ):
+        results = await run_jobs(client, jobs, timeout_s=600)
+        return results, await request_log(backend)
