@@ -19,9 +19,20 @@ from pathlib import Path
 
 import httpx
 
+from agentroll.server.engine.environment import LockedVenv, cache_root, ensure_venv
 from agentroll.server.engine.vllm_server import free_port
 
 START_TIMEOUT_S = 120.0
+
+
+async def locked_python(folder: Path, name: str, probe: str, timeout_s: float = 1200.0) -> Path:
+    """The interpreter of the virtual environment `folder/<name>.lock.txt` pins (`probe`: a
+    module it must import), created by `ensure_venv` if it is not cached yet."""
+    lock = (folder / f"{name}.lock.txt").read_text()
+    venv = await ensure_venv(
+        LockedVenv(f"{name}-test", lock, probe), cache_root(), timeout_s=timeout_s
+    )
+    return venv.python
 
 
 @dataclass

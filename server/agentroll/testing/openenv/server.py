@@ -9,25 +9,17 @@ serves `guess_env:app` from there (`agentroll.testing.uvicorn_app`), `guess_mcp_
 
 import contextlib
 from collections.abc import AsyncIterator
-from importlib import resources
 from pathlib import Path
 
-from agentroll.server.engine.environment import LockedVenv, cache_root, ensure_venv
-from agentroll.testing.uvicorn_app import AppServer, served_app
+from agentroll.testing.uvicorn_app import AppServer, locked_python, served_app
 
 HERE = Path(__file__).parent
 GuessServer = AppServer
 
 
-def openenv_venv() -> LockedVenv:
-    lock = resources.files(__package__).joinpath("openenv.lock.txt").read_text()
-    return LockedVenv("openenv-test", lock, "openenv.core.env_server")
-
-
 async def openenv_python(timeout_s: float = 1200.0) -> Path:
     """The interpreter of the openenv environment, installed if it is not cached yet."""
-    venv = await ensure_venv(openenv_venv(), cache_root(), timeout_s=timeout_s)
-    return venv.python
+    return await locked_python(HERE, "openenv", "openenv.core.env_server", timeout_s)
 
 
 @contextlib.asynccontextmanager

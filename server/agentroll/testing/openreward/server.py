@@ -9,24 +9,16 @@ from there (`agentroll.testing.uvicorn_app`).
 
 import contextlib
 from collections.abc import AsyncIterator
-from importlib import resources
 from pathlib import Path
 
-from agentroll.server.engine.environment import LockedVenv, cache_root, ensure_venv
-from agentroll.testing.uvicorn_app import AppServer, served_app
+from agentroll.testing.uvicorn_app import AppServer, locked_python, served_app
 
 HERE = Path(__file__).parent
 
 
-def openreward_venv() -> LockedVenv:
-    lock = resources.files(__package__).joinpath("openreward.lock.txt").read_text()
-    return LockedVenv("openreward-test", lock, "openreward.environments")
-
-
 async def openreward_python(timeout_s: float = 1200.0) -> Path:
     """The interpreter of the openreward environment, installed if it is not cached yet."""
-    venv = await ensure_venv(openreward_venv(), cache_root(), timeout_s=timeout_s)
-    return venv.python
+    return await locked_python(HERE, "openreward", "openreward.environments", timeout_s)
 
 
 @contextlib.asynccontextmanager
