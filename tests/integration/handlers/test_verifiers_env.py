@@ -20,11 +20,11 @@ from tests.integration.handlers.harness import (
     run_jobs,
     scripted_backend,
 )
+from tests.integration.handlers.verifiers_reference import PACKAGE, run_in_verifiers
 
 from agentroll.handlers.builtin.control import CONTROLS
 from agentroll.handlers.builtin.verifiers_env import (
     UnsupportedEnvironment,
-    ensure_verifiers_venv,
     verifiers_instances,
 )
 from agentroll.runtime.cgroup import SandboxCgroup
@@ -33,7 +33,6 @@ from agentroll.server.schema import Outcome, Trajectory
 # A fresh machine installs verifiers and its dependencies first (about a minute or two).
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
-PACKAGE = str(Path(__file__).resolve().parents[2] / "fixtures" / "verifiers_env_pkg")
 TASKSET = "agentroll-vf-echo"
 
 # verifiers' own scoring of a reply to a task of the taskset, in the environment's own
@@ -60,19 +59,7 @@ print(json.dumps(out))
 
 
 async def reference_rewards(cases: list[tuple[str, str, str]]) -> dict[str, float]:
-    venv = await ensure_verifiers_venv([PACKAGE])
-    proc = await asyncio.create_subprocess_exec(
-        str(venv.python),
-        "-I",
-        "-c",
-        REFERENCE,
-        TASKSET,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-    )
-    out, _ = await asyncio.wait_for(proc.communicate(json.dumps(cases).encode()), 300)
-    assert proc.returncode == 0
-    result: dict[str, float] = json.loads(out)
+    result: dict[str, float] = await run_in_verifiers(REFERENCE, TASKSET, cases)
     return result
 
 

@@ -54,23 +54,34 @@ print(json.dumps(out))
 """
 
 
-async def reference_rewards(
-    taskset: str, cases: list[tuple[str, list[dict[str, Any]]]]
-) -> dict[str, float]:
-    """`{task id: verifiers' trace.reward}` of each (task id, conversation)."""
+async def run_in_verifiers(script: str, taskset: str, payload: Any) -> Any:
+    """`script` (argv[1]: `taskset`) run by the environment's own interpreter, `payload` as
+    JSON on its stdin; what it prints, as JSON."""
     venv = await ensure_verifiers_venv([PACKAGE])
     proc = await asyncio.create_subprocess_exec(
         str(venv.python),
         "-I",
         "-c",
-        REFERENCE,
+        script,
         taskset,
         stdin=asyncio.subprocess.PIPE,
         stdout=asyncio.subprocess.PIPE,
     )
-    out, _ = await asyncio.wait_for(proc.communicate(json.dumps(cases).encode()), 300)
+    try:
+        out, _ = await asyncio.wait_for(proc.communicate(json.dumps(payload).encode()), 300)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
     assert proc.returncode == 0
-    result: dict[str, float] = json.loads(out)
+    return json.loads(out)
+
+
+async def reference_rewards(
+    taskset: str, cases: list[tuple[str, list[dict[str, Any]]]]
+) -> dict[str, float]:
+    """`{task id: verifiers' trace.reward}` of each (task id, conversation)."""
+    result: dict[str, float] = await run_in_verifiers(REFERENCE, taskset, cases)
     return result
 
 
