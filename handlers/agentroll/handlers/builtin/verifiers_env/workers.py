@@ -10,8 +10,12 @@ and one that hangs on an answer, eats memory or crashes takes down one worker, n
 loop. The mechanics are the math grading pool's (`grading_pool`: a worker is exec'd afresh in
 isolated mode, in its own session, dies with the server, is killed by its pid when it
 overruns and reaped before its slot is free); here each interpreter (one per environment
-venv) has up to `size` workers, started on demand (verifiers imports in seconds) and kept
-while there is work.
+venv) has up to `size` workers for episodes and `size` more for everything else (task
+listing, tool schemas and calls, scoring, controls), started on demand (verifiers imports in
+seconds) and kept while there is work. An episode holds its worker while the policy samples,
+so it never takes a slot scoring or a tool call waits for; and no request waits for a slot
+longer than its own timeout: past it, `InfraError` `verifiers_workers_busy` (the server's
+load, never the policy's doing).
 
 `ask()` returns the worker's reply, or raises `VerifiersWorkerFailure` of kind `timeout` (the
 request ran past its deadline: the worker is killed), `crashed` (the worker died
@@ -20,10 +24,11 @@ mid-request) or `unavailable` (it could not start). Whose fault each is, the han
 """
 
 import asyncio
+import contextlib
 import os
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +75,7 @@ class VerifiersWorkers:
         self.start_timeout_s = start_timeout_s
         self.idle_timeout_s = idle_timeout_s
         self._slots: dict[Path, asyncio.Semaphore] = {}
+        self._episode_slots: dict[Path, asyncio.Semaphore] = {}
         self._idle: defaultdict[Path, list[_Worker]] = defaultdict(list)
         self._workers: set[_Worker] = set()
         self._reaping: set[asyncio.Task[int]] = set()
@@ -91,8 +97,11 @@ class VerifiersWorkers:
         worker not counted: an environment's import time is not the request's doing). With
         `answer`, each `{"turn": ...}` line the worker sends first is answered with
         `await answer(turn)`; `timeout_s` then bounds each wait for the worker, not them."""
-        slots = self._slots.setdefault(python, asyncio.Semaphore(self.size))
-        async with slots:
+        # An episode holds its worker while the policy samples; it waits on episodes only,
+        # so tools, scoring and controls always have slots of their own.
+        pool = self._episode_slots if answer is not None else self._slots
+        slots = pool.setdefault(python, asyncio.Semaphore(self.size))
+        async with _slot(slots, timeout_s):
             self._check_open()
             worker = await self._checkout(python)
             try:
@@ -205,6 +214,24 @@ class VerifiersWorkers:
 
     async def _retire(self, worker: _Worker) -> None:
         await asyncio.wait({self._discard(worker)}, timeout=REAP_TIMEOUT_S)
+
+
+@contextlib.asynccontextmanager
+async def _slot(slots: asyncio.Semaphore, timeout_s: float) -> AsyncIterator[None]:
+    """One of `slots`, waited for no longer than the request's own `timeout_s`: a request
+    that cannot get a worker in time is the server's load, never the policy's doing."""
+    try:
+        async with asyncio.timeout(timeout_s):
+            await slots.acquire()
+    except TimeoutError:
+        raise InfraError(
+            f"every verifiers worker stayed busy for {timeout_s:g} s",
+            cause="verifiers_workers_busy",
+        ) from None
+    try:
+        yield
+    finally:
+        slots.release()
 
 
 class _Overran(Exception):
