@@ -10,7 +10,8 @@ only, so they are asked once per environment and server process (`describe`, whi
 whether the taskset's own `vf.Env` drives the turns: `episodes`).
 
 Whose fault a failure is: a tool that raises on the model's call answers the model with its
-error (what an MCP tool error shows it: the policy's doing, the rollout goes on); a call that
+error (what an MCP tool error shows it: the policy's doing, the rollout goes on), and so does
+whatever fails once the toolsets are set up (their teardown after the call included); a call that
 runs past the loop's `tool_timeout_s` or kills its worker is an invalid call the model is told
 of, and the worker is replaced; toolsets that cannot set up are infra_error
 `verifiers_load_failed`; a worker that cannot start, infra_error `verifiers_worker_unavailable`.

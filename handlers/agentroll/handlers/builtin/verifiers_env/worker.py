@@ -29,7 +29,9 @@ each turn relayed to the server (`episodes`); the control answers every turn its
 `tools` and `call` serve the task's `vf.Toolset`s, as MCP tools named as verifiers' own
 harness names them (`<server>_<tool>`): each call sets the toolsets up afresh (`setup`,
 `setup_task`) and tears them down after. A tool that raises answers the model with its
-error, as an MCP tool error does.
+error, as an MCP tool error does; so does anything else that fails once the toolsets are set
+up (reading the tool's result, their teardown after the call): the model's arguments reached
+it. Only toolsets that cannot set up fail as `load`.
 
 `score` and `call` (what the policy's text reaches) are answered by a child forked for the
 request (`in_child`), which exits after it: nothing that code changes outlives the request.
@@ -238,7 +240,7 @@ def serve_tools(
             return {"ok": True, "tools": loop.run_until_complete(_env.tool_schemas(task))}
         args = request["arguments"]
         return loop.run_until_complete(_env.call_tool(task, str(request["name"]), args))
-    except Exception as exc:  # a toolset that cannot set up is the environment's
+    except Exception as exc:  # before the toolsets were set up: the environment's
         return failed("load", exc)
 
 

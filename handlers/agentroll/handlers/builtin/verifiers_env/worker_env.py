@@ -82,16 +82,27 @@ async def tool_schemas(task: Any) -> list[dict[str, Any]]:
 
 
 async def call_tool(task: Any, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    async with served_tools(task) as dispatch:
-        if name not in dispatch:
-            return {"ok": True, "text": f"Unknown tool: {name}", "is_error": True}
-        server, raw = dispatch[name]
-        try:
-            result = await server.call_tool(raw, arguments)
-        except Exception as exc:  # failed on the model's call: it reads why, as MCP shows it
-            return {"ok": True, "text": str(exc), "is_error": True}
-        texts = [b.text if b.type == "text" else str(b) for b in result.content]
-        return {"ok": True, "text": "\n".join(texts), "is_error": bool(result.is_error)}
+    """The model's call answered. Only a failure before the toolsets are set up is the
+    environment's (raised: `load`); once they are, whatever fails (the tool, reading its
+    result, the toolsets' teardown after the model's call) is the call's, answered to the
+    model as its error: the model's arguments reached that code."""
+    set_up = False
+    try:
+        async with served_tools(task) as dispatch:
+            set_up = True
+            if name not in dispatch:
+                return {"ok": True, "text": f"Unknown tool: {name}", "is_error": True}
+            server, raw = dispatch[name]
+            try:
+                result = await server.call_tool(raw, arguments)
+            except Exception as exc:  # failed on the model's call: it reads why, as MCP shows it
+                return {"ok": True, "text": str(exc), "is_error": True}
+            texts = [b.text if b.type == "text" else str(b) for b in result.content]
+            return {"ok": True, "text": "\n".join(texts), "is_error": bool(result.is_error)}
+    except Exception as exc:
+        if not set_up:
+            raise
+        return {"ok": True, "text": f"{type(exc).__name__}: {exc}", "is_error": True}
 
 
 class Relay:
