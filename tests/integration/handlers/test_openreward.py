@@ -187,6 +187,7 @@ async def test_a_tool_call_the_policy_makes_fail_is_blamed_by_the_control_not_re
     above_5 = {"target": 7, "fail_above": 5}  # binary search: 5 (higher), then 8
     below_5 = {"target": 3, "fail_above": 5}  # 5 (lower), 2 (higher), 3: never above 5
     quiz = {"answer": "42", "numeric": True}
+    penalised = {**above_5, "step_reward": -0.5}
     async with openreward_server() as env:
         results = await run(
             agentroll_server,
@@ -194,6 +195,8 @@ async def test_a_tool_call_the_policy_makes_fail_is_blamed_by_the_control_not_re
             [
                 job("raise", env.url, task_spec={**above_5, "failure": "raise"}),
                 job("raise-honest", env.url, task_spec={**below_5, "failure": "raise"}),
+                # Each wrong guess costs 0.5: breaking the tool must not wipe the penalty out.
+                job("penalised", env.url, task_spec={**penalised, "failure": "raise"}),
                 job("sleep", env.url, task_spec={**above_5, "failure": "sleep"}, timeout_s=10),
                 job("sleep-honest", env.url, task_spec={**below_5, "failure": "sleep"}),
                 # Every guess hangs, the control's too: the environment's fault.
@@ -240,6 +243,11 @@ async def test_a_tool_call_the_policy_makes_fail_is_blamed_by_the_control_not_re
         assert failed.reward_info["rewards"] == [0.0] and failed.reward_info["finished"] is False
         assert honest.outcome is Outcome.ok and honest.reward == 1.0, (name, honest.error)
         assert honest.reward_info["rewards"] == [0.0, 0.0, 1.0]
+
+    penalised_run = results["penalised"]
+    assert penalised_run.outcome is Outcome.ok, penalised_run.error
+    assert penalised_run.reward_info["reason"] == "tool_failed_on_answer"
+    assert penalised_run.reward_info["rewards"] == [-0.5] and penalised_run.reward == -0.5
 
     hung = results["sleep-always"]
     assert hung.outcome is Outcome.infra_error and hung.reward is None

@@ -10,6 +10,7 @@ input model refuses anything else) answers `higher` or `lower` (reward 0.0) or `
 - `"broken_reward": "on_correct"`: the correct guess finishes with reward NaN (sent as `null`,
   which is how pydantic writes NaN); `"always"`: every guess does;
 - `"raise_on_guess": true`: the tool raises;
+- `"step_reward": r`: each `higher` / `lower` answer's reward (default 0.0), a penalty if < 0;
 - `"fail_above": n` with `"failure"` `"raise"`, `"sleep"` or `"huge"`: a guess above n (the
   policy's choice) raises, sleeps `"sleep_s"` (default 600) or answers 17 MiB of text;
 - `"crash_on_guess": true`: the server's process dies at the first guess (connections drop);
@@ -75,7 +76,8 @@ class GuessGame(Environment):
             text = "correct" if correct else "wrong"
             return ToolOutput(blocks=[TextBlock(text=text)], reward=reward, finished=True)
         feedback = "higher" if params.number < target else "lower"
-        return ToolOutput(blocks=[TextBlock(text=feedback)], reward=0.0, finished=False)
+        step_reward = float(spec.get("step_reward", 0.0))
+        return ToolOutput(blocks=[TextBlock(text=feedback)], reward=step_reward, finished=False)
 
 
 class Quiz(Environment):

@@ -34,6 +34,8 @@ Whose fault a failure is:
   over 16 MiB: what the policy asked can do that (input the tool chokes on, a slow command, a
   huge output), so the episode ends there and the same control decides. It passes: reward 0,
   `tool_failed_on_answer`; it fails too: `infra_error` with the call's cause.
+A failure the control blames on the policy scores 0, or the rewards emitted before it where
+their sum is lower: breaking a tool never scores above stopping.
 """
 
 import contextlib
@@ -168,7 +170,9 @@ class Episode:
 
     @property
     def reward(self) -> float:
-        return float(sum(c.reward for c in self.calls if isinstance(c.reward, int | float)))
+        """The sum of the finite rewards emitted (absent counts as 0)."""
+        rewards = [c.reward for c in self.calls if c.reward is not None]
+        return float(sum(r for r in rewards if not bad_reward({"reward": r})))
 
 
 class EnvTool(Tool):
@@ -363,7 +367,9 @@ class OpenRewardHandler(ToolAgentHandler):
         result = await CONTROLS.result(
             key, lambda: control(task, env_name, broken.tool, broken.schema)
         )
-        return blamed(broken.failure, broken.reason, result, info)
+        verdict = blamed(broken.failure, broken.reason, result, info)
+        # Never above stopping before the failed call: the penalties already earned stay.
+        return Reward(min(verdict.value, episode.reward), verdict.info)
 
     def final_result(self, ctx: RolloutContext) -> dict[str, Any]:
         out = super().final_result(ctx)
