@@ -21,8 +21,8 @@ from agentroll.testing.openreward import openreward_server
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
-def job(job_id: str, url: str, **instance: Any) -> dict[str, Any]:
-    instance = {"server": {"url": url, "timeout_s": 30}, **instance}
+def job(job_id: str, url: str, timeout_s: float = 30, **instance: Any) -> dict[str, Any]:
+    instance = {"server": {"url": url, "timeout_s": timeout_s}, **instance}
     return {"job_id": job_id, "handler": "openreward", "instance": instance}
 
 
@@ -172,3 +172,90 @@ async def test_a_missing_reward_is_blamed_by_a_control_and_a_failing_server_is_i
     unreachable = results["unreachable"]
     assert unreachable.outcome is Outcome.infra_error and unreachable.reward is None
     assert unreachable.error is not None and unreachable.error.type == "openreward_unreachable"
+
+    # A tool raising on every answer, the empty one too: the environment is broken.
+    assert "on the control answer too" in raises.error.message
+
+
+async def test_a_tool_call_the_policy_makes_fail_is_blamed_by_the_control_not_resampled(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """What the policy asks a tool can make it raise, run past `timeout_s` or answer over
+    16 MiB: the episode ends there and the control (a fresh session, the empty answer) decides.
+    Answered: the policy's doing, reward 0 (never infra_error, which the trainer would resample);
+    failing too: infra_error. Beside each, an honest episode still earns its reward."""
+    above_5 = {"target": 7, "fail_above": 5}  # binary search: 5 (higher), then 8
+    below_5 = {"target": 3, "fail_above": 5}  # 5 (lower), 2 (higher), 3: never above 5
+    quiz = {"answer": "42", "numeric": True}
+    penalised = {**above_5, "step_reward": -0.5}
+    async with openreward_server() as env:
+        results = await run(
+            agentroll_server,
+            tmp_path,
+            [
+                job("raise", env.url, task_spec={**above_5, "failure": "raise"}),
+                job("raise-honest", env.url, task_spec={**below_5, "failure": "raise"}),
+                # Each wrong guess costs 0.5: breaking the tool must not wipe the penalty out.
+                job("penalised", env.url, task_spec={**penalised, "failure": "raise"}),
+                job("sleep", env.url, task_spec={**above_5, "failure": "sleep"}, timeout_s=10),
+                job("sleep-honest", env.url, task_spec={**below_5, "failure": "sleep"}),
+                # Every guess hangs, the control's too: the environment's fault.
+                job(
+                    "sleep-always",
+                    env.url,
+                    task_spec={"target": 7, "fail_above": 0, "failure": "sleep"},
+                    timeout_s=10,
+                ),
+                job("huge", env.url, task_spec={**above_5, "failure": "huge"}),
+                job("huge-honest", env.url, task_spec={**below_5, "failure": "huge"}),
+                # The terminal tool parses the policy's plain reply as a number.
+                job(
+                    "quiz-words",
+                    env.url,
+                    environment="quiz",
+                    task_spec={"question": "Repeat after me: forty-two", **quiz},
+                ),
+                job(
+                    "quiz-digits",
+                    env.url,
+                    environment="quiz",
+                    task_spec={"question": "Repeat after me: 42", **quiz},
+                ),
+            ],
+        )
+        sessions = {k: t.metadata["openreward"]["session"] for k, t in results.items()}
+        alive = [k for k, sid in sessions.items() if await session_alive(env.url, sid)]
+
+    assert alive == []
+    failures = {
+        "raise": ("openreward_error", "the game cannot take 8"),
+        "sleep": ("openreward_timeout", "no answer within 10 s"),
+        "huge": ("openreward_error", "answer over 16 MiB"),
+    }
+    for name, (cause, said) in failures.items():
+        failed, honest = results[name], results[f"{name}-honest"]
+        assert failed.outcome is Outcome.ok and failed.reward == 0.0, (name, failed.error)
+        assert failed.reward_info["reason"] == "tool_failed_on_answer"
+        assert failed.reward_info["failure_cause"] == cause
+        assert said in failed.reward_info["failure"]
+        assert failed.reward_info["control"]["passed"] is True
+        # The failed call ended the episode: 5 was answered, 8 was not.
+        assert failed.reward_info["rewards"] == [0.0] and failed.reward_info["finished"] is False
+        assert honest.outcome is Outcome.ok and honest.reward == 1.0, (name, honest.error)
+        assert honest.reward_info["rewards"] == [0.0, 0.0, 1.0]
+
+    penalised_run = results["penalised"]
+    assert penalised_run.outcome is Outcome.ok, penalised_run.error
+    assert penalised_run.reward_info["reason"] == "tool_failed_on_answer"
+    assert penalised_run.reward_info["rewards"] == [-0.5] and penalised_run.reward == -0.5
+
+    hung = results["sleep-always"]
+    assert hung.outcome is Outcome.infra_error and hung.reward is None
+    assert hung.error is not None and hung.error.type == "openreward_timeout"
+    assert "on the control answer too" in hung.error.message
+
+    words, digits = results["quiz-words"], results["quiz-digits"]
+    assert words.outcome is Outcome.ok and words.reward == 0.0, words.error
+    assert words.reward_info["reason"] == "tool_failed_on_answer"
+    assert "invalid literal for int()" in words.reward_info["failure"]
+    assert digits.outcome is Outcome.ok and digits.reward == 1.0 and digits.reward_info["finished"]

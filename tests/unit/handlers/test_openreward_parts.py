@@ -1,7 +1,7 @@
 """The `openreward` handler's pure parts: its reading of server-sent events as openreward's
 server writes them (sse-starlette: CRLF line ends, `: ping` comments, an answer cut into
-`chunk`s), the instance's one-task rule, which rewards are unusable, and the control's empty
-answer."""
+`chunk`s), the instance's one-task rule, which rewards are unusable, the control's empty answer
+and the episode's sum of rewards."""
 
 import json
 
@@ -9,6 +9,8 @@ import pytest
 from pydantic import ValidationError
 
 from agentroll.handlers.builtin.openreward.handler import (
+    Call,
+    Episode,
     OpenRewardInstance,
     bad_reward,
     empty_arguments,
@@ -101,3 +103,9 @@ def test_the_empty_answer_gives_each_required_argument_its_types_empty_value() -
         "steps": [],
         "ref": None,
     }
+
+
+def test_the_episodes_reward_sums_only_the_finite_rewards() -> None:
+    rewards = [-0.5, None, 1, float("nan"), float("inf"), True, 0.25]
+    episode = Episode(calls=[Call("guess", r, False) for r in rewards])
+    assert episode.reward == 0.75  # -0.5 + 1 + 0.25: absent, NaN, inf and a bool count 0

@@ -10,13 +10,19 @@ input model refuses anything else) answers `higher` or `lower` (reward 0.0) or `
 - `"broken_reward": "on_correct"`: the correct guess finishes with reward NaN (sent as `null`,
   which is how pydantic writes NaN); `"always"`: every guess does;
 - `"raise_on_guess": true`: the tool raises;
+- `"step_reward": r`: each `higher` / `lower` answer's reward (default 0.0), a penalty if < 0;
+- `"fail_above": n` with `"failure"` `"raise"`, `"sleep"` or `"huge"`: a guess above n (the
+  policy's choice) raises, sleeps `"sleep_s"` (default 600) or answers 17 MiB of text;
 - `"crash_on_guess": true`: the server's process dies at the first guess (connections drop);
 - `"raise_on_prompt": true`: reading the prompt raises (the server answers HTTP 500).
 
 `quiz`, task spec `{"question": ..., "answer": ...}`: no tool the model sees, only a
-`@terminal` tool `answer`: the model's plain reply is graded (1.0 if it is the answer).
+`@terminal` tool `answer`: the model's plain reply is graded (1.0 if it is the answer). With
+`"numeric": true` it is graded as a number the way a careless grader does (`int(answer)`: a
+reply that is not one raises), an empty reply simply wrong.
 """
 
+import asyncio
 import math
 import os
 
@@ -54,6 +60,14 @@ class GuessGame(Environment):
             os._exit(1)
         if spec.get("raise_on_guess"):
             raise RuntimeError("the guessing game's tool is broken")
+        if params.number > spec.get("fail_above", 10):
+            failure = spec.get("failure")
+            if failure == "raise":
+                raise ValueError(f"the game cannot take {params.number}")
+            if failure == "sleep":
+                await asyncio.sleep(float(spec.get("sleep_s", 600)))
+            if failure == "huge":
+                return ToolOutput(blocks=[TextBlock(text="x" * (17 << 20))], reward=0.0)
         target = int(spec["target"])
         broken = spec.get("broken_reward")
         if params.number == target or broken == "always":
@@ -62,7 +76,8 @@ class GuessGame(Environment):
             text = "correct" if correct else "wrong"
             return ToolOutput(blocks=[TextBlock(text=text)], reward=reward, finished=True)
         feedback = "higher" if params.number < target else "lower"
-        return ToolOutput(blocks=[TextBlock(text=feedback)], reward=0.0, finished=False)
+        step_reward = float(spec.get("step_reward", 0.0))
+        return ToolOutput(blocks=[TextBlock(text=feedback)], reward=step_reward, finished=False)
 
 
 class Quiz(Environment):
@@ -81,7 +96,11 @@ class Quiz(Environment):
     @tool
     async def answer(self, params: Answer) -> ToolOutput:
         """Your final answer."""
-        right = params.answer.strip() == str(self.task_spec["answer"])
+        expected = str(self.task_spec["answer"])
+        if self.task_spec.get("numeric") and params.answer.strip():
+            right = int(params.answer) == int(expected)
+        else:
+            right = params.answer.strip() == expected
         text = "right" if right else "wrong"
         return ToolOutput(blocks=[TextBlock(text=text)], reward=float(right), finished=True)
 

@@ -28,8 +28,14 @@ Whose fault a failure is:
   answer broke the grader, reward 0, `reward_failed_on_answer`. It fails too: `infra_error`
   `openreward_bad_reward`, naming both;
 - a server that cannot be reached, drops the connection, answers 5xx or anything off the
-  protocol, a tool that raises (an SSE `error`), no answer within `timeout_s`, a prompt or tool
-  answer holding an image (a text rollout cannot show it): `infra_error` (`openreward_*`).
+  protocol, no answer within `timeout_s` to agentroll's own requests, a prompt or tool answer
+  holding an image (a text rollout cannot show it): `infra_error` (`openreward_*`);
+- a tool call (the terminal tool's too) that raised, got no answer within `timeout_s` or one
+  over 16 MiB: what the policy asked can do that (input the tool chokes on, a slow command, a
+  huge output), so the episode ends there and the same control decides. It passes: reward 0,
+  `tool_failed_on_answer`; it fails too: `infra_error` with the call's cause.
+A failure the control blames on the policy scores 0, or the rewards emitted before it where
+their sum is lower: breaking a tool never scores above stopping.
 """
 
 import contextlib
@@ -43,7 +49,7 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, model_validator
 from agentroll.handlers.agent import AgentLoop, Tool, ToolAgentHandler
 from agentroll.handlers.base import parsed_instance
 from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
-from agentroll.handlers.builtin.openreward.wire import OpenRewardSession
+from agentroll.handlers.builtin.openreward.wire import CallFailed, OpenRewardSession
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.handlers.errors import InfraError
 from agentroll.runtime import Sandbox
@@ -140,6 +146,17 @@ class Call:
     finished: bool
 
 
+@dataclass(frozen=True)
+class Broken:
+    """The first call whose answer a control must judge: the tool, its argument schema (for
+    the control's empty answer), what went wrong and the reason if the policy's answer did it."""
+
+    tool: str
+    schema: dict[str, Any]
+    failure: InfraError
+    reason: str
+
+
 @dataclass
 class Episode:
     calls: list[Call] = field(default_factory=list)
@@ -147,12 +164,15 @@ class Episode:
     invalid_calls: int = 0
     session: str = ""
     """The session's id on the server."""
-    broken: tuple[str, dict[str, Any], Any] | None = None
-    """The tool (its argument schema, the reward) whose answer carried a bad reward."""
+    broken: Broken | None = None
+    cut: bool = False
+    """A call failed (`CallFailed`): the episode cannot go on."""
 
     @property
     def reward(self) -> float:
-        return float(sum(c.reward for c in self.calls if isinstance(c.reward, int | float)))
+        """The sum of the finite rewards emitted (absent counts as 0)."""
+        rewards = [c.reward for c in self.calls if c.reward is not None]
+        return float(sum(r for r in rewards if not bad_reward({"reward": r})))
 
 
 class EnvTool(Tool):
@@ -167,17 +187,23 @@ class EnvTool(Tool):
         self.episode = episode
 
     def episode_over(self) -> bool:
-        return self.episode.finished
+        return self.episode.finished or self.episode.cut
 
     async def call(
         self, sandbox: Sandbox | None, args: dict[str, Any], *, limit_s: float, max_chars: int
     ) -> str:
-        if self.episode.finished:
+        if self.episode_over():
             return "The episode is over."
         return (await self.answer(args))[:max_chars]
 
     async def answer(self, args: dict[str, Any]) -> str:
-        answer = await self.session.call(self.name, args)
+        try:
+            answer = await self.session.call(self.name, args)
+        except CallFailed as exc:
+            # Perhaps the policy's doing: the episode ends here and a control decides (eval).
+            self.broke(exc, "tool_failed_on_answer")
+            self.episode.cut = True
+            return f"The tool failed: {exc}"
         if not answer["ok"]:
             reason, error = answer.get("reason"), str(answer.get("error"))[:2000]
             if reason is not None and reason not in POLICY_REASONS:
@@ -190,10 +216,19 @@ class EnvTool(Tool):
         text = blocks_text(output.get("blocks"), self.name)
         finished = bool(output.get("finished"))
         self.episode.calls.append(Call(self.name, output.get("reward"), finished))
-        if bad_reward(output) and self.episode.broken is None:
-            self.episode.broken = (self.name, self.parameters, output.get("reward"))
+        if bad_reward(output):
+            failure = InfraError(
+                f"{self.name} answered reward {output.get('reward')!r} (finished: {finished})",
+                cause="openreward_bad_reward",
+            )
+            self.broke(failure, "reward_failed_on_answer")
         self.episode.finished = finished
         return text
+
+    def broke(self, failure: InfraError, reason: str) -> None:
+        """Keep the episode's first failure for the control to judge."""
+        if self.episode.broken is None:
+            self.episode.broken = Broken(self.name, self.parameters, failure, reason)
 
 
 def env_tool(spec: Any) -> type[EnvTool]:
@@ -324,17 +359,17 @@ class OpenRewardHandler(ToolAgentHandler):
             "rewards": [c.reward for c in episode.calls],
             "invalid_calls": episode.invalid_calls,
         }
-        if episode.broken is None:
+        broken = episode.broken
+        if broken is None:
             return Reward(episode.reward, info)
-        tool, schema, reward = episode.broken
-        failure = InfraError(
-            f"{tool} answered reward {reward!r} (finished: {episode.finished})",
-            cause="openreward_bad_reward",
-        )
         task, env_name = self.task(ctx), str(ctx.state.get(ENV_KEY))
-        key = content_key("openreward", str(task.server.url), env_name, task.create(), tool)
-        result = await CONTROLS.result(key, lambda: control(task, env_name, tool, schema))
-        return blamed(failure, "reward_failed_on_answer", result, info)
+        key = content_key("openreward", str(task.server.url), env_name, task.create(), broken.tool)
+        result = await CONTROLS.result(
+            key, lambda: control(task, env_name, broken.tool, broken.schema)
+        )
+        verdict = blamed(broken.failure, broken.reason, result, info)
+        # Never above stopping before the failed call: the penalties already earned stay.
+        return Reward(min(verdict.value, episode.reward), verdict.info)
 
     def final_result(self, ctx: RolloutContext) -> dict[str, Any]:
         out = super().final_result(ctx)

@@ -14,9 +14,12 @@ environment server speak it).
   `error` event instead when the environment's tool raised.
 - `POST /delete`, `POST /delete_session`: the environment is torn down.
 
-Every request is bounded by `timeout_s`. What goes wrong on the wire is the environment's side,
-never the policy's: `InfraError` (`openreward_unreachable`, `openreward_connection_lost`,
-`openreward_timeout`, `openreward_error`).
+Every request is bounded by `timeout_s` and its answer by `MAX_ANSWER_BYTES`. What goes wrong
+on the wire is `InfraError` (`openreward_unreachable`, `openreward_connection_lost`,
+`openreward_timeout`, `openreward_error`); of those, a request's answer past its bounds (too
+slow, too big) or a tool that raised is `CallFailed`: on a tool call, what the policy asked can
+cause it (a slow command, a huge output, input the tool chokes on), so the handler has a control
+decide whose it is.
 """
 
 import asyncio
@@ -33,6 +36,11 @@ from agentroll.handlers.errors import InfraError
 MAX_ANSWER_BYTES = 16 << 20
 STARTING_RETRY_S = 0.5
 LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+class CallFailed(InfraError):
+    """No usable answer to what was asked: none within `timeout_s`, one over
+    `MAX_ANSWER_BYTES`, or (a tool call) the tool raised."""
 
 
 def sse_events(body: str) -> list[tuple[str, str]]:
@@ -88,11 +96,11 @@ class OpenRewardSession:
                 async for chunk in response.content.iter_any():
                     received += chunk
                     if len(received) > MAX_ANSWER_BYTES:
-                        raise InfraError(
+                        raise CallFailed(
                             f"{method} {path}: answer over 16 MiB", cause="openreward_error"
                         )
         except TimeoutError:
-            raise InfraError(
+            raise CallFailed(
                 f"{method} {path}: no answer within {self.timeout_s:g} s",
                 cause="openreward_timeout",
             ) from None
@@ -182,14 +190,13 @@ class OpenRewardSession:
 
     async def call(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         """The environment's `RunToolOutput` for one tool call: the `end` event's data, its
-        `chunk`s before it joined; an `error` event is the environment's tool raising."""
+        `chunk`s before it joined; an `error` event is the environment's tool raising
+        (`CallFailed`)."""
         path = f"/{self.env_name}/call"
         chunks: list[str] = []
         for event, data in await self.events(path, {"name": name, "input": arguments}):
             if event == "error":
-                raise InfraError(
-                    f"{name}: the environment failed: {data[:1000]}", cause="openreward_error"
-                )
+                raise CallFailed(f"{name} raised: {data[:1000]}", cause="openreward_error")
             if event in ("chunk", "end"):
                 chunks.append(data)
             if event == "end":
