@@ -2,9 +2,10 @@
 
 A pause test needs its pause to land while the engine samples a reply. Polling for that
 alone is a race the test can lose: this node type stalls a process for seconds at times,
-and a reply that ended during the stall tested nothing. So the engine is frozen (SIGSTOP on
-its own process group) once a call is with it and it has sampled some of it; the pause is
-asked for while it is frozen, and the engine goes on (SIGCONT) once the pause is under way.
+and a reply that ended during the stall tested nothing. So the engine's sampling processes
+are frozen (SIGSTOP) once a call is with them and has had a moment to sample; the pause is
+asked for while they are frozen (the engine's API server takes it at once), and they go on
+(SIGCONT) once it is under way.
 """
 
 import asyncio
@@ -12,14 +13,15 @@ import contextlib
 import os
 import signal
 from collections.abc import Awaitable, Callable, Iterator
-
-from tests.engine.fidelity import metric
+from pathlib import Path
 
 from agentroll.server.engine.vllm_server import VLLMServer
 from agentroll.server.schema import DEFAULT_POLICY, JobState, PauseResponse
 from agentroll.trainer_clients import AsyncRolloutClient
 
-SAMPLED = "vllm:generation_tokens_total"
+SAMPLING_S = 0.3
+"""How long a reply is sampled before the engine is frozen: a few hundred of its thousands
+of tokens (a pause that catches none of them is a try that tested nothing)."""
 
 
 async def _generating(client: AsyncRolloutClient) -> bool | None:
@@ -31,15 +33,36 @@ async def _generating(client: AsyncRolloutClient) -> bool | None:
     return None if live else False
 
 
+def _descendants(pid: int) -> list[int]:
+    """Every live process below `pid` (by each process's parent in /proc)."""
+    parents: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            parents[int(entry)] = int(stat[stat.rindex(")") + 2 :].split()[1])
+    below, frontier = [], [pid]
+    while frontier:
+        children = [child for child, parent in parents.items() if parent in frontier]
+        below += children
+        frontier = children
+    return below
+
+
 @contextlib.contextmanager
 def _frozen(engine: VLLMServer) -> Iterator[None]:
+    """The engine's sampling processes stopped (its core and worker, the API server's own
+    children); the API server itself keeps answering, so a pause reaches it at once and
+    the core carries it out before its next step once it goes on."""
     assert engine.popen is not None
-    group = engine.popen.pid  # the engine runs in a session (and process group) of its own
-    os.killpg(group, signal.SIGSTOP)
+    sampling = _descendants(engine.popen.pid)
+    for pid in sampling:
+        os.kill(pid, signal.SIGSTOP)
     try:
         yield
     finally:
-        os.killpg(group, signal.SIGCONT)
+        for pid in sampling:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 async def pause_mid_reply(
@@ -55,11 +78,10 @@ async def pause_mid_reply(
             await asyncio.sleep(0.02)
         if not state:
             return None
-        before = await metric(engine.url, SAMPLED)
-        while await metric(engine.url, SAMPLED) <= before:  # until it sampled some of it
-            if await _generating(client) is False:
-                return None
-            await asyncio.sleep(0.02)
+        # A moment for it to sample some of the reply. Not the engine's own counter: its API
+        # server, sharing the cores with the sampling, may answer /metrics only once the
+        # replies have ended.
+        await asyncio.sleep(SAMPLING_S)
         with _frozen(engine):
             if not await _generating(client):
                 return None  # it ended before the freeze
