@@ -1,15 +1,17 @@
 """An OpenEnv environment's tools served to a harness over `/mcp` (`served_tools`), against a
-scripted session endpoint: whose fault a slow, refused or malformed answer is, and the tool
-loop's step budget and invalid-call rule under a harness."""
+scripted session endpoint: whose fault a slow, refused, malformed or oversize answer is, and
+the tool loop's step budget and invalid-call rule under a harness."""
 
 import asyncio
 import json
 from typing import Any
 
+import aiohttp
 import pytest
 
+from agentroll.handlers.builtin.openenv.handler import StepTool
 from agentroll.handlers.builtin.openenv.mcp_tools import served_tools
-from agentroll.handlers.builtin.openenv.session import Episode
+from agentroll.handlers.builtin.openenv.session import Episode, open_session
 from agentroll.handlers.errors import AgentError, InfraError
 from agentroll.handlers.mcp import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, McpServer
 from agentroll.testing.openenv import scripted_env
@@ -202,3 +204,71 @@ async def test_a_run_cancelled_during_a_step_stays_cancelled() -> None:
         # the server's closing handshake is over), not left hanging.
         answer = await asyncio.wait_for(calls[0], 60)
         assert answer["error"]["code"] == INTERNAL_ERROR
+
+
+def printed(mib: int) -> dict[str, Any]:
+    """A tool's answer of `mib` MiB of text (what `print("x" * 20_000_000)` makes)."""
+    return tool_observation({"result": {"content": [{"type": "text", "text": "x" * (mib << 20)}]}})
+
+
+async def test_an_answer_too_big_for_a_frame_is_the_policys_call_and_ends_the_episode() -> None:
+    """The policy's tool printed 17 MiB: not the environment's connection lost, but the
+    policy's doing, scored with the rewards so far; no later call takes a step."""
+    script = [tool_observation(CORRECT["observation"]), printed(15), printed(17)]
+    steps: list[dict[str, Any]] = []
+
+    async def printing(frame: dict[str, Any]) -> dict[str, Any]:
+        steps.append(frame)
+        return script[len(steps) - 1]
+
+    episode = Episode()
+    async with scripted_env(printing) as url:
+        with pytest.raises(AgentError) as raised:
+            async with served_tools(url, 5, {}, episode, (30, 3)) as tools:
+                server = McpServer(tools)
+                answers = [await call(server) for _ in range(4)]
+    assert raised.value.cause == "openenv_answer_too_large"
+    # The control: 15 MiB is within the frame limit, answered whole, rewarded.
+    assert len(answers[1]["result"]["content"][0]["text"]) == 15 << 20
+    assert answers[2]["result"] == {
+        "content": [
+            {
+                "type": "text",
+                "text": "the environment's answer to this step exceeded 16 MiB; "
+                "the episode is over",
+            }
+        ],
+        "isError": True,
+    }
+    assert answers[3]["error"]["code"] == INVALID_PARAMS
+    assert len(steps) == 3 and episode.reward == pytest.approx(1.0)
+
+
+async def test_under_the_tool_loop_too_big_an_answer_is_agent_error_too() -> None:
+    """The other door: the tool loop's `step` tool (the same session) raises the policy's
+    error, which ends the rollout `agent_error`, scored."""
+
+    async def printing(frame: dict[str, Any]) -> dict[str, Any]:
+        return printed(17)
+
+    episode = Episode()
+    async with scripted_env(printing) as url, aiohttp.ClientSession() as http:
+        session = await open_session(http, url, 5, {}, episode)
+        tool = StepTool(session, episode, {"properties": {"n": {"type": "integer"}}})
+        with pytest.raises(AgentError) as raised:
+            await tool.call(None, {"n": 1}, limit_s=5, max_chars=1000)
+        await session.close()
+    assert raised.value.cause == "openenv_answer_too_large"
+
+
+async def test_too_big_an_answer_to_a_listing_is_the_environments() -> None:
+    """No action of the policy's made `tools/list` big: infra, as before."""
+
+    async def listing(frame: dict[str, Any]) -> dict[str, Any]:
+        return {"type": "mcp", "data": {"result": {"tools": [], "pad": "x" * (17 << 20)}}}
+
+    async with scripted_env(listing) as url:
+        with pytest.raises(InfraError) as raised:
+            async with served_tools(url, 5, {}, Episode(), (30, 3)) as tools:
+                await McpServer(tools).answer({"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+    assert raised.value.cause == "openenv_connection_lost"

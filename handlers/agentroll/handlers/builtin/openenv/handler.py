@@ -27,6 +27,8 @@ Whose fault a failure is:
   server answers `VALIDATION_ERROR`), or that does not fit the action schema: an error
   answer to that call, which the policy can correct; too many in a row end the rollout as
   `agent_error` (`invalid_tool_calls`), still scored;
+- a `step` whose answer is over 16 MiB (a tool of the policy's printed that much): the
+  policy's doing, `agent_error` (`openenv_answer_too_large`), scored with the rewards so far;
 - a `step` is awaited `timeout_s` plus the environment's own 30 s bound on a tool call, so
   the environment's `timeout` answer (the policy's slow call) always arrives first;
 - the WebSocket dropped or closed by the server, no answer within `timeout_s`, any other error

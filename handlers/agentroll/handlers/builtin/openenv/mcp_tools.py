@@ -38,7 +38,7 @@ RESULT_TOOL_ERRORS = ("execution_error", "timeout")
 class OpenEnvTools:
     """The `ToolSource` of one session; the first infrastructure failure is kept in
     `failure` (and raised when the session closes), the policy's breaking of the tool loop's
-    rules (too many invalid calls in a row) in `misconduct`.
+    rules (too many invalid calls in a row, a call whose answer is too big) in `misconduct`.
 
     The tool loop's limits hold here too: at most `max_steps` steps (the job's turn limit),
     and after `max_invalid_in_a_row` refused calls in a row no further step is taken."""
@@ -85,6 +85,9 @@ class OpenEnvTools:
             self.steps += 1
             try:
                 result = await self._step(name, arguments)
+            except AgentError as exc:  # the policy's call ended the session (too big an answer)
+                self.misconduct = self.misconduct or exc
+                return text_result(str(exc), is_error=True)
             except ToolRefused:
                 self.invalid_in_a_row += 1
                 if self.invalid_in_a_row >= self.max_invalid_in_a_row:

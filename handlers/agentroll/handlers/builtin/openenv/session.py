@@ -5,7 +5,8 @@ own bound on one tool call (`ENVIRONMENT_TOOL_BOUND_S`): its own timeout answer 
 policy's call earned) always arrives before agentroll gives up. A dropped WebSocket, no answer
 in time or an answer of an unexpected type is `InfraError` (`openenv_connection_lost`,
 `openenv_timeout`, `openenv_error`), as is a reward that is not a finite number
-(`openenv_bad_reward`).
+(`openenv_bad_reward`). A `step` answer over `MAX_FRAME_BYTES` is the policy's action's doing
+(`AgentError`, `openenv_answer_too_large`): the episode ends, scored.
 """
 
 import asyncio
@@ -16,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+from aiohttp import WebSocketError, WSCloseCode
 
-from agentroll.handlers.errors import InfraError
+from agentroll.handlers.errors import AgentError, InfraError
 
 MAX_FRAME_BYTES = 16 << 20
 ENVIRONMENT_TOOL_BOUND_S = 30.0
@@ -72,6 +74,14 @@ class Session:
             ) from None
         except (aiohttp.ClientError, ConnectionError) as exc:
             raise InfraError(f"{kind}: {exc}", cause="openenv_connection_lost") from exc
+        if kind == "step" and too_big(message):
+            # What the policy's action made the environment say (e.g. a tool printing 20 MB):
+            # the policy's doing, scored with the rewards so far; the session is gone.
+            raise AgentError(
+                f"the environment's answer to this step exceeded {MAX_FRAME_BYTES >> 20} MiB; "
+                "the episode is over",
+                cause="openenv_answer_too_large",
+            )
         if message.type != aiohttp.WSMsgType.TEXT:
             raise InfraError(
                 f"the environment's WebSocket dropped during {kind} ({message.type.name})",
@@ -96,6 +106,12 @@ class Session:
                 await self.ws.send_str(json.dumps({"type": "close"}))
                 await self.ws.receive(timeout=self.timeout_s)
         await self.ws.close()
+
+
+def too_big(message: aiohttp.WSMessage) -> bool:
+    """A frame over `MAX_FRAME_BYTES` (aiohttp then closes the WebSocket)."""
+    error = message.data if message.type == aiohttp.WSMsgType.ERROR else None
+    return isinstance(error, WebSocketError) and error.code == WSCloseCode.MESSAGE_TOO_BIG
 
 
 async def open_session(
