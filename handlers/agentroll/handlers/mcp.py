@@ -52,15 +52,18 @@ class McpServer:
         params = message.get("params")
         params = params if isinstance(params, dict) else {}
         try:
-            return {"jsonrpc": "2.0", "id": ident, "result": await self._result(method, params)}
+            result = await self._result(method, params)
         except ToolRefused as exc:
             return error(ident, INVALID_PARAMS, str(exc))
-        except LookupError:
-            return error(ident, METHOD_NOT_FOUND, f"method not found: {str(method)[:100]}")
         except InfraError as exc:
             return error(ident, INTERNAL_ERROR, f"the tools are unavailable: {exc}")
+        if result is None:
+            return error(ident, METHOD_NOT_FOUND, f"method not found: {str(method)[:100]}")
+        return {"jsonrpc": "2.0", "id": ident, "result": result}
 
-    async def _result(self, method: Any, params: dict[str, Any]) -> dict[str, Any]:
+    async def _result(self, method: Any, params: dict[str, Any]) -> dict[str, Any] | None:
+        """The method's result; None for a method this server does not serve (an exception
+        of the tool source is never mistaken for one)."""
         if method == "initialize":
             return {
                 "protocolVersion": params.get("protocolVersion") or PROTOCOL_VERSION,
@@ -76,7 +79,7 @@ class McpServer:
             if not isinstance(name, str) or not isinstance(arguments, dict):
                 raise ToolRefused("tools/call needs a tool `name` and `arguments` (an object)")
             return await self.tools.call_tool(name, arguments)
-        raise LookupError(method)
+        return None
 
 
 def error(ident: Any, code: int, message: str) -> dict[str, Any]:

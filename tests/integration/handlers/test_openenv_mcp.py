@@ -72,6 +72,9 @@ if os.environ.get("MISTAKES"):
     bad = rpc("tools/call", name="teleport", arguments={})["error"]
     say("teleport", bad["code"], bad["message"][:80])
     guess(42)
+if os.environ.get("NAP"):  # slower than the environment's own bound on a tool call
+    nap = rpc("tools/call", name="nap", arguments={"seconds": 45})["result"]
+    say("nap", "isError" if nap["isError"] else "ok", nap["content"][0]["text"][:80])
 if os.environ.get("PARALLEL"):  # four calls at once, as a harness's parallel tool calls
     from concurrent.futures import ThreadPoolExecutor
     def text(n):
@@ -137,7 +140,7 @@ async def test_a_harness_lists_and_calls_the_environments_tools_and_earns_its_re
         "server openenv True",
         "initialized 202",
         "keyless 401",
-        "tools ['guess']",
+        "tools ['guess', 'nap']",
         "guess 5 ok higher",
         "guess 8 ok lower",
         "guess 6 ok higher",
@@ -189,6 +192,27 @@ async def test_a_harness_lists_and_calls_the_environments_tools_and_earns_its_re
         "get 405",
     ]
     assert emitted(probe) == [None] and probe.reward == 0.0
+
+
+async def test_a_tool_the_environment_times_out_itself_is_the_policys_slow_call(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """openenv-core bounds a tool call at 30 s and answers `timeout`; agentroll waits that
+    bound past the instance's `timeout_s` (5 s here), so the answer arrives: a failed result
+    the policy's call earned, the step rewarded as the environment chose, the rollout ok."""
+    async with guess_mcp_server() as env:
+        slow = job("nap", env.url, {"target": 5}, "NAP")
+        slow["instance"]["server"]["timeout_s"] = 5
+        results = await run(agentroll_server, tmp_path, [slow])
+
+    nap = results["nap"]
+    assert nap.outcome is Outcome.ok, nap.error
+    assert said(nap)[4:] == [
+        "nap isError timeout: Tool 'nap' timed out after 30.0 seconds",
+        "guess 5 ok correct",
+    ]
+    assert emitted(nap) == [None, -0.1, 1.0]
+    assert nap.reward == pytest.approx(0.9)
 
 
 async def test_the_environment_dying_under_a_harness_is_infra_error(

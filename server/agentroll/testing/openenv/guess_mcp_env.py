@@ -1,14 +1,15 @@
-"""The guessing game as an OpenEnv MCP environment: its one tool, `guess`, behind openenv-core's
-own server (`MCPEnvironment`, a FastMCP server in the environment's process).
+"""The guessing game as an OpenEnv MCP environment: its tools, `guess` and `nap`, behind
+openenv-core's own server (`MCPEnvironment`, a FastMCP server in the environment's process).
 
 Run in the openenv environment (`server.py`), never imported by agentroll:
 `python -m uvicorn guess_mcp_env:app`. Reset with `{"target": 1-10}` (`"crash_on_step": true`
 for an environment whose process dies at the first step). `guess(n)` answers `higher`,
-`lower` or `correct` (1 to 10; anything else raises); as with `guess_env`, each `call_tool`
-step is rewarded -0.1, and 1.0 with `done` when correct. Rewards come only through `step`:
-MCP's own `tools/call` carries none.
+`lower` or `correct` (1 to 10; anything else raises); `nap(seconds)` sleeps; as with
+`guess_env`, each `call_tool` step is rewarded -0.1, and 1.0 with `done` when correct.
+Rewards come only through `step`: MCP's own `tools/call` carries none.
 """
 
+import asyncio
 import os
 import uuid
 from typing import Any
@@ -34,6 +35,12 @@ class GuessMcpEnv(MCPEnvironment):
                 "correct" if n == self._target else "higher" if n < self._target else "lower"
             )
             return self._last
+
+        @mcp.tool
+        async def nap(seconds: float) -> str:
+            """Sleep, then say so (past openenv-core's 30 s bound, its `timeout` answer)."""
+            await asyncio.sleep(seconds)
+            return "rested"
 
         super().__init__(mcp)
         self._state = State(episode_id=None, step_count=0)

@@ -27,6 +27,10 @@ Whose fault a failure is:
   server answers `VALIDATION_ERROR`), or that does not fit the action schema: an error
   answer to that call, which the policy can correct; too many in a row end the rollout as
   `agent_error` (`invalid_tool_calls`), still scored;
+- a `step` whose answer is over 16 MiB (a tool of the policy's printed that much): the
+  policy's doing, `agent_error` (`openenv_answer_too_large`), scored with the rewards so far;
+- a `step` is awaited `timeout_s` plus the environment's own 30 s bound on a tool call, so
+  the environment's `timeout` answer (the policy's slow call) always arrives first;
 - the WebSocket dropped or closed by the server, no answer within `timeout_s`, any other error
   frame (`EXECUTION_ERROR`: the environment's step raised; a session that could not be
   made), a schema that cannot be read, a reward that is not a number: `infra_error`
@@ -166,11 +170,15 @@ class OpenEnvHandler(ToolAgentHandler):
         )
 
     def mcp_tools(self, ctx: RolloutContext) -> AbstractAsyncContextManager[ToolSource]:
-        """Under a harness: the environment's MCP tools, one session for the harness's run."""
+        """Under a harness: the environment's MCP tools, one session for the harness's run,
+        within the tool loop's step budget and invalid-call rule."""
         task = self.task(ctx)
         episode = ctx.state[EPISODE_KEY] = Episode()
         url = str(task.server.url).rstrip("/")
-        return served_tools(url, task.server.timeout_s, task.reset, episode)
+        config = self.agent_config(ctx)
+        max_steps = min(config.max_turns or ctx.limits.max_turns, ctx.limits.max_turns)
+        limits = (max_steps, config.max_consecutive_errors)
+        return served_tools(url, task.server.timeout_s, task.reset, episode, limits)
 
     async def grade(self, ctx: RolloutContext, result: AgentResult) -> Reward:
         """The environment's rewards, under any agent (what the policy said is not graded)."""

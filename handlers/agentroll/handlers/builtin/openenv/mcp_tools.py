@@ -13,6 +13,10 @@ with `isError`; a call after the episode is done is answered so, without a step.
 WebSocket, an unexpected error frame or a `transport_error` is the environment's: the call is
 answered `INTERNAL_ERROR`, every later one too, and the rollout ends `infra_error` when the
 harness's run ends.
+
+The tool loop's limits hold: past the step budget (the job's `max_turns`) a call is answered
+with `isError` and takes no step; after `max_consecutive_errors` refused calls in a row no
+call takes a step, and the rollout ends `agent_error` (`invalid_tool_calls`), still scored.
 """
 
 import asyncio
@@ -24,7 +28,7 @@ from typing import Any
 import aiohttp
 
 from agentroll.handlers.builtin.openenv.session import Episode, Session, open_session
-from agentroll.handlers.errors import InfraError
+from agentroll.handlers.errors import AgentError, InfraError
 from agentroll.handlers.mcp import ToolRefused
 
 POLICY_TOOL_ERRORS = ("tool_not_found", "invalid_args")
@@ -33,45 +37,85 @@ RESULT_TOOL_ERRORS = ("execution_error", "timeout")
 
 class OpenEnvTools:
     """The `ToolSource` of one session; the first infrastructure failure is kept in
-    `failure` (and raised when the session closes)."""
+    `failure` (and raised when the session closes), the policy's breaking of the tool loop's
+    rules (too many invalid calls in a row, a call whose answer is too big) in `misconduct`.
+
+    The tool loop's limits hold here too: at most `max_steps` steps (the job's turn limit),
+    and after `max_invalid_in_a_row` refused calls in a row no further step is taken."""
 
     name = "openenv"
 
-    def __init__(self, session: Session, episode: Episode) -> None:
+    def __init__(
+        self, session: Session, episode: Episode, max_steps: int, max_invalid_in_a_row: int
+    ) -> None:
         self.session = session
         self.episode = episode
+        self.max_steps = max_steps
+        self.max_invalid_in_a_row = max_invalid_in_a_row
+        self.steps = 0
+        self.invalid_in_a_row = 0
         self.failure: InfraError | None = None
+        self.misconduct: AgentError | None = None
         # A harness may call tools in parallel; the session answers one frame at a time.
         self.turn = asyncio.Lock()
 
     async def list_tools(self) -> list[dict[str, Any]]:
         async with self.turn:
-            return await self._list_tools()
+            answer = await self._ask("mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
+            try:
+                tools = answer["data"]["result"]["tools"]
+                if answer["type"] != "mcp" or not isinstance(tools, list):
+                    raise TypeError("no list of tools")
+                return [mcp_tool(t) for t in tools if isinstance(t, dict)]
+            except (KeyError, AttributeError, TypeError) as exc:
+                raise self._fail(f"tools/list: {exc!r}: {json.dumps(answer)[:500]}") from exc
 
     async def call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        """One step per call, in the order the calls arrive (`done` checked in turn)."""
+        """One step per call, in the order the calls arrive (`done` and the limits checked in
+        turn)."""
         async with self.turn:
-            return await self._call_tool(name, arguments)
+            if self.episode.done:
+                return text_result("The episode is over.", is_error=True)
+            if self.misconduct is not None:
+                raise ToolRefused(f"{self.misconduct}: no more steps are taken")
+            if self.steps >= self.max_steps:
+                return text_result(
+                    f"The step budget is spent ({self.max_steps} steps).", is_error=True
+                )
+            self.steps += 1
+            try:
+                result = await self._step(name, arguments)
+            except AgentError as exc:  # the policy's call ended the session (too big an answer)
+                self.misconduct = self.misconduct or exc
+                return text_result(str(exc), is_error=True)
+            except ToolRefused:
+                self.invalid_in_a_row += 1
+                if self.invalid_in_a_row >= self.max_invalid_in_a_row:
+                    self.misconduct = AgentError(
+                        f"{self.invalid_in_a_row} invalid tool calls in a row",
+                        cause="invalid_tool_calls",
+                        finish_reason="tool_errors",
+                    )
+                raise
+            self.invalid_in_a_row = 0
+            return result
 
-    async def _list_tools(self) -> list[dict[str, Any]]:
-        answer = await self._ask("mcp", {"jsonrpc": "2.0", "id": 1, "method": "tools/list"})
-        result = (answer.get("data") or {}).get("result")
-        tools = result.get("tools") if isinstance(result, dict) else None
-        if answer.get("type") != "mcp" or not isinstance(tools, list):
-            raise self._fail(f"tools/list: {json.dumps(answer)[:500]}", "openenv_error")
-        return [mcp_tool(t) for t in tools if isinstance(t, dict)]
-
-    async def _call_tool(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-        if self.episode.done:
-            return text_result("The episode is over.", is_error=True)
+    async def _step(self, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
         action = {"type": "call_tool", "tool_name": name, "arguments": arguments}
         answer = await self._ask("step", action)
+        try:
+            return self._step_result(name, answer)
+        except (KeyError, AttributeError, TypeError) as exc:
+            # The environment's answer is not the shape its protocol promises.
+            raise self._fail(f"step: {exc!r}: {json.dumps(answer)[:1000]}") from exc
+
+    def _step_result(self, name: str, answer: dict[str, Any]) -> dict[str, Any]:
         data = answer.get("data") or {}
         if answer["type"] == "error":
             if data.get("code") == "VALIDATION_ERROR":
                 self.episode.invalid_actions += 1
                 raise ToolRefused(f"invalid call: {json.dumps(data.get('errors'))[:1000]}")
-            raise self._fail(f"step failed: {json.dumps(data)[:1000]}", "openenv_error")
+            raise self._fail(f"step failed: {json.dumps(data)[:1000]}")
         try:
             self.episode.add(data)
         except InfraError as exc:
@@ -85,7 +129,7 @@ class OpenEnvTools:
                 self.episode.invalid_actions += 1
                 raise ToolRefused(f"{kind}: {message}")
             if kind not in RESULT_TOOL_ERRORS:
-                raise self._fail(f"tool {name}: {kind}: {message}", "openenv_error")
+                raise self._fail(f"tool {name}: {kind}: {message}")
             return text_result(f"{kind}: {message}", is_error=True)
         return call_result(observation.get("result"))
 
@@ -98,8 +142,16 @@ class OpenEnvTools:
             self.failure = exc
             raise
 
-    def _fail(self, message: str, cause: str) -> InfraError:
-        self.failure = self.failure or InfraError(message, cause=cause)
+    async def close(self) -> None:
+        """The session's closing handshake, or, with a step still in flight (the harness's run
+        ended under it), the WebSocket closed at once: a second receive is not allowed."""
+        if self.turn.locked():
+            await self.session.ws.close()
+        else:
+            await self.session.close()
+
+    def _fail(self, message: str) -> InfraError:
+        self.failure = self.failure or InfraError(message, cause="openenv_error")
         return self.failure
 
 
@@ -136,16 +188,31 @@ def text_result(text: str, *, is_error: bool = False) -> dict[str, Any]:
 
 @contextlib.asynccontextmanager
 async def served_tools(
-    url: str, timeout_s: float, reset: dict[str, Any], episode: Episode
+    url: str,
+    timeout_s: float,
+    reset: dict[str, Any],
+    episode: Episode,
+    limits: tuple[int, int],
 ) -> AsyncIterator[OpenEnvTools]:
-    """A session reset and ready for the harness; closed on leaving, its first
-    infrastructure failure then raised (it outranks how the harness ended)."""
+    """A session reset and ready for the harness (`limits`: its step budget and invalid calls
+    in a row allowed); closed on leaving. When the harness's run ended (normally or by an
+    exception, never by a cancellation), the first infrastructure failure is raised (it
+    outranks how the harness ended), else the policy's misconduct."""
     async with aiohttp.ClientSession(trust_env=False) as http:
         session = await open_session(http, url, timeout_s, reset, episode)
-        tools = OpenEnvTools(session, episode)
+        tools = OpenEnvTools(session, episode, *limits)
         try:
             yield tools
-        finally:
-            await session.close()
+        except Exception:
+            await tools.close()
             if tools.failure is not None:
-                raise tools.failure
+                raise tools.failure from None
+            raise
+        except BaseException:
+            await tools.close()
+            raise
+        await tools.close()
+        if tools.failure is not None:
+            raise tools.failure
+        if tools.misconduct is not None:
+            raise tools.misconduct

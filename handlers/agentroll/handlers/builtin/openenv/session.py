@@ -1,8 +1,12 @@
 """One OpenEnv session over the server's WebSocket (`/ws`), and the episode it plays.
 
-Every frame is answered within `timeout_s`; a dropped WebSocket, no answer in time or an
-answer of an unexpected type is `InfraError` (`openenv_connection_lost`, `openenv_timeout`,
-`openenv_error`), as is a reward that is not a finite number (`openenv_bad_reward`).
+Every frame is answered within `timeout_s`, a `step` within `timeout_s` plus the environment's
+own bound on one tool call (`ENVIRONMENT_TOOL_BOUND_S`): its own timeout answer (a result the
+policy's call earned) always arrives before agentroll gives up. A dropped WebSocket, no answer
+in time or an answer of an unexpected type is `InfraError` (`openenv_connection_lost`,
+`openenv_timeout`, `openenv_error`), as is a reward that is not a finite number
+(`openenv_bad_reward`). A `step` answer over `MAX_FRAME_BYTES` is the policy's action's doing
+(`AgentError`, `openenv_answer_too_large`): the episode ends, scored.
 """
 
 import asyncio
@@ -13,10 +17,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+from aiohttp import WebSocketError, WSCloseCode
 
-from agentroll.handlers.errors import InfraError
+from agentroll.handlers.errors import AgentError, InfraError
 
 MAX_FRAME_BYTES = 16 << 20
+ENVIRONMENT_TOOL_BOUND_S = 30.0
+"""openenv-core's own limit on one MCP tool call (`MCP_TOOL_CALL_TIMEOUT`), after which it
+answers the step with a `timeout` error: the slowness is then the policy's (its call)."""
 
 
 @dataclass
@@ -49,20 +57,31 @@ class Session:
     def __init__(self, ws: aiohttp.ClientWebSocketResponse, timeout_s: float) -> None:
         self.ws = ws
         self.timeout_s = timeout_s
+        # Strictly longer than the environment's bound, so its timeout answer comes first.
+        self.step_wait_s = timeout_s + ENVIRONMENT_TOOL_BOUND_S
 
     async def ask(
         self, kind: str, data: dict[str, Any], answers: tuple[str, ...] = ("observation", "error")
     ) -> dict[str, Any]:
         """The answer frame (of a type in `answers`) to one `reset` / `step` / `mcp` frame."""
+        wait_s = self.step_wait_s if kind == "step" else self.timeout_s
         try:
             await self.ws.send_str(json.dumps({"type": kind, "data": data}))
-            message = await self.ws.receive(timeout=self.timeout_s)
+            message = await self.ws.receive(timeout=wait_s)
         except TimeoutError:
             raise InfraError(
-                f"no answer to {kind} within {self.timeout_s:g} s", cause="openenv_timeout"
+                f"no answer to {kind} within {wait_s:g} s", cause="openenv_timeout"
             ) from None
         except (aiohttp.ClientError, ConnectionError) as exc:
             raise InfraError(f"{kind}: {exc}", cause="openenv_connection_lost") from exc
+        if kind == "step" and too_big(message):
+            # What the policy's action made the environment say (e.g. a tool printing 20 MB):
+            # the policy's doing, scored with the rewards so far; the session is gone.
+            raise AgentError(
+                f"the environment's answer to this step exceeded {MAX_FRAME_BYTES >> 20} MiB; "
+                "the episode is over",
+                cause="openenv_answer_too_large",
+            )
         if message.type != aiohttp.WSMsgType.TEXT:
             raise InfraError(
                 f"the environment's WebSocket dropped during {kind} ({message.type.name})",
@@ -87,6 +106,12 @@ class Session:
                 await self.ws.send_str(json.dumps({"type": "close"}))
                 await self.ws.receive(timeout=self.timeout_s)
         await self.ws.close()
+
+
+def too_big(message: aiohttp.WSMessage) -> bool:
+    """A frame over `MAX_FRAME_BYTES` (aiohttp then closes the WebSocket)."""
+    error = message.data if message.type == aiohttp.WSMsgType.ERROR else None
+    return isinstance(error, WebSocketError) and error.code == WSCloseCode.MESSAGE_TOO_BIG
 
 
 async def open_session(
