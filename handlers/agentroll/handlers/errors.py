@@ -12,6 +12,7 @@ modules that raise them re-export their names, so older import paths such as
     │   ├── VerifierFailed             a verifier gave no usable reward (alias VerifierFailure)
     │   │   └── SeedFailure            a resources server's `/seed_session` failed
     │   ├── VerifiersSetupError        a verifiers environment could not be installed
+    │   ├── CallFailed                 an openreward call got no usable answer (blamed by a control)
     │   └── VerifiersRewardFailed      a verifiers taskset's reward code gave no reward
     ├── RegistryError(HandlerError, LookupError)
     │   ├── UnknownHandlerError(RegistryError, KeyError)
@@ -225,3 +226,9 @@ class Unconfinable(HandlerError, RuntimeError):
 class ToolRefused(HandlerError):
     """A tool call over MCP that cannot run (no such tool, arguments that do not fit): the
     policy's doing, answered as a JSON-RPC error and scored."""
+
+
+class CallFailed(InfraError):
+    """An openreward environment gave no usable answer to what was asked: none within
+    `timeout_s`, one over its size bound, or (a tool call) the tool raised. A tool call's
+    failure is blamed by the handler's control; any other stays infra."""

@@ -31,16 +31,11 @@ from typing import Any
 
 import aiohttp
 
-from agentroll.handlers.errors import InfraError
+from agentroll.handlers.errors import CallFailed, InfraError
 
 MAX_ANSWER_BYTES = 16 << 20
 STARTING_RETRY_S = 0.5
 LINE_END = re.compile(r"\r\n|\r|\n")
-
-
-class CallFailed(InfraError):
-    """No usable answer to what was asked: none within `timeout_s`, one over
-    `MAX_ANSWER_BYTES`, or (a tool call) the tool raised."""
 
 
 def sse_events(body: str) -> list[tuple[str, str]]:
