@@ -19,6 +19,10 @@ of these refusals stops the proxy: a flood is the harness's own doing. The call 
 (calls, sampled tokens, time) are checked as each call arrives: a call past a cap is refused
 with 403 and the proxy stops with kind `limit`; a backend the proxy cannot reach stops it
 with kind `infra` (503). The handler watches `wait_stopped()` to end the harness.
+
+One module, though over 500 lines: admission, the caps and every route read and change the
+same per-rollout state (calls, reservations, the stop), and one request's path reads top
+to bottom here; the wire formats, chains and transport already live in their own modules.
 """
 
 import asyncio
