@@ -12,6 +12,10 @@ environment server speak it).
   whose data, joined, are `RunToolOutput` JSON (`{ok: true, output: ToolOutput}` with
   `ToolOutput = {blocks, metadata, reward, finished}`, or `{ok: false, error, reason}`); an
   `error` event instead when the environment's tool raised.
+- `POST /ping` (header `X-Session-ID`): keeps the session alive. The server reaps a session
+  nothing has reached for a while (openreward's own server: 15 minutes; its hosted gateway
+  sooner), so an open session is pinged every `PING_INTERVAL_S`, as the SDK does, and a long
+  policy turn does not cost the episode.
 - `POST /delete`, `POST /delete_session`: the environment is torn down.
 
 Every request is bounded by `timeout_s` and its answer by `MAX_ANSWER_BYTES`. What goes wrong
@@ -35,6 +39,7 @@ from agentroll.handlers.errors import CallFailed, InfraError
 
 MAX_ANSWER_BYTES = 16 << 20
 STARTING_RETRY_S = 0.5
+PING_INTERVAL_S = 10.0  # the SDK's cadence
 LINE_END = re.compile(r"\r\n|\r|\n")
 
 
@@ -73,6 +78,7 @@ class OpenRewardSession:
         self.env_name = env_name
         self.timeout_s = timeout_s
         self.sid = ""
+        self.keepalive: asyncio.Task[None] | None = None
 
     async def request(self, method: str, path: str, body: Any = None) -> tuple[int, str]:
         """(status, text) of one request, within `timeout_s`; 5xx and dropped connections
@@ -162,7 +168,16 @@ class OpenRewardSession:
                 self.sid = data.strip()
         if not self.sid:
             raise InfraError("/create_session named no session", cause="openreward_error")
+        self.keepalive = asyncio.create_task(self.ping_while_open())
         await self.json("POST", "/create", {"env_name": self.env_name, **create})
+
+    async def ping_while_open(self) -> None:
+        """`/ping` every `PING_INTERVAL_S` until `close`. A ping that fails is not an error
+        of its own: a session the server has lost fails the episode's next real request."""
+        while True:
+            await asyncio.sleep(PING_INTERVAL_S)
+            with contextlib.suppress(InfraError):
+                await self.request("POST", "/ping")
 
     async def prompt(self) -> list[dict[str, Any]]:
         blocks = await self.json("GET", f"/{self.env_name}/prompt")
@@ -210,6 +225,10 @@ class OpenRewardSession:
     async def close(self) -> None:
         """Tear the environment down (`/delete`, then `/delete_session`), each within
         `timeout_s`; a server already gone has nothing left to release."""
+        if self.keepalive is not None:
+            self.keepalive.cancel()
+            await asyncio.wait([self.keepalive])  # a cancel of close itself still propagates
+            self.keepalive = None
         if not self.sid:
             return
         for path in ("/delete", "/delete_session"):
