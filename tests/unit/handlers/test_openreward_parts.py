@@ -8,12 +8,12 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from agentroll.handlers.builtin.control import empty_arguments
 from agentroll.handlers.builtin.openreward.handler import (
     Call,
     Episode,
     OpenRewardInstance,
     bad_reward,
-    empty_arguments,
 )
 from agentroll.handlers.builtin.openreward.wire import sse_events
 

@@ -29,6 +29,15 @@ from agentroll.handlers.context import Reward
 from agentroll.handlers.errors import InfraError
 
 MAX_ENTRIES = 4096
+EMPTY_BY_TYPE: dict[str, Any] = {
+    "string": "",
+    "integer": 0,
+    "number": 0,
+    "boolean": False,
+    "array": [],
+    "object": {},
+}
+"""Each JSON-schema type's empty value: the control answer where nothing better is known."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,3 +127,20 @@ def blamed(
         ) from failure
     blame = {"reason": reason, "failure": str(failure)[-2000:], "failure_cause": failure.cause}
     return Reward(0.0, {**info, **blame, "control": control.info()})
+
+
+def empty_arguments(schema: dict[str, Any]) -> dict[str, Any]:
+    """The empty answer to a JSON object `schema` (a tool's arguments, an action): each
+    required argument its type's empty value (a number its `minimum`, where the schema sets
+    one)."""
+    properties = schema.get("properties") or {}
+    out: dict[str, Any] = {}
+    for name in schema.get("required") or []:
+        prop = properties.get(name) if isinstance(properties, dict) else None
+        prop = prop if isinstance(prop, dict) else {}
+        kind = prop.get("type")
+        value = EMPTY_BY_TYPE.get(kind) if isinstance(kind, str) else None
+        if kind in ("integer", "number") and isinstance(prop.get("minimum"), int | float):
+            value = prop["minimum"]
+        out[name] = value
+    return out

@@ -48,7 +48,13 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, model_validator
 
 from agentroll.handlers.agent import AgentLoop, Tool, ToolAgentHandler
 from agentroll.handlers.base import parsed_instance
-from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
+from agentroll.handlers.builtin.control import (
+    CONTROLS,
+    ControlResult,
+    blamed,
+    content_key,
+    empty_arguments,
+)
 from agentroll.handlers.builtin.openreward.wire import CallFailed, OpenRewardSession
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.handlers.errors import InfraError
@@ -68,14 +74,6 @@ POLICY_REASONS = frozenset({"not_found", "input_validation", "bad_input_shape", 
 PASSING_CAUSES = frozenset(
     {"openreward_timeout", "openreward_unreachable", "openreward_connection_lost"}
 )
-EMPTY_BY_TYPE: dict[str, Any] = {
-    "string": "",
-    "integer": 0,
-    "number": 0,
-    "boolean": False,
-    "array": [],
-    "object": {},
-}
 
 
 class ServerSpec(BaseModel):
@@ -241,22 +239,6 @@ def env_tool(spec: Any) -> type[EnvTool]:
         description = str(spec.get("description") or "")
 
     return Listed
-
-
-def empty_arguments(schema: dict[str, Any]) -> dict[str, Any]:
-    """The empty answer: each required argument its type's empty value (a number its
-    `minimum`, where the schema sets one)."""
-    properties = schema.get("properties") or {}
-    out: dict[str, Any] = {}
-    for name in schema.get("required") or []:
-        prop = properties.get(name) if isinstance(properties, dict) else None
-        prop = prop if isinstance(prop, dict) else {}
-        kind = prop.get("type")
-        value = EMPTY_BY_TYPE.get(kind) if isinstance(kind, str) else None
-        if kind in ("integer", "number") and isinstance(prop.get("minimum"), int | float):
-            value = prop["minimum"]
-        out[name] = value
-    return out
 
 
 async def control(
