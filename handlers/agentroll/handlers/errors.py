@@ -13,6 +13,7 @@ modules that raise them re-export their names, so older import paths such as
     │   │   └── SeedFailure            a resources server's `/seed_session` failed
     │   ├── VerifiersSetupError        a verifiers environment could not be installed
     │   ├── CallFailed                 an openreward call got no usable answer (blamed by a control)
+    │   ├── StepFailed                 an OpenEnv step got no answer (blamed by a replayed control)
     │   └── VerifiersRewardFailed      a verifiers taskset's reward code gave no reward
     ├── RegistryError(HandlerError, LookupError)
     │   ├── UnknownHandlerError(RegistryError, KeyError)
@@ -36,7 +37,7 @@ when it escapes a stage (`classify_error`: AgentError -> agent_error, any other 
 """
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from agentroll.handlers.builtin.harbor.verify import VerifierRun
@@ -232,3 +233,13 @@ class CallFailed(InfraError):
     """An openreward environment gave no usable answer to what was asked: none within
     `timeout_s`, one over its size bound, or (a tool call) the tool raised. A tool call's
     failure is blamed by the handler's control; any other stays infra."""
+
+
+class StepFailed(InfraError):
+    """An OpenEnv environment gave no answer to a `step`: its step raised (`EXECUTION_ERROR`),
+    none came within the step's bound, or the WebSocket dropped. `action` is the step's; the
+    handler blames it by replaying the episode to a control (`openenv.replay`)."""
+
+    def __init__(self, message: str, action: dict[str, Any], *, cause: str) -> None:
+        super().__init__(message, cause=cause)
+        self.action = action

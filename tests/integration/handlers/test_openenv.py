@@ -2,11 +2,15 @@
 server (started here, in its own virtual environment) serving a guessing game
 (`agentroll.testing.openenv.guess_env`), driven over its WebSocket protocol by the scripted
 policy `openenv_guess`. Rewards and observations are what the environment emitted; an
-invalid action is the policy's doing; a dropped WebSocket is infra_error."""
+invalid action is the policy's doing; a step the environment fails on is blamed by a replayed
+control: the policy's action if the environment answers a control in its place, else
+infra_error (a broken environment, a dropped WebSocket)."""
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from tests.conftest import ServerFactory
 from tests.integration.handlers.harness import rollout_service, run_jobs, scripted_backend
@@ -116,6 +120,79 @@ async def test_a_dropped_websocket_a_failing_step_or_no_server_is_infra_error(
     assert dropped.outcome is Outcome.infra_error and dropped.reward is None
     assert dropped.error is not None and dropped.error.type == "openenv_connection_lost"
     assert "dropped during step" in dropped.error.message
+    # The control failed too: the step raises on the empty guess as well, and the dead
+    # server cannot be reached.
+    assert "fails on the control answer too" in raises.error.message
+    assert "EXECUTION_ERROR" in raises.error.message.split("control answer too")[1]
+    assert "cannot open" in dropped.error.message.split("control answer too")[1]
     unreachable = results["unreachable"]
     assert unreachable.outcome is Outcome.infra_error and unreachable.reward is None
     assert unreachable.error is not None and unreachable.error.type == "openenv_error"
+
+
+async def sessions(env_url: str) -> dict[str, int]:
+    async with httpx.AsyncClient(base_url=env_url, timeout=30) as http:
+        return dict((await http.get("/sessions")).json())
+
+
+async def test_a_step_one_action_makes_fail_is_the_policys_when_a_replayed_control_passes(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """The environment's `step` raises on one guess only (`raise_on_guess`): replayed in a
+    fresh session, the episode fails again on that guess, and replayed in another, the empty
+    guess (1) is answered in its place, so the action was the policy's doing: agent_error
+    with the rewards so far (its escape from a low reward closed). Beside it, an honest
+    episode on the same server is ok, and an environment whose every step raises is still
+    infra_error (the test above)."""
+    async with guess_server() as env:
+        before = await sessions(env.url)
+        results = await run(
+            agentroll_server,
+            tmp_path,
+            [
+                # binary search 5 (higher), 8 (lower), then 6 raises
+                job("chokes", env.url, {"target": 7, "raise_on_guess": 6}),
+                # the first step raises: nothing to replay but the reset
+                job("chokes-first", env.url, {"target": 4, "raise_on_guess": 5}),
+                # 5, 2, then 1 raises: the empty guess is the failing action, no control
+                job("chokes-on-empty", env.url, {"target": 1, "raise_on_guess": 1}),
+                job("honest", env.url, {"target": 7, "raise_on_guess": 9}),
+            ],
+        )
+        # Every session, the controls' too, is closed (the server tears them down after).
+        after = await sessions(env.url)
+        for _ in range(50):
+            if after["open"] == before["open"]:
+                break
+            await asyncio.sleep(0.2)
+            after = await sessions(env.url)
+
+    chokes = results["chokes"]
+    assert chokes.outcome is Outcome.agent_error, chokes.error
+    assert chokes.error is not None and chokes.error.type == "action_failed_environment"
+    assert "the guessing game chokes on 6" in chokes.error.message
+    assert feedback(chokes) == ["", "higher", "lower"]
+    assert chokes.reward == pytest.approx(-0.2)  # the penalties before the failure stay
+    info = chokes.reward_info
+    assert info["reason"] == "action_failed_environment"
+    assert info["failure_cause"] == "openenv_error" and "chokes on 6" in info["failure"]
+    assert info["control"]["passed"] is True
+    assert "chokes on 6" in info["control"]["failure_recurred"]
+    assert '{"guess": 1}' in info["control"]["detail"]
+    assert '"feedback": "higher"' in info["control"]["detail"]
+
+    first = results["chokes-first"]
+    assert first.outcome is Outcome.agent_error, first.error
+    assert first.reward == 0.0 and first.reward_info["control"]["passed"] is True
+
+    empty = results["chokes-on-empty"]
+    assert empty.outcome is Outcome.infra_error and empty.reward is None
+    assert empty.error is not None and "is the failing action" in empty.error.message
+
+    honest = results["honest"]
+    assert honest.outcome is Outcome.ok, honest.error
+    assert honest.reward == pytest.approx(0.7) and "control" not in honest.reward_info
+
+    # 4 episodes and 3 failures replayed twice each, each its own session, none left open.
+    assert after["made"] - before["made"] == 10
+    assert after["open"] == before["open"]

@@ -232,3 +232,38 @@ async def test_the_environment_dying_under_a_harness_is_infra_error(
     assert dropped.outcome is Outcome.infra_error and dropped.reward is None
     assert dropped.error is not None and dropped.error.type == "openenv_connection_lost"
     assert "dropped during step" in dropped.error.message
+
+
+async def test_a_tool_call_the_environment_fails_on_alone_is_the_policys_under_a_harness(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """The environment's `step` raises on `guess(6)` alone: the harness's call is answered
+    INTERNAL_ERROR (it then exits 1), and once it ended the episode is replayed in a fresh
+    session, `guess` with its empty arguments answered in the failing call's place: the
+    call was the policy's doing, agent_error with the rewards so far. Beside it, the same
+    server's honest episode is ok."""
+    async with guess_mcp_server() as env:
+        results = await run(
+            agentroll_server,
+            tmp_path,
+            [
+                job("chokes", env.url, {"target": 7, "raise_on_guess": 6}),
+                job("honest", env.url, {"target": 7, "raise_on_guess": 9}),
+            ],
+        )
+
+    chokes = results["chokes"]
+    assert chokes.outcome is Outcome.agent_error, chokes.error
+    assert chokes.error is not None and chokes.error.type == "action_failed_environment"
+    assert said(chokes)[4:6] == ["guess 5 ok higher", "guess 8 ok lower"]
+    assert said(chokes)[6].startswith("guess 6 error -32603")
+    assert emitted(chokes) == [None, -0.1, -0.1]
+    assert chokes.reward == pytest.approx(-0.2)
+    control = chokes.reward_info["control"]
+    assert control["passed"] is True
+    assert '"tool_name": "guess", "arguments": {"n": 0}' in control["detail"]
+    assert "chokes on 6" in chokes.reward_info["failure"]
+
+    honest = results["honest"]
+    assert honest.outcome is Outcome.ok, honest.error
+    assert honest.reward == pytest.approx(0.7)

@@ -3,9 +3,11 @@ openenv-core's own server (`MCPEnvironment`, a FastMCP server in the environment
 
 Run in the openenv environment (`server.py`), never imported by agentroll:
 `python -m uvicorn guess_mcp_env:app`. Reset with `{"target": 1-10}` (`"crash_on_step": true`
-for an environment whose process dies at the first step). `guess(n)` answers `higher`,
-`lower` or `correct` (1 to 10; anything else raises); `nap(seconds)` sleeps; as with
-`guess_env`, each `call_tool` step is rewarded -0.1, and 1.0 with `done` when correct.
+for an environment whose process dies at the first step; `"raise_on_guess": n` for one whose
+`step` raises on the call `guess(n)` alone, as an environment bug one action provokes).
+`guess(n)` answers `higher`, `lower` or `correct` (1 to 10; anything else raises);
+`nap(seconds)` sleeps; as with `guess_env`, each `call_tool` step is rewarded -0.1, and 1.0
+with `done` when correct.
 Rewards come only through `step`: MCP's own `tools/call` carries none.
 """
 
@@ -46,6 +48,7 @@ class GuessMcpEnv(MCPEnvironment):
         self._state = State(episode_id=None, step_count=0)
         self._target = 0
         self._crash = False
+        self._raise_on: int | None = None
         self._last = ""
 
     def reset(
@@ -53,12 +56,16 @@ class GuessMcpEnv(MCPEnvironment):
     ) -> Observation:
         self._target = int(kwargs.get("target", 5))
         self._crash = bool(kwargs.get("crash_on_step", False))
+        self._raise_on = kwargs.get("raise_on_guess")
         self._state = State(episode_id=episode_id or uuid.uuid4().hex, step_count=0)
         return Observation(done=False, reward=None, metadata={"prompt": "Guess 1 to 10."})
 
     async def step_async(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Any:
         if self._crash:
             os._exit(1)
+        magic = self._raise_on is not None and isinstance(action, CallToolAction)
+        if magic and action.arguments.get("n") == self._raise_on:
+            raise RuntimeError(f"the guessing game chokes on {self._raise_on}")
         self._last = ""
         observation = await super().step_async(action, timeout_s=timeout_s, **kwargs)
         if isinstance(action, CallToolAction) and isinstance(observation, CallToolObservation):

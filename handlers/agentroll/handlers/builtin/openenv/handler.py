@@ -31,10 +31,16 @@ Whose fault a failure is:
   policy's doing, `agent_error` (`openenv_answer_too_large`), scored with the rewards so far;
 - a `step` is awaited `timeout_s` plus the environment's own 30 s bound on a tool call, so
   the environment's `timeout` answer (the policy's slow call) always arrives first;
-- the WebSocket dropped or closed by the server, no answer within `timeout_s`, any other error
-  frame (`EXECUTION_ERROR`: the environment's step raised; a session that could not be
-  made), a schema that cannot be read, a reward that is not a number: `infra_error`
-  (`openenv_connection_lost`, `openenv_timeout`, `openenv_error`, `openenv_bad_reward`).
+- a `step` the environment gave no answer to (`EXECUTION_ERROR`: its step raised; none within
+  that bound; the WebSocket dropped) may be the action's doing: the episode is replayed in a
+  fresh session to a control action in its place (replay.py; under a harness too, once its
+  run ended). The environment answers the replay as before and the control: the policy's,
+  `agent_error` (`action_failed_environment`), scored with the rewards so far; the replay
+  differs or the control fails too: `infra_error` with the step's cause, naming both;
+- the WebSocket dropped or closed by the server, no answer within `timeout_s` to any other
+  frame, any other error frame (a session that could not be made), a schema that cannot be
+  read, a reward that is not a number: `infra_error` (`openenv_connection_lost`,
+  `openenv_timeout`, `openenv_error`, `openenv_bad_reward`).
 """
 
 import asyncio
@@ -48,10 +54,10 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 from agentroll.handlers.agent import AgentLoop, Tool, ToolAgentHandler
 from agentroll.handlers.agents import AgentResult
 from agentroll.handlers.base import parsed_instance
-from agentroll.handlers.builtin.openenv.mcp_tools import served_tools
+from agentroll.handlers.builtin.openenv.replay import blamed_tools, empty_action, judged
 from agentroll.handlers.builtin.openenv.session import Episode, Session, open_session
 from agentroll.handlers.context import Reward, RolloutContext
-from agentroll.handlers.errors import InfraError
+from agentroll.handlers.errors import InfraError, StepFailed
 from agentroll.handlers.mcp import ToolSource
 from agentroll.runtime import Sandbox
 from agentroll.runtime.action.errors import ActionRequestError
@@ -153,12 +159,16 @@ class OpenEnvHandler(ToolAgentHandler):
         async with aiohttp.ClientSession(trust_env=False) as http:
             schema = await action_schema(http, url, timeout_s)
             session = await open_session(http, url, timeout_s, task.reset, episode)
+            tool = StepTool(session, episode, schema)
             try:
-                tool = StepTool(session, episode, schema)
-                config = self.agent_config(ctx)
-                await AgentLoop([tool], config).run(ctx, self.first_messages(ctx, config))
-            finally:
-                await session.close()
+                try:
+                    config = self.agent_config(ctx)
+                    await AgentLoop([tool], config).run(ctx, self.first_messages(ctx, config))
+                finally:
+                    await session.close()
+            except StepFailed as failure:  # perhaps the action's doing: a replay decides
+                control = empty_action(tool.parameters)
+                raise await judged(failure, session, control, episode) from failure
 
     def task_prompt(self, ctx: RolloutContext) -> str:
         episode = ctx.state.get(EPISODE_KEY)
@@ -178,7 +188,7 @@ class OpenEnvHandler(ToolAgentHandler):
         config = self.agent_config(ctx)
         max_steps = min(config.max_turns or ctx.limits.max_turns, ctx.limits.max_turns)
         limits = (max_steps, config.max_consecutive_errors)
-        return served_tools(url, task.server.timeout_s, task.reset, episode, limits)
+        return blamed_tools(url, task.server.timeout_s, task.reset, episode, limits)
 
     async def grade(self, ctx: RolloutContext, result: AgentResult) -> Reward:
         """The environment's rewards, under any agent (what the policy said is not graded)."""
@@ -191,7 +201,9 @@ class OpenEnvHandler(ToolAgentHandler):
             "steps": steps,
             "step_rewards": [f.get("reward") for f in episode.frames],
             "invalid_actions": episode.invalid_actions,
+            **(episode.blame or {}),
         }
+        # A step the policy's action failed adds nothing: the rewards before it, penalties kept.
         return Reward(episode.reward, info)
 
     def final_result(self, ctx: RolloutContext) -> dict[str, Any]:

@@ -5,7 +5,10 @@ own bound on one tool call (`ENVIRONMENT_TOOL_BOUND_S`): its own timeout answer 
 policy's call earned) always arrives before agentroll gives up. A dropped WebSocket, no answer
 in time or an answer of an unexpected type is `InfraError` (`openenv_connection_lost`,
 `openenv_timeout`, `openenv_error`), as is a reward that is not a finite number
-(`openenv_bad_reward`). A `step` answer over `MAX_FRAME_BYTES` is the policy's action's doing
+(`openenv_bad_reward`); for a `step`, no answer, a dropped WebSocket or an `EXECUTION_ERROR`
+answer (the environment's step raised) is `StepFailed`, which the handler blames by a replayed
+control (`replay.py`): the session records what it sent and what was answered (`exchanges`)
+for that replay. A `step` answer over `MAX_FRAME_BYTES` is the policy's action's doing
 (`AgentError`, `openenv_answer_too_large`): the episode ends, scored.
 """
 
@@ -13,13 +16,14 @@ import asyncio
 import contextlib
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
 from aiohttp import WebSocketError, WSCloseCode
 
-from agentroll.handlers.errors import AgentError, InfraError
+from agentroll.handlers.errors import AgentError, InfraError, StepFailed
 
 MAX_FRAME_BYTES = 16 << 20
 ENVIRONMENT_TOOL_BOUND_S = 30.0
@@ -34,6 +38,8 @@ class Episode:
     frames: list[dict[str, Any]] = field(default_factory=list)
     done: bool = False
     invalid_actions: int = 0
+    blame: dict[str, Any] | None = None
+    """Set when a failed step was blamed on the policy's action: the failure and the control."""
 
     def add(self, frame: dict[str, Any]) -> None:
         reward = frame.get("reward")
@@ -51,12 +57,24 @@ class Episode:
         return float(sum(float(f.get("reward") or 0.0) for f in self.frames))
 
 
-class Session:
-    """One environment session: frames out, one answer frame in, each within `timeout_s`."""
+@dataclass(frozen=True)
+class Exchange:
+    """A `reset` or `step` frame's data, and the data of the observation that answered it."""
 
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse, timeout_s: float) -> None:
+    kind: str
+    data: dict[str, Any]
+    answer: Any
+
+
+class Session:
+    """One environment session on `url`: frames out, one answer frame in, each within
+    `timeout_s`; every `reset` and `step` answered with an observation kept in `exchanges`."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, timeout_s: float, url: str) -> None:
         self.ws = ws
         self.timeout_s = timeout_s
+        self.url = url
+        self.exchanges: list[Exchange] = []
         # Strictly longer than the environment's bound, so its timeout answer comes first.
         self.step_wait_s = timeout_s + ENVIRONMENT_TOOL_BOUND_S
 
@@ -65,15 +83,14 @@ class Session:
     ) -> dict[str, Any]:
         """The answer frame (of a type in `answers`) to one `reset` / `step` / `mcp` frame."""
         wait_s = self.step_wait_s if kind == "step" else self.timeout_s
+        failed = self._failure(kind, data)
         try:
             await self.ws.send_str(json.dumps({"type": kind, "data": data}))
             message = await self.ws.receive(timeout=wait_s)
         except TimeoutError:
-            raise InfraError(
-                f"no answer to {kind} within {wait_s:g} s", cause="openenv_timeout"
-            ) from None
+            raise failed(f"no answer to {kind} within {wait_s:g} s", "openenv_timeout") from None
         except (aiohttp.ClientError, ConnectionError) as exc:
-            raise InfraError(f"{kind}: {exc}", cause="openenv_connection_lost") from exc
+            raise failed(f"{kind}: {exc}", "openenv_connection_lost") from exc
         if kind == "step" and too_big(message):
             # What the policy's action made the environment say (e.g. a tool printing 20 MB):
             # the policy's doing, scored with the rewards so far; the session is gone.
@@ -83,9 +100,9 @@ class Session:
                 cause="openenv_answer_too_large",
             )
         if message.type != aiohttp.WSMsgType.TEXT:
-            raise InfraError(
+            raise failed(
                 f"the environment's WebSocket dropped during {kind} ({message.type.name})",
-                cause="openenv_connection_lost",
+                "openenv_connection_lost",
             )
         try:
             answer = json.loads(message.data)
@@ -95,7 +112,26 @@ class Session:
             raise InfraError(
                 f"unexpected answer to {kind}: {message.data[:300]}", cause="openenv_error"
             )
+        answered = answer.get("data")
+        code = answered.get("code") if isinstance(answered, dict) else None
+        if kind == "step" and answer["type"] == "error" and code == "EXECUTION_ERROR":
+            # The environment's step raised.
+            raise failed(f"step failed: {json.dumps(answered)[:1000]}", "openenv_error")
+        if kind in ("reset", "step") and answer["type"] == "observation":
+            self.exchanges.append(Exchange(kind, data, answered))
         return answer
+
+    @staticmethod
+    def _failure(kind: str, data: dict[str, Any]) -> Callable[[str, str], InfraError]:
+        """How a frame's failure is raised: a step's as `StepFailed`, carrying its action (its
+        failure may be the action's doing), any other frame's as `InfraError`."""
+
+        def failure(message: str, cause: str) -> InfraError:
+            if kind == "step":
+                return StepFailed(message, data, cause=cause)
+            return InfraError(message, cause=cause)
+
+        return failure
 
     async def close(self) -> None:
         """`close`, then the server's own closing handshake (closing first ourselves would
@@ -129,7 +165,7 @@ async def open_session(
             ws = await http.ws_connect(ws_url, max_msg_size=MAX_FRAME_BYTES)
     except (aiohttp.ClientError, ConnectionError, TimeoutError) as exc:
         raise InfraError(f"cannot open {ws_url}: {exc}", cause="openenv_connection_lost") from exc
-    session = Session(ws, timeout_s)
+    session = Session(ws, timeout_s, url)
     try:
         first = await session.ask("reset", reset)
         if first["type"] == "error":
