@@ -2,12 +2,15 @@
 scripted session endpoint: the doors openenv-core's own server does not open cheaply (a
 WebSocket dropped by a live server, an environment that answers differently each time)."""
 
+import asyncio
 import itertools
 from typing import Any
 
 import aiohttp
 import pytest
 
+from agentroll.handlers.builtin.openenv import replay as replay_module
+from agentroll.handlers.builtin.openenv import session as session_module
 from agentroll.handlers.builtin.openenv.replay import empty_action, judged
 from agentroll.handlers.builtin.openenv.session import Episode, Session, open_session
 from agentroll.handlers.errors import AgentError, InfraError, StepFailed
@@ -133,3 +136,34 @@ async def test_an_environment_that_fails_on_the_control_too_is_infra_naming_both
     assert message.startswith("step failed:") and "fails on the control answer too" in message
     assert "openenv_error: step failed" in message.split("control answer too")[1]
     assert episode.blame is None
+
+
+async def test_an_action_the_environment_hangs_on_is_the_policys(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another door: no answer within the step's bound, on one action alone (the bound is
+    `timeout_s` plus the environment's own 30 s, shortened here to keep the test short)."""
+    for module in (session_module, replay_module):
+        monkeypatch.setattr(module, "ENVIRONMENT_TOOL_BOUND_S", 0.0)
+    steps: list[int] = []
+
+    async def hangs_on_7(frame: dict[str, Any]) -> dict[str, Any]:
+        n = frame["data"]["n"]
+        if n == 7:
+            await asyncio.sleep(2)
+        return answer({"echo": n})
+
+    async with scripted_env(recording(steps, hangs_on_7)) as url:
+        episode = Episode()
+        async with aiohttp.ClientSession() as http:
+            session = await open_session(http, url, 0.5, {}, episode)
+            episode.add((await session.ask("step", {"n": 4}))["data"])
+            with pytest.raises(StepFailed) as raised:
+                await session.ask("step", {"n": 7})
+            await session.close()
+        verdict = await judged(raised.value, session, empty_action(SCHEMA), episode)
+    assert raised.value.cause == "openenv_timeout"
+    assert isinstance(verdict, AgentError) and verdict.cause == "action_failed_environment"
+    assert steps == [4, 7, 4, 7, 4, 1]
+    assert episode.blame is not None
+    assert "no answer to step" in episode.blame["control"]["failure_recurred"]

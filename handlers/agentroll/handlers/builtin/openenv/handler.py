@@ -159,14 +159,15 @@ class OpenEnvHandler(ToolAgentHandler):
         async with aiohttp.ClientSession(trust_env=False) as http:
             schema = await action_schema(http, url, timeout_s)
             session = await open_session(http, url, timeout_s, task.reset, episode)
-            tool = StepTool(session, episode, schema)
             try:
                 try:
+                    tool = StepTool(session, episode, schema)
                     config = self.agent_config(ctx)
                     await AgentLoop([tool], config).run(ctx, self.first_messages(ctx, config))
                 finally:
                     await session.close()
             except StepFailed as failure:  # perhaps the action's doing: a replay decides
+                # (only a step fails so: `tool` exists)
                 control = empty_action(tool.parameters)
                 raise await judged(failure, session, control, episode) from failure
 

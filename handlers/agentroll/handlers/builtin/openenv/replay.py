@@ -78,8 +78,9 @@ def empty_tool_call(tool_name: str) -> ControlAction:
 
 
 def control_budget_s(timeout_s: float, steps: int) -> float:
-    """Each frame's own bound, summed: connecting and `reset`, the replayed steps, listing the
-    tools and the control step (a step's bound is `timeout_s` plus the environment's own)."""
+    """One replay's bound: each frame's own, summed (connecting and `reset`, the replayed
+    steps, listing the tools and the last step; a step's is `timeout_s` plus the
+    environment's own)."""
     return 3 * timeout_s + (steps + 1) * (timeout_s + ENVIRONMENT_TOOL_BOUND_S)
 
 
@@ -194,8 +195,8 @@ async def judged(
         return broken
     episode.blame = verdict.info
     return AgentError(
-        f"the environment failed on the policy's action, and answered a control in its place: "
-        f"{failure}"[:2000],
+        f"the environment fails on the policy's action (again on a replay of the episode) and "
+        f"answers a control in its place: {failure}"[:2000],
         cause=REASON,
     )
 
