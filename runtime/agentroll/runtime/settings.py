@@ -33,6 +33,15 @@ class CacheSettings(BaseSettings):
         "task Dockerfiles build FROM, and unpacked Harbor task uploads. `build-image`, "
         "`harbor-image` and the server must agree on it.",
     )
+    images_keep: int = Field(
+        2,
+        ge=0,
+        description="Copies of one image (same template, format and parameters; `lock` and "
+        "`versioned` builds alike) the image cache keeps: after a build publishes a new copy, "
+        "older ones beyond the newest `images_keep` (by last use) are deleted, except any a "
+        "running sandbox uses. 0 keeps every copy (no eviction). `agentroll build-image "
+        "--prune` applies it at once.",
+    )
     swe_mirrors: Path = Field(
         Path("~/.cache/agentroll/swe-mirrors"),
         description="Bare git mirrors of SWE task repositories (the history a task's image "
