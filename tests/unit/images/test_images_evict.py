@@ -248,3 +248,23 @@ def test_the_keep_setting_comes_from_the_environment(monkeypatch: pytest.MonkeyP
     monkeypatch.setenv(CacheSettings.env_name("images_keep"), "-1")
     with pytest.raises(ValueError, match="greater than or equal to 0"):
         cache_settings()
+
+
+def test_singularity_copies_go_with_their_sif_and_definition(tmp_path: Path) -> None:
+    params = {"base_image": "python:3.11-slim"}
+    slots = []
+    for n in range(3):
+        slot = ImageSlot(tmp_path, f"hpc-{n:012x}", "singularity")
+        slot.image.write_bytes(b"S" * 1000 * (n + 1))
+        slot.recipe.write_text("Bootstrap: docker\n")
+        slot.log.write_text("built\n")
+        meta = {"name": slot.name, "template": "hpc", "format": "singularity", "params": params}
+        slot.metadata.write_text(json.dumps(meta | {"key": str(n), "built_at": 100.0 + n}))
+        slots.append(slot)
+    report = prune(tmp_path, 1)
+    assert report.removed == [(slots[1].name, 2000), (slots[0].name, 1000)]
+    assert report.freed_bytes == 3000
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".")) == sorted(
+        [slots[2].image.name, slots[2].metadata.name, slots[2].recipe.name, slots[2].log.name]
+    )
+    assert sorted(p.name for p in (tmp_path / ".locks").iterdir()) == []

@@ -88,6 +88,7 @@ def cached_images(images_dir: Path) -> list[CachedImage]:
 @contextmanager
 def _exclusive(path: Path) -> Iterator[bool]:
     """Whether ``path``'s flock was free and is now ours (held until the block ends)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     fd = open_lock(path)
     try:
         try:
@@ -116,18 +117,18 @@ def _delete(slot: ImageSlot) -> int:
 
 def _evict(image: CachedImage, report: PruneReport) -> None:
     slot = image.slot
-    with ExitStack() as locks:
-        if not locks.enter_context(_exclusive(slot.lock)):
-            report.skipped.append((slot.name, "a build holds it"))
-            return
-        if not locks.enter_context(_exclusive(slot.use_lock)):
-            report.skipped.append((slot.name, "in use by a sandbox"))
-            return
-        try:
+    try:
+        with ExitStack() as locks:
+            if not locks.enter_context(_exclusive(slot.lock)):
+                report.skipped.append((slot.name, "a build holds it"))
+                return
+            if not locks.enter_context(_exclusive(slot.use_lock)):
+                report.skipped.append((slot.name, "in use by a sandbox"))
+                return
             report.removed.append((slot.name, _delete(slot)))
-        except (OSError, ImageError) as exc:
-            log.warning("image cache: could not evict %s: %s", slot.name, exc)
-            report.skipped.append((slot.name, f"not deleted: {exc}"))
+    except (OSError, ImageError) as exc:
+        log.warning("image cache: could not evict %s: %s", slot.name, exc)
+        report.skipped.append((slot.name, f"not deleted: {exc}"))
 
 
 def prune(
