@@ -47,7 +47,7 @@ def still_named(fd: int, path: Path) -> bool:
 
 
 class ImageUse:
-    """A held shared lock on one image's use file; ``release`` is idempotent."""
+    """A held shared lock on one cached copy's use file; ``release`` is idempotent."""
 
     def __init__(self, image: Path, fd: int) -> None:
         self.image = image
@@ -59,6 +59,25 @@ class ImageUse:
             self._fd = None
 
 
+def hold_shared(copy: Path, lock: Path) -> ImageUse | None:
+    """A shared hold on ``lock`` for the cached ``copy``, its last use stamped; None when
+    eviction is deleting the copy right now or has deleted it. ``OSError`` if unopenable."""
+    if not (copy.exists() or copy.is_symlink()):
+        return None
+    fd = open_lock(lock)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    if not still_named(fd, lock) or not (copy.exists() or copy.is_symlink()):
+        os.close(fd)  # evicted between the check above and the lock
+        return None
+    with contextlib.suppress(OSError):  # the ranking is a hint; the lock is what protects
+        os.utime(fd)  # last use
+    return ImageUse(copy, fd)
+
+
 def hold_image(image: Path) -> ImageUse | None:
     """Mark ``image`` in use until ``release``; None for an image outside any image cache.
 
@@ -68,21 +87,13 @@ def hold_image(image: Path) -> ImageUse | None:
     path = use_file(image)
     if not path.parent.is_dir():
         return None  # not in an image cache: nothing evicts it
-    if not (image.exists() or image.is_symlink()):
-        raise SandboxStartError(f"image {image} is no longer in the image cache")
     try:
-        fd = open_lock(path)
+        use = hold_shared(image, path)
     except OSError as exc:  # a read-only cache: whoever can write it can evict it
         log.warning("image %s: cannot open its use lock %s (%s); not protected", image, path, exc)
         return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise SandboxStartError(f"image {image} is being evicted from the image cache") from None
-    if not still_named(fd, path) or not (image.exists() or image.is_symlink()):
-        os.close(fd)  # evicted between the check above and the lock
-        raise SandboxStartError(f"image {image} is no longer in the image cache")
-    with contextlib.suppress(OSError):  # the ranking is a hint; the lock is what protects
-        os.utime(fd)  # last use
-    return ImageUse(image, fd)
+    if use is None:
+        raise SandboxStartError(
+            f"image {image} is being evicted from the image cache, or no longer in it"
+        )
+    return use

@@ -28,6 +28,7 @@ from agentroll.runtime.images.evict import prune
 from agentroll.runtime.imageuse import hold_image, use_file
 from agentroll.testing.fake_images import FakeRootfsBuilder
 
+GONE = "is being evicted from the image cache, or no longer in it"
 HOLDER = """
 import sys, time
 from pathlib import Path
@@ -168,12 +169,12 @@ async def test_a_failed_eviction_is_logged_and_the_build_still_succeeds(
     def refuse(slot: ImageSlot) -> int:
         raise PermissionError(f"cannot delete {slot.image}")
 
-    monkeypatch.setattr(evict_module, "_delete", refuse)
+    monkeypatch.setattr(evict_module, "_delete_image", refuse)
     with caplog.at_level(logging.INFO, logger="agentroll.runtime.images.evict"):
         v2 = await build_version(tmp_path, "2.0", monkeypatch, keep=1)
     assert not v2.reused and v2.path.is_dir() and v2.evicted == ()
     assert v1.path.is_dir()
-    assert f"could not evict {v1.name}: cannot delete" in caplog.text
+    assert f"cache: could not evict {v1.name}: cannot delete" in caplog.text
 
 
 async def test_starting_from_an_image_being_evicted_fails_cleanly(
@@ -183,12 +184,12 @@ async def test_starting_from_an_image_being_evicted_fails_cleanly(
     fd = os.open(use_file(v1.path), os.O_RDONLY | os.O_CREAT)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)  # what eviction holds while it deletes
-        with pytest.raises(SandboxStartError, match="is being evicted"):
+        with pytest.raises(SandboxStartError, match=GONE):
             hold_image(v1.path)
     finally:
         os.close(fd)
     await build_version(tmp_path, "2.0", monkeypatch, keep=1)
-    with pytest.raises(SandboxStartError, match="no longer in the image cache"):
+    with pytest.raises(SandboxStartError, match=GONE):
         hold_image(v1.path)
     assert not use_file(v1.path).exists()  # a failed start leaves nothing behind
     outside = tmp_path / "elsewhere" / "rootfs"

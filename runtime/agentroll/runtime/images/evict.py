@@ -17,11 +17,12 @@ no template (each task is its own image) and are never pruned here. ``keep`` 0 p
 from __future__ import annotations
 
 import fcntl
+import functools
 import json
 import logging
 import os
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,54 +36,34 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class CachedImage:
-    slot: ImageSlot
-    template: str
-    lineage: str  # template, format and parameters, as one comparable string
+class CacheEntry:
+    """One copy in a cache, as eviction sees it (image copies here; verifiers venvs too)."""
+
+    name: str
+    family: str  # what an operator names to prune (the template)
+    lineage: str  # copies of one lineage replace each other
     last_used: float
+    build_lock: Path  # held while the copy is built or checked
+    use_lock: Path  # held shared by whatever runs from the copy
+    delete: Callable[[], int]  # removes the copy and its side files; the bytes freed
 
 
 @dataclass
 class PruneReport:
-    removed: list[tuple[str, int]] = field(default_factory=list)  # image name, bytes freed
-    skipped: list[tuple[str, str]] = field(default_factory=list)  # image name, why
+    removed: list[tuple[str, int]] = field(default_factory=list)  # copy name, bytes freed
+    skipped: list[tuple[str, str]] = field(default_factory=list)  # copy name, why
 
     @property
     def freed_bytes(self) -> int:
         return sum(size for _, size in self.removed)
 
 
-def _mtime(path: Path) -> float:
+def last_use(use_lock: Path, since: float) -> float:
+    """The later of ``since`` (the build) and the last stamp on the use lock."""
     try:
-        return path.stat().st_mtime
+        return max(since, use_lock.stat().st_mtime)
     except OSError:
-        return 0.0
-
-
-def _read(metadata: Path, images_dir: Path) -> CachedImage | None:
-    """The complete template image ``metadata`` describes, or None (task image, unreadable)."""
-    try:
-        meta = json.loads(metadata.read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(meta, dict):
-        return None
-    template, fmt, name = meta.get("template"), meta.get("format"), meta.get("name")
-    if not (isinstance(template, str) and isinstance(fmt, str) and name == metadata.stem):
-        return None
-    slot = ImageSlot(images_dir, name, fmt)
-    if not slot.image.exists():
-        return None
-    lineage = json.dumps([template, fmt, meta.get("params")], sort_keys=True)
-    built = meta.get("built_at")
-    last_used = max(float(built) if isinstance(built, int | float) else 0.0, _mtime(slot.use_lock))
-    return CachedImage(slot, template, lineage, last_used)
-
-
-def cached_images(images_dir: Path) -> list[CachedImage]:
-    """Every complete image built from a template in ``images_dir``."""
-    found = (_read(path, images_dir) for path in sorted(images_dir.glob("*.json")))
-    return [image for image in found if image is not None]
+        return since
 
 
 @contextmanager
@@ -101,7 +82,47 @@ def _exclusive(path: Path) -> Iterator[bool]:
         os.close(fd)
 
 
-def _delete(slot: ImageSlot) -> int:
+def _evict(entry: CacheEntry, report: PruneReport, in_use: str) -> None:
+    try:
+        with ExitStack() as locks:
+            if not locks.enter_context(_exclusive(entry.build_lock)):
+                report.skipped.append((entry.name, "a build holds it"))
+                return
+            if not locks.enter_context(_exclusive(entry.use_lock)):
+                report.skipped.append((entry.name, in_use))
+                return
+            report.removed.append((entry.name, entry.delete()))
+    except (OSError, ImageError) as exc:
+        log.warning("cache: could not evict %s: %s", entry.name, exc)
+        report.skipped.append((entry.name, f"not deleted: {exc}"))
+
+
+def prune_entries(
+    entries: Iterable[CacheEntry],
+    keep: int,
+    *,
+    spare: str | None = None,
+    in_use: str = "in use by a sandbox",
+) -> PruneReport:
+    """Delete all but the newest ``keep`` copies of each lineage (see the module docstring).
+
+    ``spare`` (the copy a build just published) counts as the newest of its lineage whatever
+    the clocks say; ``in_use`` says in the report what holds a copy's use lock.
+    """
+    report = PruneReport()
+    if keep <= 0:
+        return report
+    lineages: dict[str, list[CacheEntry]] = defaultdict(list)
+    for entry in entries:
+        lineages[entry.lineage].append(entry)
+    for copies in lineages.values():
+        copies.sort(key=lambda c: (c.name == spare, c.last_used, c.name), reverse=True)
+        for entry in copies[keep:]:
+            _evict(entry, report, in_use)
+    return report
+
+
+def _delete_image(slot: ImageSlot) -> int:
     """Remove one image and its side files; the bytes it held. Call with both locks held."""
     mounted = mounts_under(slot.image)
     if mounted:
@@ -115,42 +136,46 @@ def _delete(slot: ImageSlot) -> int:
     return size
 
 
-def _evict(image: CachedImage, report: PruneReport) -> None:
-    slot = image.slot
+def _read(metadata: Path, images_dir: Path) -> CacheEntry | None:
+    """The complete template image ``metadata`` describes, or None (task image, unreadable)."""
     try:
-        with ExitStack() as locks:
-            if not locks.enter_context(_exclusive(slot.lock)):
-                report.skipped.append((slot.name, "a build holds it"))
-                return
-            if not locks.enter_context(_exclusive(slot.use_lock)):
-                report.skipped.append((slot.name, "in use by a sandbox"))
-                return
-            report.removed.append((slot.name, _delete(slot)))
-    except (OSError, ImageError) as exc:
-        log.warning("image cache: could not evict %s: %s", slot.name, exc)
-        report.skipped.append((slot.name, f"not deleted: {exc}"))
+        meta = json.loads(metadata.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(meta, dict):
+        return None
+    template, fmt, name = meta.get("template"), meta.get("format"), meta.get("name")
+    if not (isinstance(template, str) and isinstance(fmt, str) and name == metadata.stem):
+        return None
+    slot = ImageSlot(images_dir, name, fmt)
+    if not slot.image.exists():
+        return None
+    built = meta.get("built_at")
+    return CacheEntry(
+        name=name,
+        family=template,
+        lineage=json.dumps([template, fmt, meta.get("params")], sort_keys=True),
+        last_used=last_use(slot.use_lock, float(built) if isinstance(built, int | float) else 0),
+        build_lock=slot.lock,
+        use_lock=slot.use_lock,
+        delete=functools.partial(_delete_image, slot),
+    )
+
+
+def cached_images(images_dir: Path) -> list[CacheEntry]:
+    """Every complete image built from a template in ``images_dir``."""
+    found = (_read(path, images_dir) for path in sorted(images_dir.glob("*.json")))
+    return [image for image in found if image is not None]
 
 
 def prune(
     images_dir: Path, keep: int, *, spare: str | None = None, template: str | None = None
 ) -> PruneReport:
-    """Delete all but the newest ``keep`` copies of each lineage (see the module docstring).
-
-    ``spare`` (the image a build just published or reused) counts as the newest of its
-    lineage whatever the clocks say; ``template`` limits the pruning to that template.
-    """
-    report = PruneReport()
-    if keep <= 0:
-        return report
-    lineages: dict[str, list[CachedImage]] = defaultdict(list)
-    for image in cached_images(images_dir):
-        if template is None or image.template == template:
-            lineages[image.lineage].append(image)
-    for copies in lineages.values():
-        copies.sort(key=lambda c: (c.slot.name == spare, c.last_used, c.slot.name), reverse=True)
-        for image in copies[keep:]:
-            _evict(image, report)
-    return report
+    """``prune_entries`` over the images of ``images_dir`` (of ``template`` only, if given)."""
+    images = cached_images(images_dir)
+    return prune_entries(
+        (i for i in images if template is None or i.family == template), keep, spare=spare
+    )
 
 
 def prune_after_build(images_dir: Path, keep: int, *, built: str, template: str) -> PruneReport:
