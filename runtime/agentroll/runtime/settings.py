@@ -42,6 +42,14 @@ class CacheSettings(BaseSettings):
         "running sandbox uses. 0 keeps every copy (no eviction). `agentroll build-image "
         "--prune` applies it at once.",
     )
+    verifiers_keep: int = Field(
+        2,
+        ge=0,
+        description="Copies of one verifiers environment (same package list and interpreter; "
+        "each verifiers lock or edited local package installs a new one) the environments "
+        "cache keeps, by last use; older ones are deleted after an install, except any a live "
+        "server set up. 0 keeps every copy.",
+    )
     swe_mirrors: Path = Field(
         Path("~/.cache/agentroll/swe-mirrors"),
         description="Bare git mirrors of SWE task repositories (the history a task's image "

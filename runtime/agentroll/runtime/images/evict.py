@@ -12,6 +12,7 @@ start from it), and deletes the others with their side files, except a copy that
 
 Those are skipped and reported, never waited for. Task images built from Dockerfiles have
 no template (each task is its own image) and are never pruned here. ``keep`` 0 prunes nothing.
+``prune_entries`` is the rule itself, over any cache of copies (the verifiers environments').
 """
 
 from __future__ import annotations
