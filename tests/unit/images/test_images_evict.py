@@ -215,6 +215,8 @@ async def test_prune_command_prints_what_it_removed_and_the_bytes_freed(
     copies[0].path.joinpath("payload").write_bytes(b"x" * 300_000)
     hold_in_child(copies[1].path, holder)  # then two newer copies: it is not among the newest
     copies += [await build_version(tmp_path, f"{n}.0", monkeypatch, keep=0) for n in (2, 3)]
+    assert cli(["swe-task", "--prune", "--keep", "1", "--output-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().out == "freed 0 bytes (0.00 GiB) (0 images removed)\n"
     assert cli(["--prune", "--keep", "2", "--output-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out.splitlines()
     removed = [line for line in out if line.startswith("removed ")]
@@ -234,6 +236,8 @@ def test_prune_command_keep_zero_and_a_missing_template(
     assert capsys.readouterr().out == "keep is 0: every copy is kept, nothing pruned\n"
     assert cli(["--output-dir", str(tmp_path)]) == 2
     assert "name a template to build (or prune the cache with --prune)" in capsys.readouterr().err
+    assert cli(["python-bsae", "--prune", "--output-dir", str(tmp_path)]) == 2
+    assert "no template 'python-bsae'" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli(["--prune", "--keep", "-1"])
     assert "expected a whole number >= 0, got '-1'" in capsys.readouterr().err

@@ -20,7 +20,7 @@ from agentroll.runtime.images.builder import CACHE_MODES, DEFAULT_TIMEOUT_S, bui
 from agentroll.runtime.images.errors import BuildFailed, BuildTimeout, ImageError, TemplateError
 from agentroll.runtime.images.evict import PruneReport, prune
 from agentroll.runtime.images.ocistore import OciStore, normalise_image_name, tag_rootfs
-from agentroll.runtime.images.templates import TEMPLATE_FILES
+from agentroll.runtime.images.templates import TEMPLATE_FILES, find_template
 from agentroll.runtime.settings import CacheSettings, cache_settings
 
 
@@ -119,7 +119,7 @@ def _size(n: int) -> str:
     return f"{n} bytes ({n / 2**30:.2f} GiB)"
 
 
-def print_prune_report(report: PruneReport) -> None:
+def _print_report(report: PruneReport) -> None:
     for name, size in report.removed:
         print(f"removed {name}: {_size(size)}")
     for name, why in report.skipped:
@@ -132,8 +132,10 @@ def _prune(args: argparse.Namespace) -> int:
     if keep == 0:
         print("keep is 0: every copy is kept, nothing pruned")
         return 0
+    # A template named is looked up: a typo is an error, not a prune of nothing.
+    name = None if args.template is None else find_template(args.template, args.templates_dir).name
     images_dir = args.output_dir.expanduser().resolve()
-    print_prune_report(prune(images_dir, keep, template=args.template))
+    _print_report(prune(images_dir, keep, template=name))
     return 0
 
 
