@@ -7,6 +7,8 @@ process, as a server holds it, so its death is a real death.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import contextlib
 import fcntl
 import json
 import logging
@@ -273,3 +275,27 @@ def test_singularity_copies_go_with_their_sif_and_definition(tmp_path: Path) -> 
         [slots[2].image.name, slots[2].metadata.name, slots[2].recipe.name, slots[2].log.name]
     )
     assert sorted(p.name for p in (tmp_path / ".locks").iterdir()) == []
+
+
+async def test_a_build_lock_unlinked_while_waited_on_still_excludes(tmp_path: Path) -> None:
+    """Eviction unlinks an image's build lock with the image: a build that was waiting on the
+    old file must not then share the lock with one that opened the path afresh."""
+    lock = tmp_path / ".locks" / "python-base-0123456789ab.lock"
+    entered: list[str] = []
+
+    async def waiter() -> None:
+        async with held(lock, timeout_s=30, what="x"):
+            entered.append("waiter")
+
+    async with contextlib.AsyncExitStack() as evictor:
+        await evictor.enter_async_context(held(lock, timeout_s=5, what="x"))
+        task = asyncio.create_task(waiter())
+        await asyncio.sleep(0.3)  # the waiter polls the old file's lock
+        lock.unlink()
+        async with contextlib.AsyncExitStack() as newcomer:
+            await newcomer.enter_async_context(held(lock, timeout_s=5, what="x"))
+            await evictor.aclose()  # the old file's lock is free now
+            await asyncio.sleep(0.5)
+            assert entered == []  # the newcomer holds the path's lock: the waiter waits
+        await asyncio.wait_for(task, 30)
+    assert entered == ["waiter"]
