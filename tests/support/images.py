@@ -1,7 +1,10 @@
 """What tests that build real images share: the stable cache and the conditions to build.
 
 Real builds are cached in ``AGENTROLL_IMAGES_CACHE`` (default /var/tmp/agentroll-images-cache)
-in ``versioned`` mode, so only the first run on a machine pays for each image.
+in ``versioned`` mode, so only the first run on a machine pays for each image. Each build
+evicts older copies of its image beyond ``AGENTROLL_IMAGES_KEEP`` (default 2, by last use;
+never one a sandbox runs from), so a cache kept between CI runs stays bounded; machines where
+several source trees share the cache want a larger value (each tree's code is its own copy).
 """
 
 from __future__ import annotations

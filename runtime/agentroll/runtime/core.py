@@ -18,6 +18,7 @@ from agentroll.runtime import procs
 from agentroll.runtime.base import SandboxSpec
 from agentroll.runtime.config import CommonConfig
 from agentroll.runtime.errors import SandboxClosed, SandboxError, SandboxTimeout
+from agentroll.runtime.imageuse import ImageUse, hold_image
 from agentroll.runtime.netaddr import LoopbackAllocator
 from agentroll.runtime.sandbox import ProcessSandbox
 from agentroll.runtime.state import StateDir, new_sandbox_id
@@ -39,6 +40,7 @@ class BaseRuntime:
         self.instance_id = instance_id or secrets.token_hex(4)
         self._owner_pid, self._owner_start = leases.current_owner()
         self._live: dict[str, ProcessSandbox] = {}
+        self._image_uses: dict[str, ImageUse] = {}
         self._closed = False
 
     # ----- backend hooks ------------------------------------------------------------------
@@ -60,6 +62,10 @@ class BaseRuntime:
 
     async def _boot(self, sandbox: ProcessSandbox, deadline: float) -> None:
         raise NotImplementedError
+
+    def _image(self, spec: SandboxSpec) -> Path | None:
+        """The image the sandbox starts from, if any."""
+        return spec.image
 
     async def _reap_extra(self, lease: leases.Lease) -> None:
         """Backend cleanup for an orphan (e.g. stop its Apptainer instance)."""
@@ -93,6 +99,7 @@ class BaseRuntime:
         self._live[sid] = sandbox
         loop = asyncio.get_running_loop()
         try:
+            self._hold_image(sid, spec)
             async with asyncio.timeout(timeout):
                 await self._boot(sandbox, loop.time() + timeout)
         except TimeoutError as exc:
@@ -110,6 +117,14 @@ class BaseRuntime:
             await sandbox.stop(grace_s=0)
             raise asyncio.CancelledError
         return sandbox
+
+    def _hold_image(self, sid: str, spec: SandboxSpec) -> None:
+        """Mark the sandbox's image in use until its teardown is done (see imageuse.py)."""
+        image = self._image(spec)
+        # Resolved: a symlink to a cached image protects the image it names.
+        use = hold_image(Path(image).resolve()) if image is not None else None
+        if use is not None:
+            self._image_uses[sid] = use
 
     def record(self, sandbox: ProcessSandbox) -> None:
         """Persist what is now known about a booted sandbox (launcher pid, namespace, ...)."""
@@ -129,6 +144,9 @@ class BaseRuntime:
 
     async def _released(self, sandbox: ProcessSandbox) -> None:
         self._live.pop(sandbox.id, None)
+        use = self._image_uses.pop(sandbox.id, None)
+        if use is not None:
+            use.release()  # after teardown: nothing of the sandbox runs from the image now
         if sandbox.address:
             self.addresses.release(sandbox.address, owner=sandbox.id)
         await asyncio.to_thread(self.state.remove_sandbox_dirs, sandbox.id)

@@ -33,6 +33,23 @@ class CacheSettings(BaseSettings):
         "task Dockerfiles build FROM, and unpacked Harbor task uploads. `build-image`, "
         "`harbor-image` and the server must agree on it.",
     )
+    images_keep: int = Field(
+        2,
+        ge=0,
+        description="Copies of one image (same template, format and parameters; `lock` and "
+        "`versioned` builds alike) the image cache keeps: after a build publishes a new copy, "
+        "older ones beyond the newest `images_keep` (by last use) are deleted, except any a "
+        "running sandbox uses. 0 keeps every copy (no eviction). `agentroll build-image "
+        "--prune` applies it at once.",
+    )
+    verifiers_keep: int = Field(
+        2,
+        ge=0,
+        description="Copies of one verifiers environment (same package list and interpreter; "
+        "each verifiers lock or edited local package installs a new one) the environments "
+        "cache keeps, by last use; older ones are deleted after an install, except any a live "
+        "server set up. 0 keeps every copy.",
+    )
     swe_mirrors: Path = Field(
         Path("~/.cache/agentroll/swe-mirrors"),
         description="Bare git mirrors of SWE task repositories (the history a task's image "

@@ -7,6 +7,7 @@ The images are cached in a stable folder (``AGENTROLL_IMAGES_CACHE``, default
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import os
@@ -17,7 +18,12 @@ from pathlib import Path
 import pytest
 from tests.support.images import CACHE, needs_real_build
 
-from agentroll.runtime.images import BuiltImage, build_image
+from agentroll.runtime.images import (
+    BuiltImage,
+    add_build_image_arguments,
+    build_image,
+    run_build_image,
+)
 
 BUILD_TIMEOUT_S = 900
 
@@ -130,6 +136,37 @@ async def test_swe_task_has_git_and_pytest(swe_task: BuiltImage, tmp_path: Path)
     assert rc == 0, out
     assert "1 passed" in out and "tools ok" in out
     assert (tmp_path / ".git").is_dir()
+
+
+def test_prune_removes_an_older_copy_of_a_real_image(
+    python_base: BuiltImage, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A real rootfs (device nodes, read-only modes) as an older copy: --prune deletes it whole.
+    The copies are hard links of the cached image, so the test costs no build and no space."""
+    images = tmp_path / "images"
+    images.mkdir()
+    meta = json.loads(python_base.metadata_path.read_text())
+    for name, built_at in ((python_base.name, meta["built_at"]), ("python-base-000000000000", 0)):
+        try:
+            shutil.copytree(python_base.path, images / name, symlinks=True, copy_function=os.link)
+        except (OSError, shutil.Error) as exc:
+            pytest.skip(f"cannot hard-link the cached image here: {exc}")
+        (images / f"{name}.json").write_text(
+            json.dumps(meta | {"name": name, "built_at": built_at})
+        )
+    parser = argparse.ArgumentParser()
+    add_build_image_arguments(parser)
+    args = parser.parse_args(["--prune", "--keep", "1", "--output-dir", str(images)])
+    assert run_build_image(args) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("removed python-base-000000000000: ")
+    assert int(out[0].split(": ")[1].split()[0]) > 50_000_000  # a whole rootfs
+    assert sorted(p.name for p in images.iterdir()) == [
+        ".locks",
+        python_base.name,
+        f"{python_base.name}.json",
+    ]
+    assert (images / python_base.name / "opt/agentroll/bin/python").exists()
 
 
 @pytest.mark.skipif(

@@ -1,5 +1,6 @@
 """A sandbox in a root filesystem made by `agentroll build-image`, tools and all."""
 
+import fcntl
 import os
 import shutil
 from pathlib import Path
@@ -8,6 +9,7 @@ import pytest
 
 from agentroll.runtime import BwrapConfig, SandboxSpec
 from agentroll.runtime.images import build_image
+from agentroll.runtime.imageuse import use_file
 
 pytestmark = pytest.mark.integration
 
@@ -32,6 +34,20 @@ async def test_action_server_runs_from_the_images_own_venv(tmp_path: Path) -> No
         assert result.error is None and "42" in result.output
         hostname = await sandbox.tools.bash("cat /etc/os-release | head -1")
         assert "Debian" in hostname.output
+        assert not can_evict(image.path)  # the running sandbox holds its image in use
     finally:
         await sandbox.stop()
         await runtime.close()
+    assert can_evict(image.path)  # and lets go of it once torn down
+
+
+def can_evict(image: Path) -> bool:
+    """Whether eviction could take the image's use lock now (it takes it the same way)."""
+    fd = os.open(use_file(image), os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)

@@ -33,7 +33,9 @@ from agentroll.runtime.images.context import (
     template_context,
 )
 from agentroll.runtime.images.errors import TemplateError
+from agentroll.runtime.images.evict import prune_after_build
 from agentroll.runtime.images.templates import ImageFormat
+from agentroll.runtime.settings import cache_settings
 
 DEFAULT_TIMEOUT_S = 1800.0
 CACHE_MODES = ("scratch", "versioned", "lock")
@@ -48,6 +50,7 @@ class BuiltImage:
     build_log: Path | None  # None when reused and no log was kept
     metadata_path: Path
     key: str
+    evicted: tuple[tuple[str, int], ...] = ()  # older copies this build removed: name, bytes
 
 
 def default_backend(fmt: str) -> ImageBackend:
@@ -159,12 +162,15 @@ async def build_image(
     templates_dir: Path | None = None,
     source_root: Path | None = None,
     backend: ImageBackend | None = None,
+    keep: int | None = None,
 ) -> BuiltImage:
     """Build (or reuse) the image ``template`` renders to; see the module docstring.
 
     ``timeout_s`` bounds the wait for a concurrent build of the same image and, separately,
     the build itself. ``source_root`` is the agentroll tree whose wheel goes into the image
-    (default: the tree this package runs from).
+    (default: the tree this package runs from). After a build publishes, older copies of the
+    image beyond the newest ``keep`` are evicted (evict.py; default: the ``images_keep``
+    setting; 0 keeps all).
     """
     if cache not in CACHE_MODES:
         raise TemplateError(f"unknown cache mode {cache!r}; known: {list(CACHE_MODES)}")
@@ -176,6 +182,7 @@ async def build_image(
             "not 'versioned' (whose key ignores the lock)"
         )
     backend = backend or default_backend(fmt)
+    keep = cache_settings().images_keep if keep is None else keep
     params = dict(params or {})
     source_root = source_root or default_source_root()
     plan = await asyncio.to_thread(
@@ -185,6 +192,7 @@ async def build_image(
     async with held(slot.lock, timeout_s=timeout_s, what=slot.name):
         done = await asyncio.to_thread(slot.complete, plan.key)
         if cache != "scratch" and done is not None:
+            await asyncio.to_thread(slot.mark_used)
             log = slot.log if await asyncio.to_thread(slot.log.exists) else None
             return BuiltImage(
                 slot.name, slot.image, True, slot.recipe, log, slot.metadata, plan.key
@@ -223,4 +231,17 @@ async def build_image(
         finally:
             # shield: a cancelled build still removes its private folder
             await asyncio.shield(asyncio.to_thread(remove_workdir, work))
-    return BuiltImage(slot.name, slot.image, False, slot.recipe, slot.log, slot.metadata, plan.key)
+    # Outside the lock: waiters for this image need not wait for the older copies' deletion.
+    evicted = await asyncio.to_thread(
+        prune_after_build, slot.images_dir, keep, built=slot.name, template=plan.template.name
+    )
+    return BuiltImage(
+        slot.name,
+        slot.image,
+        False,
+        slot.recipe,
+        slot.log,
+        slot.metadata,
+        plan.key,
+        tuple(evicted.removed),
+    )

@@ -7,6 +7,7 @@ Layout of ``images_dir`` for an image named ``python-base-0123456789ab``::
     python-base-0123456789ab.toml        the rendered recipe it was built from (.def: singularity)
     python-base-0123456789ab.build.log   the last build's log
     .locks/python-base-0123456789ab.lock flock held while building or checking
+    .locks/python-base-0123456789ab.use  shared flock of each sandbox running from it
     .tmp/<name>.<random>/                private build folders (same file system: rename works)
     .downloads/npm/                      npm's download cache, shared by every build
 
@@ -32,6 +33,7 @@ from typing import Literal
 
 from agentroll.runtime.images.errors import BuildTimeout, ImageError
 from agentroll.runtime.images.proc import mounts_under
+from agentroll.runtime.imageuse import LOCKS_DIR, still_named, use_file
 
 CacheMode = Literal["scratch", "versioned", "lock"]
 LOCK_POLL_S = 0.1
@@ -77,7 +79,15 @@ class ImageSlot:
 
     @property
     def lock(self) -> Path:
-        return self.images_dir / ".locks" / f"{self.name}.lock"
+        return self.images_dir / LOCKS_DIR / f"{self.name}.lock"
+
+    @property
+    def use_lock(self) -> Path:
+        return use_file(self.image)
+
+    def mark_used(self) -> None:
+        """Stamp the image's last use (a reuse counts): eviction keeps the recently used."""
+        self.use_lock.touch()
 
     def new_workdir(self) -> Path:
         work = self.images_dir / ".tmp" / f"{self.name}.{uuid.uuid4().hex[:8]}"
@@ -100,29 +110,53 @@ async def held(lock_path: Path, *, timeout_s: float, what: str) -> AsyncIterator
     """Exclusive flock on ``lock_path``, polled so the wait is bounded and cancellable.
 
     flock locks belong to the open file, so two builds in one process exclude each other
-    as two processes do; the kernel drops the lock if the holder dies.
+    as two processes do; the kernel drops the lock if the holder dies. A lock file that
+    eviction unlinked while we waited is opened again (its lock guards nothing any more).
     """
     lock_path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if loop.time() >= deadline:
-                    raise BuildTimeout(
-                        f"waited {timeout_s:g} s for another build of {what}"
-                    ) from None
-                await asyncio.sleep(LOCK_POLL_S)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    while True:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
+            await _flock(fd, deadline, timeout_s, what)
+        except BaseException:
+            os.close(fd)
+            raise
+        if still_named(fd, lock_path):
+            break
         os.close(fd)
+    try:
+        yield
+    finally:
+        os.close(fd)  # drops the lock
+
+
+async def _flock(fd: int, deadline: float, timeout_s: float, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if loop.time() >= deadline:
+                raise BuildTimeout(f"waited {timeout_s:g} s for another build of {what}") from None
+            await asyncio.sleep(LOCK_POLL_S)
+
+
+def tree_size(root: Path) -> int:
+    """Bytes under ``root`` (a file's size, or the sum over a tree, hard links once)."""
+    if not root.is_dir():
+        return root.stat().st_size
+    seen: set[tuple[int, int]] = set()
+    total = 0
+    for top, _dirs, files in os.walk(root):
+        for name in files:
+            info = os.lstat(os.path.join(top, name))
+            if (info.st_dev, info.st_ino) not in seen:
+                seen.add((info.st_dev, info.st_ino))
+                total += info.st_size
+    return total
 
 
 def remove_tree(path: Path) -> None:

@@ -24,7 +24,14 @@ from pathlib import Path
 from typing import Literal
 
 from agentroll.runtime.imagemeta import IMAGE_META
-from agentroll.runtime.images.cache import ImageSlot, held, image_name, publish, remove_workdir
+from agentroll.runtime.images.cache import (
+    ImageSlot,
+    held,
+    image_name,
+    publish,
+    remove_workdir,
+    tree_size,
+)
 from agentroll.runtime.images.context import agentroll_version
 from agentroll.runtime.images.errors import BaseImageMissing, BuildFailed, ImageError, TemplateError
 from agentroll.runtime.images.ocistore import OciStore, normalise_image_name
@@ -101,21 +108,6 @@ def oci_config(layout: Path) -> tuple[dict[str, str], str | None]:
     env = dict(item.partition("=")[::2] for item in config.get("Env") or [])
     workdir = config.get("WorkingDir") or None
     return env, (None if workdir in (None, "/") else str(workdir))
-
-
-def tree_size(root: Path) -> int:
-    """Bytes under ``root`` (a file's size, or the sum over a tree, hard links once)."""
-    if not root.is_dir():
-        return root.stat().st_size
-    seen: set[tuple[int, int]] = set()
-    total = 0
-    for top, _dirs, files in os.walk(root):
-        for name in files:
-            info = os.lstat(os.path.join(top, name))
-            if (info.st_dev, info.st_ino) not in seen:
-                seen.add((info.st_dev, info.st_ino))
-                total += info.st_size
-    return total
 
 
 def _finish_rootfs(

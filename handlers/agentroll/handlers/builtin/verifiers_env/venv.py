@@ -7,16 +7,20 @@ a virtual environment of their own, installed from `verifiers.lock.txt` (every p
 constrained by the lock so none of verifiers' pins moves), then checked by importing
 verifiers. One folder per lock and package list (`agentroll.runtime.locked_venv`), under
 `$AGENTROLL_VERIFIERS_CACHE` (default /var/tmp/agentroll-verifiers). A package given as a
-local folder is keyed by its files' content, so an edited one is installed afresh.
+local folder is keyed by its files' content, so an edited one is installed afresh. The cache
+keeps the newest `$AGENTROLL_VERIFIERS_KEEP` copies of each environment (`venv_cache`).
 """
 
+import asyncio
 import hashlib
+import logging
 import os
 import sys
 from collections.abc import Sequence
 from importlib import resources
 from pathlib import Path
 
+from agentroll.handlers.builtin.verifiers_env import venv_cache
 from agentroll.handlers.errors import VerifiersSetupError
 from agentroll.runtime.images.cache import cache_key
 from agentroll.runtime.images.errors import BuildFailed, BuildTimeout
@@ -28,6 +32,9 @@ from agentroll.runtime.locked_venv import (
     VenvRecipe,
     ensure_locked_venv,
 )
+from agentroll.runtime.settings import cache_settings
+
+log = logging.getLogger(__name__)
 
 CACHE_ENV = "AGENTROLL_VERIFIERS_CACHE"
 DEFAULT_CACHE_ROOT = Path("/var/tmp/agentroll-verifiers")
@@ -97,6 +104,16 @@ async def ensure_verifiers_venv(
     if ready is not None and (ready.root / STAMP).exists():
         return CachedVenv(ready.root, False, 0.0)
     base.mkdir(parents=True, exist_ok=True)
-    venv = await ensure_locked_venv(recipe(packages), base, timeout_s=timeout_s, run=_run)
+    for _ in range(2):  # a copy evicted between its install check and our hold: once more
+        venv = await ensure_locked_venv(recipe(packages), base, timeout_s=timeout_s, run=_run)
+        if await asyncio.to_thread(venv_cache.hold, base, venv.root, packages):
+            break
+    else:
+        raise VerifiersSetupError(f"{venv.root} was evicted as soon as it was installed, twice")
+    if venv.installed_now:
+        keep = cache_settings().verifiers_keep
+        report = await asyncio.to_thread(venv_cache.prune_copies, base, keep, spare=venv.root.name)
+        for name, size in report.removed:
+            log.info("verifiers environments: evicted %s (%d bytes)", name, size)
     _ready[known] = venv
     return venv
