@@ -128,12 +128,12 @@ def _print_report(report: PruneReport) -> None:
 
 
 def _prune(args: argparse.Namespace) -> int:
+    # A template named is looked up: a typo is an error, not a prune of nothing.
+    name = None if args.template is None else find_template(args.template, args.templates_dir).name
     keep = cache_settings().images_keep if args.keep is None else args.keep
     if keep == 0:
         print("keep is 0: every copy is kept, nothing pruned")
         return 0
-    # A template named is looked up: a typo is an error, not a prune of nothing.
-    name = None if args.template is None else find_template(args.template, args.templates_dir).name
     images_dir = args.output_dir.expanduser().resolve()
     _print_report(prune(images_dir, keep, template=name))
     return 0
