@@ -54,12 +54,15 @@ print(json.dumps(out))
 """
 
 
-async def run_in_verifiers(script: str, taskset: str, payload: Any) -> Any:
-    """`script` (argv[1]: `taskset`) run by the environment's own interpreter, `payload` as
-    JSON on its stdin; what it prints, as JSON."""
-    venv = await ensure_verifiers_venv([PACKAGE])
+async def run_in_verifiers(
+    script: str, taskset: str, payload: Any, *, python: Path | None = None
+) -> Any:
+    """`script` (argv[1]: `taskset`) run by the environment's own interpreter (`python`;
+    default the fixture tasksets' v1 one), `payload` as JSON on its stdin; what it prints,
+    as JSON."""
+    python = python or (await ensure_verifiers_venv([PACKAGE])).python
     proc = await asyncio.create_subprocess_exec(
-        str(venv.python),
+        str(python),
         "-I",
         "-c",
         script,

@@ -116,7 +116,7 @@ def scored_message(message: ChatMessage) -> ChatMessage:
     return cast(ChatMessage, out)
 
 
-def _scored(reply: dict[str, Any]) -> Reward:
+def scored_reward(reply: dict[str, Any]) -> Reward:
     """The reward a worker's reply gives; `VerifiersRewardFailed` where the reward code failed."""
     if not reply.get("ok"):
         if reply.get("stage") == "load":
@@ -153,7 +153,7 @@ async def score_messages(
         "sampled": sampled,
     }
     reply = await default_workers().ask(python, request, spec.score_timeout_s)
-    return _scored(reply)
+    return scored_reward(reply)
 
 
 async def score_twice(

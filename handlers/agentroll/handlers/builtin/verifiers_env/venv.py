@@ -2,13 +2,16 @@
 
 verifiers pins packages the server's own environment cannot hold (`mcp==2.0.0`, `openai<3`, a
 newer `transformers`), so its environments never run in the server's interpreter: they run in
-a virtual environment of their own, installed from `verifiers.lock.txt` (every package pinned,
-`--no-deps`) plus the environment packages a job names (installed with their dependencies,
-constrained by the lock so none of verifiers' pins moves), then checked by importing
-verifiers. One folder per lock and package list (`agentroll.runtime.locked_venv`), under
-`$AGENTROLL_VERIFIERS_CACHE` (default /var/tmp/agentroll-verifiers). A package given as a
-local folder is keyed by its files' content, so an edited one is installed afresh. The cache
-keeps the newest `$AGENTROLL_VERIFIERS_KEEP` copies of each environment (`venv_cache`).
+a virtual environment of their own, installed from a lock of one verifiers release (every
+package pinned, `--no-deps`; `Stack`: `verifiers.lock.txt`, 0.4.0, for v1 tasksets,
+`verifiers_legacy.lock.txt`, 0.3.1, for legacy environments) plus the environment packages a
+job names (installed with their dependencies, constrained by the lock so none of verifiers'
+pins moves), then checked by importing that release's stack. One folder per lock and package
+list (`agentroll.runtime.locked_venv`), under `$AGENTROLL_VERIFIERS_CACHE` (default
+/var/tmp/agentroll-verifiers). A package given as a local folder is keyed by its files'
+content, so an edited one is installed afresh. The cache keeps the newest
+`$AGENTROLL_VERIFIERS_KEEP` copies of each environment (`venv_cache`; each stack's copies are
+a lineage of their own).
 """
 
 import asyncio
@@ -17,6 +20,7 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -46,8 +50,21 @@ def cache_root() -> Path:
     return Path(os.environ.get(CACHE_ENV) or DEFAULT_CACHE_ROOT)
 
 
-def lock_text() -> str:
-    return resources.files(__package__).joinpath("verifiers.lock.txt").read_text()
+@dataclass(frozen=True)
+class Stack:
+    """One verifiers release's environment: its lock and what must import in it."""
+
+    name: str
+    lock: str
+    check: str
+
+
+V1 = Stack("verifiers", "verifiers.lock.txt", "import verifiers.v1")
+LEGACY = Stack("verifiers-legacy", "verifiers_legacy.lock.txt", "import verifiers.legacy")
+
+
+def lock_text(stack: Stack = V1) -> str:
+    return resources.files(__package__).joinpath(stack.lock).read_text()
 
 
 def _folder_digest(folder: Path) -> str:
@@ -69,15 +86,16 @@ def requirement_identity(requirement: str) -> str:
     return requirement
 
 
-def recipe(packages: Sequence[str]) -> VenvRecipe:
+def recipe(packages: Sequence[str], stack: Stack = V1) -> VenvRecipe:
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     identities = sorted(requirement_identity(p) for p in packages)
+    lock = lock_text(stack)
     key = cache_key(
         "verifiers-venv",
-        {"lock": lock_text(), "packages": "\n".join(identities), "python": version},
+        {"lock": lock, "packages": "\n".join(identities), "python": version},
     )
     steps = [("install", "-q", "-c", LOCK_PLACEHOLDER, *sorted(packages))] if packages else []
-    return VenvRecipe("verifiers", key, lock_text(), steps, check="import verifiers.v1")
+    return VenvRecipe(stack.name, key, lock, steps, check=stack.check)
 
 
 async def _run(args: list[str], log: Path, timeout_s: float) -> None:
@@ -87,25 +105,31 @@ async def _run(args: list[str], log: Path, timeout_s: float) -> None:
         raise VerifiersSetupError(f"{' '.join(args[:5])} ...: {exc}") from None
 
 
-_ready: dict[tuple[Path, tuple[str, ...]], CachedVenv] = {}
+_ready: dict[tuple[Path, Stack, tuple[str, ...]], CachedVenv] = {}
 """Environments this process found whole, by cache root and package list: a rollout does not
 hash a local package's files again (a folder edited while the server runs is installed afresh
 by the next server, or by `ensure_verifiers_venv` in a process of its own)."""
 
 
 async def ensure_verifiers_venv(
-    packages: Sequence[str], root: Path | None = None, *, timeout_s: float = INSTALL_TIMEOUT_S
+    packages: Sequence[str],
+    root: Path | None = None,
+    *,
+    timeout_s: float = INSTALL_TIMEOUT_S,
+    stack: Stack = V1,
 ) -> CachedVenv:
-    """The environment holding verifiers and `packages` (pip requirements: names, pins, or
-    absolute paths of local folders), installed if it is not cached yet."""
+    """The environment holding `stack`'s verifiers and `packages` (pip requirements: names,
+    pins, or absolute paths of local folders), installed if it is not cached yet."""
     base = root or cache_root()
-    known = (base, tuple(sorted(packages)))
+    known = (base, stack, tuple(sorted(packages)))
     ready = _ready.get(known)
     if ready is not None and (ready.root / STAMP).exists():
         return CachedVenv(ready.root, False, 0.0)
     base.mkdir(parents=True, exist_ok=True)
     for _ in range(2):  # a copy evicted between its install check and our hold: once more
-        venv = await ensure_locked_venv(recipe(packages), base, timeout_s=timeout_s, run=_run)
+        venv = await ensure_locked_venv(
+            recipe(packages, stack), base, timeout_s=timeout_s, run=_run
+        )
         if await asyncio.to_thread(venv_cache.hold, base, venv.root, packages):
             break
     else:

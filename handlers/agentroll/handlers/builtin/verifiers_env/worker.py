@@ -37,6 +37,9 @@ it. Only toolsets that cannot set up fail as `load`.
 request (`in_child`), which exits after it: nothing that code changes outlives the request.
 The worker itself runs only the environment's loading and listing, from the job's settings.
 
+Requests of a legacy environment (`legacy_*`, verifiers 0.3.1) are `legacy_worker.py`'s,
+served by the same loop (its rollouts forked as `in_child`).
+
 `retire` asks for a fresh worker: this one grew past half its memory limit, or a process it
 did not start itself (one the reply's code left running) shares its sandbox.
 
@@ -56,6 +59,7 @@ import os
 import resource
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -71,6 +75,9 @@ def _by_path(name: str, path: Path) -> Any:
 
 _shared = _by_path("agentroll_grading_worker", Path(__file__).parent.parent / "grading_worker.py")
 _env = _by_path("agentroll_verifiers_worker_env", Path(__file__).with_name("worker_env.py"))
+_legacy = _by_path(
+    "agentroll_verifiers_legacy_worker", Path(__file__).with_name("legacy_worker.py")
+)
 
 MAX_TASKS = 100_000
 
@@ -284,21 +291,19 @@ def answer(
     return score(envs, loop, request)
 
 
-def in_child(
-    envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any], replies: Any
-) -> Any:
-    """The reply to a request the policy's text reaches (its reply scored, its tool call
-    run), answered by a forked child that exits after: whatever that code changes (a class
-    patched, a module's global, the task's own object) dies with the child, so no rollout's
-    text reaches another rollout's scoring. The worker keeps only what it loaded before,
-    from the job's own settings. A child that dies without a reply ends the worker with its
-    status (the server sees the worker crash, as before)."""
+def in_child(respond: Callable[[], Any]) -> Any:
+    """`respond()`, the reply to a request the policy's text reaches (its reply scored, its
+    tool call run), answered by a forked child that exits after: whatever that code changes
+    (a class patched, a module's global, the task's own object) dies with the child, so no
+    rollout's text reaches another rollout's scoring. The worker keeps only what it loaded
+    before, from the job's own settings. A child that dies without a reply ends the worker
+    with its status (the server sees the worker crash, as before)."""
     readable, writable = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child
         os.close(readable)
         try:
-            text = json.dumps(answer(envs, loop, request, replies))
+            text = json.dumps(respond())
             with os.fdopen(writable, "w") as out:
                 out.write(text)
         except BaseException:
@@ -314,6 +319,28 @@ def in_child(
     return json.loads(text)
 
 
+def serve(
+    envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any], replies: Any
+) -> dict[str, Any]:
+    """A v1 taskset's request answered."""
+    try:
+        envs.get(request["taskset"])  # the environment's code, loaded once: job settings
+    except Exception as exc:
+        return failed("load", exc)
+    if request["op"] == "tasks":
+        try:
+            return list_tasks(envs, request)
+        except Exception as exc:
+            return failed("load", exc)
+    if request["op"] == "tools":  # schemas: nothing of the policy's is read
+        reply = serve_tools(envs, loop, request)
+        reply["turns"] = envs.get(request["taskset"]).env is not None
+        return reply
+    gc.freeze()  # what the worker holds stays shared with its children, not copied
+    result: dict[str, Any] = in_child(lambda: answer(envs, loop, request, replies))
+    return result
+
+
 def main() -> None:
     memory_limit, parent_pid = int(sys.argv[1]), int(sys.argv[2])
     _shared._die_with(parent_pid)
@@ -326,26 +353,14 @@ def main() -> None:
     _messages_adapter()  # built once here, not in every child
     retire_above = (_shared._peak_memory_bytes() + memory_limit) // 2
     _shared._send(replies, {"ready": True, "verifiers": verifiers.__version__})
-    envs = Environments()
+    envs, legacy_envs = Environments(), _legacy.Environments()
     loop = asyncio.new_event_loop()  # one for the worker's life: a loop per request costs
     for line in sys.stdin.buffer:
         request = json.loads(line)
-        try:
-            envs.get(request["taskset"])  # the environment's code, loaded once: job settings
-        except Exception as exc:
-            reply = failed("load", exc)
+        if request["op"] in _legacy.OPS:  # a legacy environment (verifiers 0.3.1)
+            reply = _legacy.serve(legacy_envs, loop, request, replies, sys.modules[__name__])
         else:
-            if request["op"] == "tasks":
-                try:
-                    reply = list_tasks(envs, request)
-                except Exception as exc:
-                    reply = failed("load", exc)
-            elif request["op"] == "tools":  # schemas: nothing of the policy's is read
-                reply = serve_tools(envs, loop, request)
-                reply["turns"] = envs.get(request["taskset"]).env is not None
-            else:
-                gc.freeze()  # what the worker holds stays shared with its children, not copied
-                reply = in_child(envs, loop, request, replies)
+            reply = serve(envs, loop, request, replies)
         reply["retire"] = _shared._peak_memory_bytes() > retire_above or strays()
         _shared._send(replies, reply)
 
