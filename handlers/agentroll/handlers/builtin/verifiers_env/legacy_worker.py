@@ -14,7 +14,7 @@ imported only inside the functions (the module loads in v1 workers too). Request
     -> {"turn": [{"role": "user", "content": ...}]}
     <- {"reply": "text", "tool_calls": [{"id", "name", "arguments"}]} | {"end": "max_turns"}
     -> ... {"ok": true, "rewards": {"name": {"score": 1.0, "weight": 1.0}},
-            "metrics": {"name": 1.0 | null}, "ended": null | "max_turns"}
+            "metrics": {"name": 1.0 | null}}
 
 `legacy_rollout` is the environment's own `rollout()` (its `MultiTurnEnv` loop: stop
 conditions, `env_response`, a `ToolEnv`'s tools run here), its model client the rollout's
@@ -33,7 +33,6 @@ ran.
 
 import functools
 import json
-import math
 import time
 import uuid
 from typing import Any
@@ -107,15 +106,11 @@ def list_rows(env: Any, request: dict[str, Any]) -> dict[str, Any]:
 
 class TurnsEnded(Exception):
     """The rollout's limits ended the exchange (raised as a `vf.Error`, `turns_ended`, so
-    the rollout stops on it as on a model error); `end` says which limit."""
-
-    end = ""
+    the rollout stops on it as on a model error, and is scored)."""
 
 
 def turns_ended(end: str) -> TurnsEnded:
-    error = _turns_ended_class()(f"the rollout's limits ended it ({end})")
-    error.end = end
-    return error
+    return _turns_ended_class()(f"the rollout's limits ended it ({end})")
 
 
 @functools.cache
@@ -236,17 +231,13 @@ def rollout(env: Any, loop: Any, request: dict[str, Any], worker: Any, replies: 
     except Exception as exc:  # the environment's code raised during the rollout
         return worker.failed("episode", exc)
     error = state.get("error")
-    ended = error.end if isinstance(error, TurnsEnded) else None
-    if error is not None and ended is None:  # the `vf.Error` the rollout stopped on
+    if error is not None and not isinstance(error, TurnsEnded):  # the `vf.Error` it stopped on
         return worker.failed("episode", error.__cause__ or error)
     try:
         result = loop.run_until_complete(scored(env, state))
     except Exception as exc:
         return worker.failed("score", exc)
-    unscored = [n for n, r in result["rewards"].items() if not math.isfinite(r["score"])]
-    if unscored:
-        return {"ok": False, "stage": "score", "error": f"rewards {unscored} gave no finite score"}
-    return {**result, "ended": ended}
+    return result  # a score that is not finite is the server's to blame
 
 
 def serve(
