@@ -9,6 +9,7 @@ rubric gives on the same completions, computed here by verifiers itself (its own
 replaying the policy's replies, then `rubric.score_rollout`); tokens are the backend's; a
 reward or an environment the reply breaks is a 0, one broken for everyone is infra_error."""
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,11 +78,16 @@ print(json.dumps(out))
 
 
 async def reference(
-    environment: str, instances: list[dict[str, Any]], results: dict[str, Trajectory]
+    environment: str,
+    instances: list[dict[str, Any]],
+    results: dict[str, Trajectory],
+    job_ids: Sequence[str] = (),
 ) -> dict[str, Any]:
-    """`{job id: {"reward", "completion"}}` of verifiers' own rollout and rubric."""
+    """`{job id: {"reward", "completion"}}` of verifiers' own rollout and rubric on each
+    instance's row, replaying its job's replies (the jobs `job_ids`, else the instances')."""
     venv = await ensure_verifiers_venv([PACKAGE], stack=LEGACY)
-    cases = [(job_id(i), i["row"], list(results[job_id(i)].messages)) for i in instances]
+    ids = list(job_ids) or [job_id(i) for i in instances]
+    cases = [(j, i["row"], list(results[j].messages)) for j, i in zip(ids, instances, strict=True)]
     out: dict[str, Any] = await run_in_verifiers(REFERENCE, environment, cases, python=venv.python)
     return out
 
@@ -91,12 +97,19 @@ def job_id(instance: dict[str, Any]) -> str:
 
 
 async def play(
-    agentroll_server: ServerFactory, tmp_path: Path, instances: list[dict[str, Any]], policy: str
+    agentroll_server: ServerFactory,
+    tmp_path: Path,
+    instances: list[dict[str, Any]],
+    policy: str,
+    more: Sequence[dict[str, Any]] = (),
 ) -> tuple[dict[str, Trajectory], list[dict[str, Any]]]:
+    """One job per instance (and the jobs `more`), through a real server and the scripted
+    backend's `policy`; the results and the backend's request log."""
     jobs = [
         {"job_id": job_id(i), "handler": "verifiers_legacy", "instance": i, "group_id": policy}
         for i in instances
     ]
+    jobs += [{"handler": "verifiers_legacy", "group_id": policy, **j} for j in more]
     async with (
         scripted_backend(wrong_rate=0.0, policy=policy) as backend,
         rollout_service(agentroll_server, tmp_path, backend) as client,
@@ -180,7 +193,10 @@ async def test_env_response_drives_the_turns_and_an_environment_a_reply_breaks_i
     CONTROLS.clear()
     instances = await legacy_instances("agentroll-vf-legacy-guess", [PACKAGE], score_timeout_s=120)
 
-    results, log = await play(agentroll_server, tmp_path, instances, "guess")
+    # Row 0 needs four guesses; with `limits.max_turns` 2 the rollout ends at the third
+    # model call, and is scored as it stands (as verifiers scores a rollout a model error ended).
+    cut = {"job_id": "cut", "instance": instances[0], "limits": {"max_turns": 2}}
+    results, log = await play(agentroll_server, tmp_path, instances, "guess", [cut])
 
     said = {j: [(m["role"], m["content"]) for m in t.messages[1:]] for j, t in results.items()}
     assert said["agentroll-vf-legacy-guess-0"] == [
@@ -203,6 +219,14 @@ async def test_env_response_drives_the_turns_and_an_environment_a_reply_breaks_i
         assert [[m["role"], m["content"]] for m in t.messages[1:]] == e["completion"]
         assert len(t.segments) == sum(1 for m in t.messages if m["role"] == "assistant")
         assert_tokens_exact(t, log)
+
+    t = results["cut"]
+    assert [(m["role"], m["content"]) for m in t.messages[1:]] == said[
+        "agentroll-vf-legacy-guess-0"
+    ][:3]
+    cut_expected = await reference("agentroll-vf-legacy-guess", [instances[0]], {"x": t}, ["x"])
+    assert cut_expected["x"]["reward"] == 0.5 / 2  # not found; quick: one over two guesses
+    assert (t.outcome, t.reward, t.finish_reason) == (Outcome.ok, 0.25, "max_turns"), t.error
 
     boom = results["agentroll-vf-legacy-guess-3"]
     assert (boom.outcome, boom.reward) == (Outcome.ok, 0.0), boom.error

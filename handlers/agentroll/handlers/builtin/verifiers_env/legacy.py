@@ -18,8 +18,9 @@ child of a verifiers worker forked for it (`legacy_worker.py`), its model client
 the rollout's session: each prompt's new messages (the row's prompt, then `env_response`'s
 messages: a `ToolEnv`'s tool answers, a game's feedback) go in masked out, each reply is
 sampled with agentroll's exact tokens, its tool calls parsed (Hermes) and handed back as
-verifiers' `ToolCall`s. After `limits.max_turns` replies the next model call ends the rollout
-(as a model error ends verifiers' loop). Then, in the same child, the rubric scores the final
+verifiers' `ToolCall`s. After `limits.max_turns` replies, or once the policy's context is full,
+the next model call ends the rollout (as a model error ends verifiers' loop; the full context
+is then `agent_error`, scored). Then, in the same child, the rubric scores the final
 state: `reward` is the weighted sum of its reward functions, as verifiers sums it.
 
 Whose fault a failure is (blamed by a control, `control.py`: the same row played with an
@@ -52,6 +53,7 @@ from agentroll.handlers.builtin.verifiers_env.venv import LEGACY, ensure_verifie
 from agentroll.handlers.builtin.verifiers_env.workers import default_workers, load_failure
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.handlers.errors import (
+    AgentError,
     ContextLengthExceeded,
     InfraError,
     VerifiersRewardFailed,
@@ -108,6 +110,8 @@ class Rollout:
 
     def __init__(self, ctx: RolloutContext, tools: list[ToolSpec]) -> None:
         self.ctx, self.tools = ctx, tools
+        self.stopped: AgentError | None = None
+        """The policy's error that ended the rollout (raised once it is scored)."""
         parser = get_parser(AgentConfig().parser)
         if isinstance(parser, SchemaAwareParser):  # formats whose arguments are untyped text
             parser = parser.with_tools(tools)
@@ -115,18 +119,20 @@ class Rollout:
 
     async def answer(self, turn: list[dict[str, Any]]) -> dict[str, Any]:
         ctx, said = self.ctx, [chat_message(m) for m in turn]
-        if not ctx.llm.messages:
-            await ctx.llm.start(said, tools=self.tools)
-        elif ctx.llm.num_turns >= ctx.limits.max_turns:
+        if ctx.llm.messages and ctx.llm.num_turns >= ctx.limits.max_turns:
             ctx.set_finish_reason("max_turns")
             return {"end": "max_turns"}
-        else:
-            await ctx.llm.add_messages(said)
         try:
+            if not ctx.llm.messages:
+                await ctx.llm.start(said, tools=self.tools)
+            else:
+                await ctx.llm.add_messages(said)
             sampled = await ctx.llm.generate()
-        except ContextLengthExceeded:  # nothing more fits: the rollout ends, and is scored
-            ctx.set_finish_reason("length")
-            return {"end": "length"}
+        except AgentError as exc:  # the policy's doing (its context full): the rollout ends
+            if isinstance(exc, ContextLengthExceeded):
+                ctx.set_finish_reason("length")
+            self.stopped = exc
+            return {"end": exc.cause}
         if not self.tools:
             return {"reply": sampled.text}
         reply = self.parser.parse(sampled.text).with_call_ids(f"call_{ctx.llm.num_turns}_")
@@ -194,6 +200,8 @@ class VerifiersLegacyHandler(AgentHandler):
             ctx.state[RESULT_KEY] = await _ask(python, request, spec.score_timeout_s, rollout)
         except VerifiersWorkerFailure as exc:  # timed out or died on the policy's replies
             ctx.state[RESULT_KEY] = {"ok": False, "error": f"its code {exc.kind}: {exc}"}
+        if rollout.stopped is not None:  # agent_error, its rollout scored in EVAL
+            raise rollout.stopped
 
     async def eval(self, ctx: RolloutContext) -> Reward:
         job = self.task(ctx)
