@@ -9,6 +9,10 @@ doing the same task.
   process trees (bubblewrap and the worker it confines, read from /proc before they exit,
   with the children a worker forked and reaped to score one rollout each); their start
   (verifiers imports in seconds) is paid in a warm-up round and reported apart.
+- `verifiers_legacy` against the same `math` rollout: a legacy environment's row
+  (`agentroll-vf-legacy-exec` in `tests/fixtures/verifiers_legacy_pkg`, a `SingleTurnEnv`
+  whose reward functions compare strings), its rollout and rubric run in a child forked from a
+  worker of the verifiers 0.3.1 environment; CPU counted as for `verifiers`.
 - `openenv` against `native_guess`, the same guessing game written as an agentroll handler (a
   `step` tool answering the same JSON in-process), played by the scripted `openenv_guess`
   policy to the same four steps. CPU counted: this process; the environment server's own CPU
@@ -21,7 +25,7 @@ The agentroll server and the scripted backend run in this process, alike for bot
 Target: <= 10 % added CPU per rollout. A loaded machine adds noise to both sides: run it alone.
 
     .venv/bin/python benchmarks/env_adapters.py [--rollouts 60] [--rounds 3]
-        [--only verifiers|openenv|openreward]
+        [--only verifiers|verifiers_legacy|openenv|openreward]
 
 Measured (2 shared cores, 60 rollouts x 3 rounds, two runs): math 2.5-2.7 ms, verifiers
 3.5-4.0 ms per rollout (+1.0-1.3 ms, +40-50 %: the scoring round trip to the confined worker,
@@ -31,6 +35,10 @@ persists into another's scoring): math 3.0 ms, verifiers 28.3 ms (+25 ms, +844 %
 3.3 and 5.7 ms (+70 %) without the fork, back to back on a node at load 23 (30 rollouts x 3
 rounds); in the worker alone, 21 ms against 0.6 ms of CPU per scoring, of which a bare fork
 and exit of the 220 MB worker is 8-12 ms on this VM (page tables copied and torn down).
+verifiers_legacy (30 rollouts x 3 rounds, load 2.5-2.8 on 2 cores, right after verifiers in
+the same minute): math 3.0 ms, verifiers_legacy 23.7 ms (+689 %), verifiers 26.3 ms against
+math 3.3 ms: the same fork per rollout dominates (its INIT asks the worker for the row's tools
+once more, without a fork; the rollout relays the one reply over the worker's pipes).
 OpenEnv: native_guess 12.0-12.7 ms, openenv 14.3-14.5 ms per rollout (+1.7-2.5 ms, +13-21 %: a
 WebSocket session and a `/schema` request per episode, JSON frames; the environment server's
 own 3.1-3.3 ms apart). Both miss the 10 % target against rollouts this cheap (no sandbox,
@@ -65,6 +73,7 @@ from agentroll.handlers.builtin.math.handler import SYSTEM_PROMPT
 from agentroll.handlers.builtin.openenv import SYSTEM_PROMPT as OPENENV_SYSTEM_PROMPT
 from agentroll.handlers.builtin.openreward.handler import SYSTEM_PROMPT as OPENREWARD_SYSTEM_PROMPT
 from agentroll.handlers.builtin.verifiers_env import ensure_verifiers_venv
+from agentroll.handlers.builtin.verifiers_env.venv import LEGACY, V1
 from agentroll.handlers.builtin.verifiers_env.workers import default_workers
 from agentroll.runtime import Sandbox
 from agentroll.server.admission import AdmissionSettings
@@ -80,6 +89,9 @@ from agentroll.testing.uvicorn_app import AppServer
 from agentroll.trainer_clients import AsyncRolloutClient
 
 PACKAGE = str(Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "verifiers_env_pkg")
+LEGACY_PACKAGE = str(
+    Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "verifiers_legacy_pkg"
+)
 QUESTION = "Repeat after me: \\boxed{42}"
 TARGET_PERCENT = 10.0
 TARGET = 7
@@ -174,6 +186,12 @@ def verifiers_instance() -> dict[str, Any]:
     environment = {"taskset": "agentroll-vf-echo", "packages": [PACKAGE]}
     task = {"id": "bench", "system_prompt": SYSTEM_PROMPT, "prompt": QUESTION, "answer": "42"}
     return {"environment": environment, "task": task}
+
+
+def legacy_instance() -> dict[str, Any]:
+    environment = {"id": "agentroll-vf-legacy-exec", "packages": [LEGACY_PACKAGE]}
+    prompt = [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": QUESTION}]
+    return {"environment": environment, "row": {"prompt": prompt, "answer": "42", "example_id": 0}}
 
 
 def reaped_cpu(pid: int) -> float:
@@ -272,15 +290,19 @@ def verdict(baseline: str, adapter: str, ms: dict[str, float]) -> None:
     report(f"{adapter}: added CPU per rollout", added, "%", f"<= {TARGET_PERCENT:g} %", ok)
 
 
-async def verifiers_side(args: argparse.Namespace) -> None:
-    venv = await ensure_verifiers_venv([PACKAGE])
+async def verifiers_side(args: argparse.Namespace, legacy: bool = False) -> None:
+    adapter, instance = ("verifiers", verifiers_instance())
+    if legacy:
+        adapter, instance = ("verifiers_legacy", legacy_instance())
+    packages = instance["environment"]["packages"]
+    venv = await ensure_verifiers_venv(packages, stack=LEGACY if legacy else V1)
     how = "installed now" if venv.installed_now else "cached"
-    print(f"verifiers: environment {venv.root} ({how})")
+    print(f"{adapter}: environment {venv.root} ({how})")
     async with service("echo") as client:
         math_instance = {"question": QUESTION, "answer": "42"}
-        sides = {"math": ("math", math_instance), "verifiers": ("verifiers", verifiers_instance())}
+        sides = {"math": ("math", math_instance), adapter: (adapter, instance)}
         ms = await compare(client, args, sides, verifiers_cpu)
-    verdict("math", "verifiers", ms)
+    verdict("math", adapter, ms)
 
 
 async def server_side(
@@ -304,6 +326,8 @@ async def main_async(args: argparse.Namespace) -> None:
     print(f"{os.cpu_count()} cores; {args.rollouts} rollouts x {args.rounds} rounds per side")
     if args.only in (None, "verifiers"):
         await verifiers_side(args)
+    if args.only in (None, "verifiers_legacy"):
+        await verifiers_side(args, legacy=True)
     if args.only in (None, "openenv"):
         print("openenv: openenv-core's server on loopback")
         async with guess_server() as env:
@@ -326,7 +350,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rollouts", type=int, default=60)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--only", choices=["verifiers", "openenv", "openreward"])
+    parser.add_argument(
+        "--only", choices=["verifiers", "verifiers_legacy", "openenv", "openreward"]
+    )
     asyncio.run(main_async(parser.parse_args()))
 
 
