@@ -105,11 +105,12 @@ async def play(
 ) -> tuple[dict[str, Trajectory], list[dict[str, Any]]]:
     """One job per instance (and the jobs `more`), through a real server and the scripted
     backend's `policy`; the results and the backend's request log."""
+    group = policy.replace(",", "-")
     jobs = [
-        {"job_id": job_id(i), "handler": "verifiers_legacy", "instance": i, "group_id": policy}
+        {"job_id": job_id(i), "handler": "verifiers_legacy", "instance": i, "group_id": group}
         for i in instances
     ]
-    jobs += [{"handler": "verifiers_legacy", "group_id": policy, **j} for j in more]
+    jobs += [{"handler": "verifiers_legacy", "group_id": group, **j} for j in more]
     async with (
         scripted_backend(wrong_rate=0.0, policy=policy) as backend,
         rollout_service(agentroll_server, tmp_path, backend) as client,
@@ -272,3 +273,31 @@ async def test_a_tool_envs_python_tools_run_in_its_worker_and_the_rubric_grades(
         assert_tokens_exact(t, log)
     metrics = results["agentroll-vf-legacy-tools-0"].reward_info["metrics"]
     assert metrics["calculator_add_calls"] == 1.0 and metrics["total_tool_calls"] == 1.0
+
+
+async def test_a_reply_that_hangs_or_kills_the_environment_is_zero_beside_an_honest_game(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """`HANG` blocks the game's `env_response` past `score_timeout_s`, `EXIT` ends the child
+    its rollout runs in; empty replies play through, so each is the reply's doing: ok, 0.
+    Beside them an honest game, in the same workers, still earns its reward."""
+    CONTROLS.clear()
+    game = await legacy_instances("agentroll-vf-legacy-guess", [PACKAGE], score_timeout_s=10)
+    environment = game[0]["environment"]
+
+    def said(reply: str, example_id: int) -> dict[str, Any]:
+        prompt = [{"role": "user", "content": f"Repeat after me: {reply}"}]
+        row = {"prompt": prompt, "answer": "4", "example_id": example_id}
+        return {"environment": environment, "row": row}
+
+    attacks = [said("HANG", 100), said("EXIT", 101)]
+    results, _ = await play(agentroll_server, tmp_path, [*attacks, game[1]], "guess,echo")
+
+    for j, failure in (("100", "timeout"), ("101", "crashed")):
+        t = results[f"agentroll-vf-legacy-guess-{j}"]
+        assert (t.outcome, t.reward) == (Outcome.ok, 0.0), (j, t.error)
+        assert t.reward_info["reason"] == "environment_failed_on_answer"
+        assert f"its code {failure}" in t.reward_info["failure"]
+        assert t.reward_info["control"]["passed"]
+    honest = results["agentroll-vf-legacy-guess-1"]
+    assert (honest.outcome, honest.reward) == (Outcome.ok, pytest.approx(1 + 0.5 / 3))

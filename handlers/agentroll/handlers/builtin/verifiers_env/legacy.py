@@ -28,7 +28,8 @@ empty reply to every turn, then scored):
 - the environment cannot load, or needs what is not run (group rewards, LLM judges, a rubric
   that scores by its own `score_rollout`): infra_error `verifiers_load_failed`;
 - the rollout raised (its `env_response`, a stop condition), stopped on a `vf.Error`, or its
-  code ran past `score_timeout_s` between two turns or killed its worker: ok, reward 0,
+  code (the rollout's or the rubric's) ran past `score_timeout_s` between two replies or
+  after the last, or killed its worker: ok, reward 0,
   `environment_failed_on_answer`, if the control plays through and is scored; else
   infra_error `verifiers_env_failed`;
 - a reward function raised or gave no finite score: ok, reward 0, `reward_failed_on_answer`,
@@ -47,6 +48,8 @@ from agentroll.handlers.builtin.verifiers_env.episodes import ENV_FAILED
 from agentroll.handlers.builtin.verifiers_env.handler import (
     MAX_REQUIREMENTS,
     MAX_SHOWN_CHARS,
+    PYTHON_KEY,
+    TOOLS_KEY,
     scored_reward,
 )
 from agentroll.handlers.builtin.verifiers_env.venv import LEGACY, ensure_verifiers_venv
@@ -67,10 +70,8 @@ from agentroll.handlers.toolcalls import (
 )
 from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
-INSTANCE_KEY, PYTHON_KEY, TOOLS_KEY = "verifiers_legacy", "verifiers_python", "verifiers_tools"
-RESULT_KEY = "verifiers_legacy_result"
+INSTANCE_KEY, RESULT_KEY = "verifiers_legacy", "verifiers_legacy_result"
 TOOLS_TIMEOUT_S = 120.0
-REWARD_FAILED = "verifiers_reward_failed"
 
 
 class LegacyEnvironmentSpec(BaseModel):
@@ -220,7 +221,7 @@ class VerifiersLegacyHandler(AgentHandler):
             failure = _failure(result)
         reason = (
             "reward_failed_on_answer"
-            if failure.cause == REWARD_FAILED
+            if isinstance(failure, VerifiersRewardFailed)
             else "environment_failed_on_answer"
         )
         python, spec, max_turns = ctx.state[PYTHON_KEY], job.environment, ctx.limits.max_turns
