@@ -25,6 +25,7 @@ BUILTIN_NAMES = {
     "stem",
     "swe",
     "verifiers",
+    "verifiers_legacy",
 }
 
 FAMILY_INIT = """
