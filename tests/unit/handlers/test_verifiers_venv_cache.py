@@ -31,7 +31,7 @@ async def make_folder(args, log, timeout_s):
         os.makedirs(os.path.join(args[-1], "bin"))
 
 v._run = make_folder
-v.lock_text = lambda: sys.argv[2]
+v.lock_text = lambda stack=v.V1: sys.argv[2]
 print(asyncio.run(v.ensure_verifiers_venv(sys.argv[3:], Path(sys.argv[1]))).root, flush=True)
 time.sleep(600)
 """
@@ -92,7 +92,7 @@ async def test_a_new_install_evicts_older_copies_of_its_environment_only(
             os.makedirs(os.path.join(args[-1], "bin"))
 
     monkeypatch.setattr(venv_module, "_run", make_folder)
-    monkeypatch.setattr(venv_module, "lock_text", lambda: "verifiers==0.2\n")
+    monkeypatch.setattr(venv_module, "lock_text", lambda stack=venv_module.V1: "verifiers==0.2\n")
     new = await venv_module.ensure_verifiers_venv(["pkg-a"], tmp_path)
     assert new.installed_now and new.root != old
     assert not old.exists() and copy_files(tmp_path, old) == []
