@@ -15,7 +15,7 @@ from tests.integration.proxy.proxy_support import client_for, rig
 from agentroll.handlers import InfraError
 from agentroll.handlers.harness import HarnessAgent, ShellHarness
 from agentroll.handlers.harness import agent as harness_agent
-from agentroll.server.proxy import RolloutProxy, rollout
+from agentroll.server.proxy import ProxyCaps, RolloutProxy, rollout
 
 pytestmark = pytest.mark.integration
 
@@ -204,3 +204,32 @@ async def test_the_harness_agent_closes_its_proxy_when_the_run_is_cancelled(
             await asyncio.wait_for(running, 30)
     assert not ctx.proxy.listening
     assert tools.recorded == []  # a cancelled rollout's call is not waited for
+
+
+async def test_mcp_calls_whose_harness_hung_up_still_count_against_the_connection_cap(
+    tmp_path: Path,
+) -> None:
+    """An answer outlives its client's hanging up; a harness that calls and hangs up, again
+    and again, cannot pile up answers: each holds its connection until it is answered, so the
+    proxy's connection cap bounds them and the next call is 429."""
+    release, started = asyncio.Event(), asyncio.Queue[None]()
+
+    async def answer(message: Any) -> dict[str, Any]:
+        started.put_nowait(None)
+        await release.wait()
+        return {"jsonrpc": "2.0", "id": message["id"], "result": {"content": []}}
+
+    async with rig() as r:
+        proxy = await r.proxy(tmp_path, caps=ProxyCaps(max_connections=2))
+        proxy.serve_mcp(answer)
+        for _ in range(2):  # each call's connection closed before its answer
+            async with client_for(proxy) as http:
+                call = asyncio.create_task(http.post("http://rollout/mcp", json=CALL))
+                await asyncio.wait_for(started.get(), 30)
+                call.cancel()
+        async with client_for(proxy) as http:
+            refused = await asyncio.wait_for(http.post("http://rollout/mcp", json=CALL), 30)
+        assert refused.status_code == 429 and refused.headers["retry-after"] == "1"
+        assert refused.json()["error"]["message"] == "more than 2 open connections to this proxy"
+        release.set()
+        await asyncio.wait_for(proxy.close(), 30)
