@@ -189,7 +189,8 @@ class LLMProxy(Protocol):
         ...
 
     async def close(self) -> None:
-        """Stop listening (idempotent). What was recorded stays for the trajectory."""
+        """Stop listening (idempotent). What was recorded stays for the trajectory; a `/mcp`
+        call still being answered is finished first (bounded; cancelled on a cancellation)."""
         ...
 
     def serve_mcp(self, answer: "McpAnswer") -> None:

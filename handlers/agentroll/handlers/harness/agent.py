@@ -17,10 +17,10 @@ failure is `infra_error`. A task with tools of its own (`serves_mcp_tools`: an O
 environment's) opens them just before the harness starts and closes them when it ends; they
 are served on the proxy's `/mcp` and written into the preset's configuration (`with_mcp`;
 presets without one are refused at submission). The proxy closes when the harness's run
-ends, on every path, and before the tools do: a tool call still in flight is finished and
-its reward recorded (bounded, see `RolloutProxy.close`). Its time limit is `timeout_s` clipped to
-RUN's budget (`agentroll.handlers.budget`), so a harness that would outlive RUN's timeout is
-killed and graded (`harness_timeout`), never `timed_out`.
+ends, on every path, and before the tools do: a tool call still in flight is finished (up to
+60 s; not on a cancellation) and its reward recorded. Its time limit is `timeout_s` clipped
+to RUN's budget (`agentroll.handlers.budget`), so a harness that would outlive RUN's timeout
+is killed and graded (`harness_timeout`), never `timed_out`.
 """
 
 from collections.abc import Mapping

@@ -191,10 +191,12 @@ class RolloutProxy:
         # A cancelled rollout (RUN's timeout, a cancelled job) keeps no reward: no waiting.
         current = asyncio.current_task()
         bound = 0.0 if current is not None and current.cancelling() else MCP_DRAIN_S
-        _, late = await asyncio.wait(answers, timeout=bound) if bound else (set(), answers)
+        _, late = await asyncio.wait(answers, timeout=bound)
+        if late and bound:
+            log.warning(
+                "%s: %d /mcp answer(s) still running after %g s", self._label, len(late), bound
+            )
         for task in late:
-            if bound:
-                log.warning("%s: an /mcp answer outlived the proxy by %g s", self._label, bound)
             task.cancel()
         # Collected here: their connections are gone, nobody else reads their outcome.
         await asyncio.gather(*answers, return_exceptions=True)
