@@ -15,7 +15,7 @@ from tests.integration.proxy.proxy_support import client_for, rig
 from agentroll.handlers import InfraError
 from agentroll.handlers.harness import HarnessAgent, ShellHarness
 from agentroll.handlers.harness import agent as harness_agent
-from agentroll.server.proxy import ProxyCaps, RolloutProxy, rollout
+from agentroll.server.proxy import ProxyCaps, RolloutProxy
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +40,7 @@ async def test_close_finishes_an_mcp_answer_in_flight_after_its_connection_is_go
         async with client_for(proxy) as http:
             call = asyncio.create_task(http.post("http://rollout/mcp", json=CALL))
             await asyncio.wait_for(started.wait(), 30)
-            closing = asyncio.create_task(proxy.close())
+            closing = asyncio.create_task(proxy.close(mcp_wait_s=60))
             # The harness's connection is closed under its call ...
             with pytest.raises(httpx.TransportError):
                 await asyncio.wait_for(call, 30)
@@ -51,10 +51,7 @@ async def test_close_finishes_an_mcp_answer_in_flight_after_its_connection_is_go
     assert not proxy.listening
 
 
-async def test_close_cancels_an_mcp_answer_that_outlives_its_bound(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(rollout, "MCP_DRAIN_S", 0.2)
+async def test_close_cancels_an_mcp_answer_that_outlives_its_bound(tmp_path: Path) -> None:
     started, cancelled = asyncio.Event(), asyncio.Event()
 
     async def answer(message: Any) -> dict[str, Any]:
@@ -72,14 +69,14 @@ async def test_close_cancels_an_mcp_answer_that_outlives_its_bound(
         async with client_for(proxy) as http:
             call = asyncio.create_task(http.post("http://rollout/mcp", json=CALL))
             await asyncio.wait_for(started.wait(), 30)
-            await asyncio.wait_for(proxy.close(), 30)
+            await asyncio.wait_for(proxy.close(mcp_wait_s=0.2), 30)
             with pytest.raises(httpx.TransportError):
                 await asyncio.wait_for(call, 30)
     assert cancelled.is_set()
 
 
 async def test_a_cancelled_close_cancels_an_mcp_answer_at_once(tmp_path: Path) -> None:
-    """A cancelled rollout keeps no reward: its proxy does not wait out the bound (60 s)."""
+    """A cancelled rollout keeps no reward: its proxy does not wait out the bound."""
     started, cancelled = asyncio.Event(), asyncio.Event()
 
     async def answer(message: Any) -> dict[str, Any]:
@@ -99,7 +96,7 @@ async def test_a_cancelled_close_cancels_an_mcp_answer_at_once(tmp_path: Path) -
             try:
                 await asyncio.Event().wait()
             finally:
-                await proxy.close()
+                await proxy.close(mcp_wait_s=60)
 
         async with client_for(proxy) as http:
             call = asyncio.create_task(http.post("http://rollout/mcp", json=CALL))
@@ -150,22 +147,20 @@ class HarnessContext:
     instance: dict[str, Any] = field(default_factory=dict)
     state: dict[str, Any] = field(default_factory=dict)
     sandbox: object = "sandbox"
+    agent_time_s: float = 0.0
 
     async def open_llm_proxy(self, sandbox: object, **settings: Any) -> RolloutProxy:
         return self.proxy
 
     def agent_time(self) -> float:
-        return 0.0
+        return self.agent_time_s
 
 
-async def test_the_harness_agent_closes_its_proxy_when_the_run_fails_and_keeps_the_step(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The harness's run ends by an exception (its sandbox failing) while a tool call is being
-    applied: the proxy is closed all the same, after the call's answer is in."""
-    tools = SlowTools()
+def failing_run(tools: SlowTools) -> Any:
+    """A harness's run that ends by an exception (its sandbox failing) while the environment
+    applies its tool call (done 0.2 s later)."""
 
-    async def failing_run(sandbox: object, proxy: RolloutProxy, *args: Any, **kw: Any) -> Any:
+    async def run(sandbox: object, proxy: RolloutProxy, *args: Any, **kw: Any) -> Any:
         async with client_for(proxy) as http:
             call = asyncio.create_task(http.post("http://rollout/mcp", json=CALL))
             await asyncio.wait_for(tools.started.wait(), 30)
@@ -173,7 +168,14 @@ async def test_the_harness_agent_closes_its_proxy_when_the_run_fails_and_keeps_t
             call.cancel()
             raise InfraError("the sandbox died", cause="sandbox_gone")
 
-    monkeypatch.setattr(harness_agent, "run_harness", failing_run)
+    return run
+
+
+async def test_the_harness_agent_closes_its_proxy_when_the_run_fails_and_keeps_the_step(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tools = SlowTools()
+    monkeypatch.setattr(harness_agent, "run_harness", failing_run(tools))
     agent = HarnessAgent(ShellHarness(command="agent"), instruction="go")
     async with rig() as r:
         ctx = HarnessContext(await r.proxy(tmp_path))
@@ -181,6 +183,23 @@ async def test_the_harness_agent_closes_its_proxy_when_the_run_fails_and_keeps_t
             await asyncio.wait_for(agent.run_with(ctx, None, tools), 30)  # type: ignore[arg-type]
     assert not ctx.proxy.listening
     assert tools.recorded == ["step"]
+
+
+async def test_a_step_in_flight_at_the_end_of_runs_budget_is_not_waited_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A policy's slow call just as its budget runs out must not carry RUN past its timeout
+    (`timed_out`, dropped): with no budget left, the step is cancelled at once."""
+    tools = SlowTools()
+    monkeypatch.setattr(harness_agent, "run_harness", failing_run(tools))
+    agent = HarnessAgent(ShellHarness(command="agent"), instruction="go")
+    async with rig() as r:
+        ctx = HarnessContext(await r.proxy(tmp_path), agent_time_s=Limits().run_timeout_s)
+        with pytest.raises(InfraError, match="the sandbox died"):
+            await asyncio.wait_for(agent.run_with(ctx, None, tools), 30)  # type: ignore[arg-type]
+        await asyncio.sleep(0.5)  # past the moment the environment would have answered
+    assert not ctx.proxy.listening
+    assert tools.recorded == []
 
 
 async def test_the_harness_agent_closes_its_proxy_when_the_run_is_cancelled(

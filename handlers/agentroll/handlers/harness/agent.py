@@ -18,7 +18,8 @@ environment's) opens them just before the harness starts and closes them when it
 are served on the proxy's `/mcp` and written into the preset's configuration (`with_mcp`;
 presets without one are refused at submission). The proxy closes when the harness's run
 ends, on every path, and before the tools do: a tool call still in flight is finished (up to
-60 s; not on a cancellation) and its reward recorded. Its time limit is `timeout_s` clipped
+`MCP_WAIT_S`, within what is left of the harness's budget; not on a cancellation) and its
+reward recorded. Its time limit is `timeout_s` clipped
 to RUN's budget (`agentroll.handlers.budget`), so a harness that would outlive RUN's timeout
 is killed and graded (`harness_timeout`), never `timed_out`.
 """
@@ -51,6 +52,9 @@ MCP_PRESETS = tuple(
     if preset.speaks_mcp
 )
 """The presets that can be given a task's MCP tools (`speaks_mcp`)."""
+MCP_WAIT_S = 60.0
+"""How long a tool call still in flight when the harness's run ends may take to finish (the
+environment may already have applied it); an OpenEnv tool's own bound is 30 s."""
 
 
 @dataclass(frozen=True)
@@ -139,7 +143,8 @@ class HarnessAgent(Agent):
             )
             ctx.state[STATE_KEY] = HarnessRecord(run, proxy.last_reply or "")
         finally:
-            await proxy.close()
+            # Within what is left of its budget: waiting must not carry RUN past its timeout.
+            await proxy.close(mcp_wait_s=min(MCP_WAIT_S, run_budget(ctx)))
         error = outcome_error(run, timeout)
         if error is not None:
             raise error

@@ -62,9 +62,6 @@ log = logging.getLogger("agentroll.server.proxy")
 
 MODEL_NAME = "policy"
 EXPECTATION_WAIT_S = 60.0
-MCP_DRAIN_S = 60.0
-"""How long `close()` waits for `/mcp` answers still in flight (a task's tool call the task
-may already have applied) before it cancels them."""
 
 
 class RolloutProxy:
@@ -175,22 +172,22 @@ class RolloutProxy:
     def serve_mcp(self, answer: McpAnswer) -> None:
         self._mcp = answer
 
-    async def close(self) -> None:
+    async def close(self, mcp_wait_s: float = 0.0) -> None:
         """Stop listening; a task's tool call still being answered on `/mcp` (its harness
-        gone, or its connection closed) is waited for, up to `MCP_DRAIN_S`, so that what the
-        task did for it (an environment's step and its reward) is recorded."""
+        gone, or its connection closed) is waited for, up to `mcp_wait_s`, so that what the
+        task did for it (an environment's step and its reward) is recorded; then cancelled."""
         self._listening = False
         await self._server.close()
-        await self._drain_mcp()
+        await self._drain_mcp(mcp_wait_s)
         self.book.close()
 
-    async def _drain_mcp(self) -> None:
+    async def _drain_mcp(self, wait_s: float) -> None:
         answers = set(self._mcp_answers)
         if not answers:
             return
         # A cancelled rollout (RUN's timeout, a cancelled job) keeps no reward: no waiting.
         current = asyncio.current_task()
-        bound = 0.0 if current is not None and current.cancelling() else MCP_DRAIN_S
+        bound = 0.0 if current is not None and current.cancelling() else max(0.0, wait_s)
         _, late = await asyncio.wait(answers, timeout=bound)
         if late and bound:
             log.warning(
