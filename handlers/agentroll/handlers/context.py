@@ -188,8 +188,10 @@ class LLMProxy(Protocol):
         """Counts so far: calls, chains, tokens (what the trajectory's metadata will carry)."""
         ...
 
-    async def close(self) -> None:
-        """Stop listening (idempotent). What was recorded stays for the trajectory."""
+    async def close(self, mcp_wait_s: float = 0.0) -> None:
+        """Stop listening (idempotent). What was recorded stays for the trajectory; a `/mcp`
+        call still being answered is waited for up to `mcp_wait_s` (none on a cancellation),
+        then cancelled."""
         ...
 
     def serve_mcp(self, answer: "McpAnswer") -> None:

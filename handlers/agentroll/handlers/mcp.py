@@ -12,7 +12,7 @@ result with `isError`. A `ToolSource` that raises `InfraError` (its server is go
 answered `INTERNAL_ERROR`; the task then ends the rollout as `infra_error`.
 """
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
 from agentroll.handlers.errors import InfraError, ToolRefused
@@ -21,7 +21,7 @@ PROTOCOL_VERSION = "2025-06-18"
 PARSE_ERROR, INVALID_REQUEST, METHOD_NOT_FOUND = -32700, -32600, -32601
 INVALID_PARAMS, INTERNAL_ERROR = -32602, -32603
 
-McpAnswer = Callable[[Any], Awaitable[dict[str, Any] | None]]
+McpAnswer = Callable[[Any], Coroutine[Any, Any, dict[str, Any] | None]]
 """One JSON-RPC message in, its answer out (None: a notification, nothing to answer)."""
 
 

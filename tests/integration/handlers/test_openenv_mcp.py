@@ -51,6 +51,8 @@ if os.environ.get("PROBE"):  # the protocol's edges, answered without a step
     except urllib.error.HTTPError as e:
         say("get", e.code)
     sys.exit(0)
+if os.environ.get("KILLED"):  # past its time limit while the environment still naps
+    rpc("tools/call", name="nap", arguments={"seconds": 20})
 chat = {"model": os.environ["OPENAI_MODEL"], "messages": [{"role": "user", "content": "go"}]}
 post(os.environ["OPENAI_BASE_URL"] + "/chat/completions", chat)
 init = rpc("initialize", protocolVersion="2025-06-18", capabilities={},
@@ -94,9 +96,12 @@ if os.environ.get("MISTAKES"):
 """
 
 
-def job(job_id: str, url: str, reset: dict[str, Any], mode: str = "") -> dict[str, Any]:
+def job(
+    job_id: str, url: str, reset: dict[str, Any], mode: str = "", timeout_s: float = 900
+) -> dict[str, Any]:
     env = {mode: "1"} if mode else {}
-    agent = {"type": "shell", "command": ["python3", "-c", MCP_CLIENT], "env": env}
+    command = ["python3", "-c", MCP_CLIENT]
+    agent = {"type": "shell", "command": command, "env": env, "timeout_s": timeout_s}
     instance = {"server": {"url": url, "timeout_s": 30}, "reset": reset}
     return {"job_id": job_id, "task": "openenv", "agent": agent, "instance": instance}
 
@@ -213,6 +218,24 @@ async def test_a_tool_the_environment_times_out_itself_is_the_policys_slow_call(
     ]
     assert emitted(nap) == [None, -0.1, 1.0]
     assert nap.reward == pytest.approx(0.9)
+
+
+async def test_a_step_in_flight_when_the_harness_is_killed_keeps_its_reward(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """The harness runs out its time limit (5 s) while the environment applies its call (a
+    20 s nap): the proxy closes only once that step's answer is in, so the step the
+    environment applied is in the episode and its reward counts; the run is the policy's
+    timeout, scored."""
+    async with guess_mcp_server() as env:
+        killed = job("killed", env.url, {"target": 5}, "KILLED", timeout_s=5)
+        results = await run(agentroll_server, tmp_path, [killed])
+
+    t = results["killed"]
+    assert t.outcome is Outcome.agent_error, t.error
+    assert t.error is not None and t.error.type == "harness_timeout"
+    assert emitted(t) == [None, -0.1]
+    assert t.reward == pytest.approx(-0.1) and t.reward_info["steps"] == 1
 
 
 async def test_the_environment_dying_under_a_harness_is_infra_error(

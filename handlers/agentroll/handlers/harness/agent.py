@@ -16,9 +16,12 @@ the message), one stopped by a cap or its time limit too (still graded); a proxy
 failure is `infra_error`. A task with tools of its own (`serves_mcp_tools`: an OpenEnv
 environment's) opens them just before the harness starts and closes them when it ends; they
 are served on the proxy's `/mcp` and written into the preset's configuration (`with_mcp`;
-presets without one are refused at submission). Its time limit is `timeout_s` clipped to
-RUN's budget (`agentroll.handlers.budget`), so a harness that would outlive RUN's timeout is
-killed and graded (`harness_timeout`), never `timed_out`.
+presets without one are refused at submission). The proxy closes when the harness's run
+ends, on every path, and before the tools do: a tool call still in flight is finished (up to
+`MCP_WAIT_S`, within what is left of the harness's budget; not on a cancellation) and its
+reward recorded. Its time limit is `timeout_s` clipped
+to RUN's budget (`agentroll.handlers.budget`), so a harness that would outlive RUN's timeout
+is killed and graded (`harness_timeout`), never `timed_out`.
 """
 
 from collections.abc import Mapping
@@ -49,6 +52,9 @@ MCP_PRESETS = tuple(
     if preset.speaks_mcp
 )
 """The presets that can be given a task's MCP tools (`speaks_mcp`)."""
+MCP_WAIT_S = 60.0
+"""How long a tool call still in flight when the harness's run ends may take to finish (the
+environment may already have applied it); an OpenEnv tool's own bound is 30 s."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +90,7 @@ class HarnessAgent(Agent):
         if task.serves_mcp_tools and not self.harness.speaks_mcp:
             raise ValueError(
                 f"the {task.name} task's tools reach a harness over MCP, and agentroll does not "
-                f"write {self.harness.type}'s MCP configuration yet (it does for: "
+                f"write {self.harness.type}'s MCP configuration (it does for: "
                 f"{', '.join(MCP_PRESETS)})"
             )
 
@@ -122,18 +128,23 @@ class HarnessAgent(Agent):
             time_limit_s=harness.timeout_s,
         )
         proxy = await ctx.open_llm_proxy(sandbox, limits=limits, parser=harness.parser)
-        folder = new_folder()
-        launch = harness.launch(self.instruction_for(ctx, task), folder, proxy.model)
-        if tools is not None:
-            proxy.serve_mcp(McpServer(tools).answer)
-            launch = harness.with_mcp(launch, folder, tools.name)
-        # Its budget ends inside RUN's timeout: one that runs it out is killed and graded.
-        timeout = max(1.0, run_budget(ctx, harness.timeout_s))
-        run = await run_harness(
-            sandbox, proxy, launch, folder=folder, timeout_s=timeout, python=harness.python
-        )
-        ctx.state[STATE_KEY] = HarnessRecord(run, proxy.last_reply or "")
-        await proxy.close()
+        # Closed on every path before the task's tools are: a tool call still in flight is
+        # finished and recorded first.
+        try:
+            folder = new_folder()
+            launch = harness.launch(self.instruction_for(ctx, task), folder, proxy.model)
+            if tools is not None:
+                proxy.serve_mcp(McpServer(tools).answer)
+                launch = harness.with_mcp(launch, folder, tools.name)
+            # Its budget ends inside RUN's timeout: one that runs it out is killed and graded.
+            timeout = max(1.0, run_budget(ctx, harness.timeout_s))
+            run = await run_harness(
+                sandbox, proxy, launch, folder=folder, timeout_s=timeout, python=harness.python
+            )
+            ctx.state[STATE_KEY] = HarnessRecord(run, proxy.last_reply or "")
+        finally:
+            # Within what is left of its budget: waiting must not carry RUN past its timeout.
+            await proxy.close(mcp_wait_s=min(MCP_WAIT_S, run_budget(ctx)))
         error = outcome_error(run, timeout)
         if error is not None:
             raise error

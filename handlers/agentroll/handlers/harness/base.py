@@ -7,6 +7,8 @@ placeholders `LLM_ORIGIN` and `API_KEY`: the bridge fills them in the argv, the 
 and the files named in `Launch.render` just before it starts the harness.
 """
 
+import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
@@ -18,6 +20,8 @@ API_KEY = "@AGENTROLL_API_KEY@"
 """The rollout's proxy key (also in `OPENAI_API_KEY`)."""
 MCP_URL = f"{LLM_ORIGIN}/mcp"
 """The task's tools over MCP (streamable HTTP; `Authorization: Bearer API_KEY`)."""
+MCP_HEADERS = {"Authorization": f"Bearer {API_KEY}"}
+"""What every request to `MCP_URL` carries."""
 
 
 @dataclass(frozen=True)
@@ -67,14 +71,21 @@ class HarnessBase(BaseModel):
         raise NotImplementedError(f"{type(self).__name__} cannot be given MCP tools")
 
 
-def with_files(launch: Launch, files: dict[str, bytes], argv_tail: list[str]) -> Launch:
-    """`launch` with more files (placeholders filled by the bridge) and arguments."""
+def with_files(launch: Launch, files: dict[str, bytes], argv_tail: Sequence[str] = ()) -> Launch:
+    """`launch` with more (or rewritten) files, placeholders filled by the bridge, and
+    arguments."""
     return replace(
         launch,
         argv=[*launch.argv, *argv_tail],
         files={**launch.files, **files},
-        render=(*launch.render, *files),
+        render=(*launch.render, *(path for path in files if path not in launch.render)),
     )
+
+
+def with_json_settings(launch: Launch, path: str, over: dict[str, Any]) -> Launch:
+    """`launch` with `over` laid onto the JSON settings file it writes at `path`."""
+    settings = merged(json.loads(launch.files[path]), over)
+    return with_files(launch, {path: json.dumps(settings, indent=2).encode()})
 
 
 def merged(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from pydantic import Field
 from agentroll.handlers.harness.base import (
     API_KEY,
     LLM_ORIGIN,
+    MCP_HEADERS,
     MCP_URL,
     HarnessBase,
     Launch,
@@ -86,6 +87,6 @@ class ClaudeCodeHarness(HarnessBase):
         """The server in an `--mcp-config` file (its tools are `mcp__SERVER__TOOL`), and no
         other MCP server (`--strict-mcp-config`)."""
         path = f"{folder}/mcp.json"
-        entry = {"type": "http", "url": MCP_URL, "headers": {"Authorization": f"Bearer {API_KEY}"}}
+        entry = {"type": "http", "url": MCP_URL, "headers": MCP_HEADERS}
         config = json.dumps({"mcpServers": {server: entry}}).encode()
         return with_files(launch, {path: config}, ["--strict-mcp-config", "--mcp-config", path])

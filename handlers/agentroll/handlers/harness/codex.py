@@ -32,11 +32,18 @@ compacts its history before the served model's context is full.
 """
 
 import json
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from agentroll.handlers.harness.base import LLM_ORIGIN, HarnessBase, Launch
+from agentroll.handlers.harness.base import (
+    LLM_ORIGIN,
+    MCP_HEADERS,
+    MCP_URL,
+    HarnessBase,
+    Launch,
+    with_files,
+)
 
 PROVIDER = "agentroll"
 
@@ -109,3 +116,17 @@ class CodexHarness(HarnessBase):
         files = {config: _toml(self.settings(model)).encode()}
         env = {"CODEX_HOME": home, "NO_COLOR": "1"}
         return Launch(argv, {**env, **self.env}, files, render=(config,))
+
+    speaks_mcp: ClassVar[bool] = True
+
+    def with_mcp(self, launch: Launch, folder: str, server: str) -> Launch:
+        """`[mcp_servers.SERVER]` in its config.toml (its tools are `mcp__SERVER__TOOL`); a
+        call may take as long as the run (its own limit is a minute)."""
+        config = f"{folder}/codex/config.toml"
+        entry = {
+            "url": MCP_URL,
+            "http_headers": MCP_HEADERS,
+            "tool_timeout_sec": self.timeout_s,
+        }
+        table = _toml({"mcp_servers": {server: entry}})
+        return with_files(launch, {config: launch.files[config] + table.encode()})

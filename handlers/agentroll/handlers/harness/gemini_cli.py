@@ -20,11 +20,20 @@ side call.
 
 import json
 import shlex
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from agentroll.handlers.harness.base import API_KEY, LLM_ORIGIN, HarnessBase, Launch, merged
+from agentroll.handlers.harness.base import (
+    API_KEY,
+    LLM_ORIGIN,
+    MCP_HEADERS,
+    MCP_URL,
+    HarnessBase,
+    Launch,
+    merged,
+    with_json_settings,
+)
 
 SETTINGS: dict[str, Any] = {
     "security": {"auth": {"selectedType": "gemini-api-key"}},
@@ -65,3 +74,17 @@ class GeminiCliHarness(HarnessBase):
         settings = json.dumps(merged(SETTINGS, self.settings), indent=2).encode()
         files = {f"{home}/.gemini/settings.json": settings}
         return Launch(argv, {**env, **self.env}, files, report_file=report)
+
+    speaks_mcp: ClassVar[bool] = True
+
+    def with_mcp(self, launch: Launch, folder: str, server: str) -> Launch:
+        """`mcpServers.SERVER` in its user settings, streamable HTTP (`type: http`; its tools
+        are `mcp_SERVER_TOOL`); a call may take as long as the run."""
+        entry = {
+            "type": "http",
+            "url": MCP_URL,
+            "headers": MCP_HEADERS,
+            "timeout": int(self.timeout_s * 1000),
+        }
+        path = f"{folder}/gemini-home/.gemini/settings.json"
+        return with_json_settings(launch, path, {"mcpServers": {server: entry}})

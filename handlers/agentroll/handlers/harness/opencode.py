@@ -22,14 +22,24 @@ so the preset raises the sandbox's per-process address space (`address_space_byt
 
 import json
 import shlex
-from typing import Any, Literal
+from dataclasses import replace
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from agentroll.handlers.harness.base import API_KEY, LLM_ORIGIN, HarnessBase, Launch, merged
+from agentroll.handlers.harness.base import (
+    API_KEY,
+    LLM_ORIGIN,
+    MCP_HEADERS,
+    MCP_URL,
+    HarnessBase,
+    Launch,
+    merged,
+)
 
 PROVIDER = "agentroll"
 PLUGIN_SDK = "@opencode-ai/plugin"
+CONFIG_ENV = "OPENCODE_CONFIG_CONTENT"
 
 
 def configuration(model: str) -> dict[str, Any]:
@@ -67,7 +77,7 @@ class OpenCodeHarness(HarnessBase):
             self.command, "run", "--model", f"{PROVIDER}/{model}",
         ]  # fmt: skip
         env = {
-            "OPENCODE_CONFIG_CONTENT": json.dumps(merged(configuration(model), self.config)),
+            CONFIG_ENV: json.dumps(merged(configuration(model), self.config)),
             "OPENCODE_DISABLE_MODELS_FETCH": "1",
             "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
             "XDG_CONFIG_HOME": f"{folder}/config",
@@ -83,3 +93,18 @@ class OpenCodeHarness(HarnessBase):
             f"{config_dir}/node_modules/.keep": b"",
         }
         return Launch(argv, {**env, **self.env}, files)
+
+    speaks_mcp: ClassVar[bool] = True
+
+    def with_mcp(self, launch: Launch, folder: str, server: str) -> Launch:
+        """`mcp.SERVER` in its configuration, a `remote` server (streamable HTTP) with the
+        key as a header and no OAuth discovery; its tools are `SERVER_TOOL`."""
+        entry = {
+            "type": "remote",
+            "url": MCP_URL,
+            "headers": MCP_HEADERS,
+            "oauth": False,
+            "enabled": True,
+        }
+        config = merged(json.loads(launch.env[CONFIG_ENV]), {"mcp": {server: entry}})
+        return replace(launch, env={**launch.env, CONFIG_ENV: json.dumps(config)})

@@ -22,11 +22,18 @@ under the sandbox's address-space limit).
 
 import json
 import shlex
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from pydantic import Field
 
-from agentroll.handlers.harness.base import HarnessBase, Launch, merged
+from agentroll.handlers.harness.base import (
+    MCP_HEADERS,
+    MCP_URL,
+    HarnessBase,
+    Launch,
+    merged,
+    with_json_settings,
+)
 
 SETTINGS: dict[str, Any] = {
     "security": {"auth": {"selectedType": "openai"}},
@@ -60,3 +67,19 @@ class QwenCodeHarness(HarnessBase):
         settings = json.dumps(merged(SETTINGS, self.settings), indent=2).encode()
         files = {prompt: instruction.encode(), f"{home}/settings.json": settings}
         return Launch(argv, {**env, **self.env}, files)
+
+    speaks_mcp: ClassVar[bool] = True
+
+    def with_mcp(self, launch: Launch, folder: str, server: str) -> Launch:
+        """`mcpServers.SERVER` in its settings: `httpUrl` is streamable HTTP (its `url` would
+        be the older SSE transport); its tools are `mcp__SERVER__TOOL`, each offered in every
+        request (`alwaysLoadTools`: not behind its `tool_search`/`tool_call` bridge), and a
+        call may take as long as the run."""
+        entry = {
+            "httpUrl": MCP_URL,
+            "headers": MCP_HEADERS,
+            "timeout": int(self.timeout_s * 1000),
+            "alwaysLoadTools": True,
+        }
+        path = f"{folder}/qwen-home/settings.json"
+        return with_json_settings(launch, path, {"mcpServers": {server: entry}})

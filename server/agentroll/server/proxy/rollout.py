@@ -114,6 +114,8 @@ class RolloutProxy:
         self.context_overflows = 0
         self.mixed_version_segments = 0
         self._mcp: McpAnswer | None = None
+        self._mcp_answers: set[asyncio.Task[dict[str, Any] | None]] = set()
+        """`/mcp` answers in flight: they outlive their connection, `close()` waits for them."""
 
     # -- LLMProxy protocol ----------------------------------------------------------------
     @property
@@ -170,10 +172,31 @@ class RolloutProxy:
     def serve_mcp(self, answer: McpAnswer) -> None:
         self._mcp = answer
 
-    async def close(self) -> None:
+    async def close(self, mcp_wait_s: float = 0.0) -> None:
+        """Stop listening; a task's tool call still being answered on `/mcp` (its harness
+        gone, or its connection closed) is waited for, up to `mcp_wait_s`, so that what the
+        task did for it (an environment's step and its reward) is recorded; then cancelled."""
         self._listening = False
         await self._server.close()
+        await self._drain_mcp(mcp_wait_s)
         self.book.close()
+
+    async def _drain_mcp(self, wait_s: float) -> None:
+        answers = set(self._mcp_answers)
+        if not answers:
+            return
+        # A cancelled rollout (RUN's timeout, a cancelled job) keeps no reward: no waiting.
+        current = asyncio.current_task()
+        bound = 0.0 if current is not None and current.cancelling() else max(0.0, wait_s)
+        _, late = await asyncio.wait(answers, timeout=bound)
+        if late and bound:
+            log.warning(
+                "%s: %d /mcp answer(s) still running after %g s", self._label, len(late), bound
+            )
+        for task in late:
+            task.cancel()
+        # Collected here: their connections are gone, nobody else reads their outcome.
+        await asyncio.gather(*answers, return_exceptions=True)
 
     def trajectory(self) -> ProxyTrajectory | None:
         """The main chain as the trajectory's token fields (None before any call)."""
@@ -256,16 +279,21 @@ class RolloutProxy:
             error = wire.error(503, str(exc), "server_error", "backend_unavailable")
             return Response(503, error)
 
-    @staticmethod
-    async def _serve_mcp(answer: McpAnswer, request: Request) -> Response:
+    async def _serve_mcp(self, answer: McpAnswer, request: Request) -> Response:
         """Streamable-HTTP MCP, JSON answers only: no server-to-client stream (GET), no
-        session to end (DELETE)."""
+        session to end (DELETE). The answer runs as a task of its own, shielded from its
+        connection's end: a tool call the task has started is finished and recorded even
+        when the harness hangs up or the proxy closes (`close` waits for it)."""
         if request.method != "POST":
             return Response(405, None, headers={"Allow": "POST"})
         try:
-            reply = await answer(request.json())
+            message = request.json()
         except BadRequest as exc:
-            reply = mcp_error(None, PARSE_ERROR, str(exc))
+            return Response(200, mcp_error(None, PARSE_ERROR, str(exc)))
+        task = asyncio.create_task(answer(message), name=f"mcp-answer:{self._label}")
+        self._mcp_answers.add(task)
+        task.add_done_callback(self._mcp_answers.discard)
+        reply = await asyncio.shield(task)
         return Response(202) if reply is None else Response(200, reply)
 
     def _admit(self, wire: WireAPI) -> Response | None:

@@ -98,6 +98,7 @@ BUILTIN_RULES = {
     "judge_garbage": "agentroll.testing.scripted_llm.rules.judge:judge_garbage_rule",
     "compaction": "agentroll.testing.scripted_llm.rules.compaction:compaction_rule",
     "openenv_guess": "agentroll.testing.scripted_llm.rules.openenv:openenv_guess_rule",
+    "openenv_mcp_guess": "agentroll.testing.scripted_llm.rules.openenv_mcp:openenv_mcp_guess_rule",
     "calculator": "agentroll.testing.scripted_llm.rules.verifiers_env:calculator_rule",
     "guess": "agentroll.testing.scripted_llm.rules.verifiers_env:guess_rule",
     "openreward_guess": "agentroll.testing.scripted_llm.rules.openreward:openreward_guess_rule",
