@@ -10,9 +10,10 @@ Whose fault: a call the environment refuses (an unknown tool, arguments that do 
 `tool_not_found` / `invalid_args`, or a `VALIDATION_ERROR` frame) is the policy's, answered
 as a JSON-RPC error; a tool that ran and failed (`execution_error`, `timeout`) is a result
 with `isError`; a call after the episode is done is answered so, without a step. A dropped
-WebSocket, an unexpected error frame or a `transport_error` is the environment's: the call is
-answered `INTERNAL_ERROR`, every later one too, and the rollout ends `infra_error` when the
-harness's run ends.
+WebSocket, an unexpected error frame or a `transport_error` ends the session: the call is
+answered `INTERNAL_ERROR`, every later one too, and when the harness's run ends the failure is
+raised here; the handler then asks a replayed control whose it is (`replay.blamed_tools`:
+the policy's `agent_error` if the environment fails on that one action, else `infra_error`).
 
 The tool loop's limits hold: past the step budget (the job's `max_turns`) a call is answered
 with `isError` and takes no step; after `max_consecutive_errors` refused calls in a row no
