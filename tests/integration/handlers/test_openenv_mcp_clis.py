@@ -5,7 +5,7 @@ tools on the rollout proxy's `/mcp`, and the scripted policy plays the game thro
 as that CLI names it. The job's reward is what the environment emitted."""
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 from tests.conftest import ServerFactory
@@ -13,10 +13,6 @@ from tests.integration.handlers.harness import rollout_service, run_jobs, script
 from tests.support.cli_image import BUILD_TIMEOUT_S, cli_image
 from tests.support.images import needs_real_build
 
-from agentroll.handlers import HandlerRegistry, RolloutContext
-from agentroll.handlers.agent.handler import DEFAULT_LIMITS
-from agentroll.handlers.builtin.openenv.handler import OpenEnvHandler
-from agentroll.runtime import SandboxSpec
 from agentroll.server.schema import Outcome
 from agentroll.testing.openenv import guess_mcp_server
 from agentroll.testing.scripted_llm import default_rules
@@ -36,33 +32,21 @@ TOOL_NAMES = {
 CONTEXT = 131072
 
 
-class OpenEnvInCliImage(OpenEnvHandler):
-    """The openenv task, its sandbox in the agent-cli image (where the CLIs are)."""
-
-    name = "openenv_in_cli_image"
-    image: ClassVar[Path]
-
-    def sandbox_spec(self, ctx: RolloutContext) -> SandboxSpec:
-        return SandboxSpec(image=self.image, limits=DEFAULT_LIMITS, label=ctx.job_id)
-
-
 @pytest.fixture(scope="module")
-def registry() -> HandlerRegistry:
-    OpenEnvInCliImage.image = cli_image()
-    registry = HandlerRegistry()
-    registry.register(OpenEnvInCliImage)
-    return registry
+def image() -> Path:
+    return cli_image()
 
 
-def job(cli: str, url: str, target: int) -> dict[str, Any]:
+def job(cli: str, url: str, target: int, image: Path) -> dict[str, Any]:
     return {
         "job_id": cli,
-        "task": OpenEnvInCliImage.name,
+        "task": "openenv",
         "agent": {"type": cli, "timeout_s": 240},
         "instance": {
             "server": {"url": url, "timeout_s": 30},
             "reset": {"target": target},
             "prompt": "Find the number with the guess tool.",
+            "image": str(image),  # where the CLIs are
         },
         "sampling": {"seed": 3, "max_tokens": 512},
         "limits": {"run_timeout_s": 300},
@@ -72,7 +56,7 @@ def job(cli: str, url: str, target: int) -> dict[str, Any]:
 @pytest.mark.timeout(BUILD_TIMEOUT_S + 600)
 @pytest.mark.parametrize("cli", sorted(TOOL_NAMES))
 async def test_the_cli_calls_the_environments_mcp_tool_and_earns_its_reward(
-    agentroll_server: ServerFactory, tmp_path: Path, registry: HandlerRegistry, cli: str
+    agentroll_server: ServerFactory, tmp_path: Path, image: Path, cli: str
 ) -> None:
     async with (
         guess_mcp_server() as env,
@@ -82,9 +66,9 @@ async def test_the_cli_calls_the_environments_mcp_tool_and_earns_its_reward(
             policy="openenv_mcp_guess",
             max_model_len=CONTEXT,
         ) as backend,  # fmt: skip
-        rollout_service(agentroll_server, tmp_path, backend, registry) as client,
+        rollout_service(agentroll_server, tmp_path, backend) as client,
     ):
-        t = (await run_jobs(client, [job(cli, env.url, 7)], timeout_s=290))[cli]
+        t = (await run_jobs(client, [job(cli, env.url, 7, image)], timeout_s=290))[cli]
 
     harness = t.metadata.get("harness", {})
     assert t.outcome is Outcome.ok, (t.error, harness)

@@ -46,12 +46,13 @@ Whose fault a failure is:
 import asyncio
 import json
 from contextlib import AbstractAsyncContextManager
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 
-from agentroll.handlers.agent import AgentLoop, Tool, ToolAgentHandler
+from agentroll.handlers.agent import DEFAULT_LIMITS, AgentLoop, Tool, ToolAgentHandler
 from agentroll.handlers.agents import AgentResult
 from agentroll.handlers.base import parsed_instance
 from agentroll.handlers.builtin.openenv.replay import blamed_tools, empty_action, judged
@@ -59,7 +60,7 @@ from agentroll.handlers.builtin.openenv.session import Episode, Session, open_se
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.handlers.errors import InfraError, StepFailed
 from agentroll.handlers.mcp import ToolSource
-from agentroll.runtime import Sandbox
+from agentroll.runtime import Sandbox, SandboxSpec
 from agentroll.runtime.action.errors import ActionRequestError
 
 INSTANCE_KEY, EPISODE_KEY = "openenv_task", "openenv_episode"
@@ -84,6 +85,9 @@ class OpenEnvInstance(BaseModel):
     reset: dict[str, Any] = Field(default_factory=dict)
     prompt: str = Field("", max_length=100_000)
     agent: dict[str, Any] | None = None
+    image: str | None = Field(None, min_length=1, max_length=4096)
+    """The sandbox image (a rootfs folder or .sif) a harness runs in: one that holds its CLI.
+    None: the host's root, read-only. The tool loop starts no sandbox."""
 
 
 class StepTool(Tool):
@@ -149,6 +153,12 @@ class OpenEnvHandler(ToolAgentHandler):
 
     async def init(self, ctx: RolloutContext) -> None:
         """Nothing of agentroll's runs: the environment is the server's."""
+
+    def sandbox_spec(self, ctx: RolloutContext) -> SandboxSpec:
+        image = self.task(ctx).image
+        return SandboxSpec(
+            image=None if image is None else Path(image), limits=DEFAULT_LIMITS, label=ctx.job_id
+        )
 
     async def run(self, ctx: RolloutContext) -> None:
         task = self.task(ctx)
