@@ -54,10 +54,12 @@ print(json.dumps(out))
 """
 
 
-async def run_in_verifiers(script: str, taskset: str, payload: Any) -> Any:
-    """`script` (argv[1]: `taskset`) run by the environment's own interpreter, `payload` as
-    JSON on its stdin; what it prints, as JSON."""
-    venv = await ensure_verifiers_venv([PACKAGE])
+async def run_in_verifiers(
+    script: str, taskset: str, payload: Any, package: str = PACKAGE
+) -> Any:
+    """`script` (argv[1]: `taskset`) run by the interpreter of the environment `package`
+    installs, `payload` as JSON on its stdin; what it prints, as JSON."""
+    venv = await ensure_verifiers_venv([package])
     proc = await asyncio.create_subprocess_exec(
         str(venv.python),
         "-I",
@@ -78,10 +80,10 @@ async def run_in_verifiers(script: str, taskset: str, payload: Any) -> Any:
 
 
 async def reference_rewards(
-    taskset: str, cases: list[tuple[str, list[dict[str, Any]]]]
+    taskset: str, cases: list[tuple[str, list[dict[str, Any]]]], package: str = PACKAGE
 ) -> dict[str, float]:
     """`{task id: verifiers' trace.reward}` of each (task id, conversation)."""
-    result: dict[str, float] = await run_in_verifiers(REFERENCE, taskset, cases)
+    result: dict[str, float] = await run_in_verifiers(REFERENCE, taskset, cases, package)
     return result
 
 

@@ -100,6 +100,7 @@ BUILTIN_RULES = {
     "openenv_guess": "agentroll.testing.scripted_llm.rules.openenv:openenv_guess_rule",
     "calculator": "agentroll.testing.scripted_llm.rules.verifiers_env:calculator_rule",
     "guess": "agentroll.testing.scripted_llm.rules.verifiers_env:guess_rule",
+    "notes": "agentroll.testing.scripted_llm.rules.verifiers_notes:notes_rule",
     "openreward_guess": "agentroll.testing.scripted_llm.rules.openreward:openreward_guess_rule",
 }
 

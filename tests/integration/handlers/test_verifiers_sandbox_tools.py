@@ -1,0 +1,181 @@
+"""The `verifiers` handler with toolsets that declare where they run, end to end: a real
+verifiers 0.4.0 taskset (`agentroll-vf-notes` in `tests/fixtures/verifiers_sandbox_pkg`) whose
+task has a `Notes` toolset declared on a container runtime (`DockerConfig`) and a `Probe`
+toolset declared nowhere (verifiers' own host), a real `agentroll serve` and the scripted
+backend (`notes`: reads the note, writes the task's word, reads it back, asks `probe_look`
+whether the note is where it was kept, answers the word). The container toolset runs in the
+rollout's own sandbox: what it writes is there for the rollout's later calls, never on the
+host nor in the worker, and gone with the rollout; the other stays in the confined worker.
+Rewards are what verifiers itself gives the same conversations; tokens are the backend's."""
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.conftest import ServerFactory
+from tests.integration.handlers.harness import (
+    request_log,
+    rollout_service,
+    run_jobs,
+    scripted_backend,
+)
+from tests.integration.handlers.verifiers_reference import reference_rewards, run_in_verifiers
+
+from agentroll.handlers.builtin.verifiers_env import UnsupportedEnvironment, verifiers_instances
+from agentroll.server.schema import Outcome
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
+
+PACKAGE = str(Path(__file__).resolve().parents[2] / "fixtures" / "verifiers_sandbox_pkg")
+TASKSET = "agentroll-vf-notes"
+WORKER_ENV = (
+    Path(__file__).resolve().parents[3]
+    / "handlers/agentroll/handlers/builtin/verifiers_env/worker_env.py"
+)
+
+
+def jobs(instances: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"job_id": i["task"]["id"], "handler": "verifiers", "instance": i} for i in instances]
+
+
+async def test_a_container_toolset_runs_in_the_rollouts_own_sandbox_and_dies_with_it(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    instances = await verifiers_instances(TASKSET, [PACKAGE], score_timeout_s=120)
+    assert [i["task"]["id"] for i in instances] == ["note-0", "note-1", "note-2"]
+
+    async with (
+        scripted_backend(wrong_rate=0.0, policy="notes") as backend,
+        rollout_service(agentroll_server, tmp_path, backend) as client,
+    ):
+        # note-0 ends before the others start: a later rollout finds none of its note.
+        results = await run_jobs(client, jobs(instances[:1]), timeout_s=600)
+        results |= await run_jobs(client, jobs(instances[1:]), timeout_s=600)
+        log = await request_log(backend)
+
+    assert all(t.outcome is Outcome.ok for t in results.values()), {
+        j: (t.outcome, t.error) for j, t in results.items()
+    }
+    tool_answers = {
+        j: [m["content"] for m in t.messages if m["role"] == "tool"] for j, t in results.items()
+    }
+    in_worker = "verifiers: /app/note.txt absent"  # the host-run probe: the worker's own host
+    assert tool_answers == {
+        # the sandbox's host name: the note is kept there, and read back by a later call
+        "note-0": ["(no note)", "kept on sandbox in /app/note.txt", "apple", in_worker],
+        "note-1": ["(no note)", "kept on sandbox in /app/note.txt", "banana", in_worker],
+        # the sandboxed tool raised on the model's call: its error is the model's to read
+        "note-2": [
+            "(no note)",
+            "Error executing tool write: there is nothing to write",
+            "(no note)",
+            in_worker,
+        ],
+    }
+    assert not await asyncio.to_thread(Path("/app/note.txt").exists)  # not on the host
+
+    replies = {j: t.messages[-1]["content"] for j, t in results.items()}
+    assert replies == {"note-0": "apple", "note-1": "banana", "note-2": "I could not keep it."}
+    expected = await reference_rewards(
+        TASKSET, [(j, list(t.messages)) for j, t in results.items()], PACKAGE
+    )
+    assert expected == {"note-0": 1.5, "note-1": 1.5, "note-2": 0.0}  # correct + kept (0.5)
+    assert {j: t.reward for j, t in results.items()} == expected
+    assert results["note-0"].reward_info["rewards"] == {"correct": 1.0, "kept": 1.0}
+
+    # Tokens exact: five backend calls per rollout (four tool calls, the answer), the sampled
+    # ids the backend's, the tools' answers between them masked out.
+    assert len(log) == 5 * len(results)
+    by_prompt = {tuple(c["prompt_token_ids"]): c for c in log}
+    for t in results.values():
+        assert len(t.segments) == 5
+        for seg in t.segments:
+            call = by_prompt[tuple(t.prompt_ids + t.response_ids[: seg.start])]
+            assert t.response_ids[seg.start : seg.end] == list(call["token_ids"])
+            assert t.response_mask[seg.start : seg.end] == [1] * (seg.end - seg.start)
+        for before, after in zip(t.segments, t.segments[1:], strict=False):
+            between = range(before.end, after.start)
+            assert between and all(t.response_mask[i] == 0 for i in between)
+
+
+async def test_a_toolset_on_a_hosted_sandbox_provider_is_refused_not_run(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """A runtime agentroll does not stand in for (here Prime's hosted sandboxes) makes no
+    jobs; a job submitted for it anyway is infra_error before the policy is asked anything."""
+    taskset = "agentroll-vf-notes-remote"
+    with pytest.raises(UnsupportedEnvironment, match="toolset Notes needs a prime runtime"):
+        await verifiers_instances(taskset, [PACKAGE])
+    spec = {"taskset": taskset, "packages": [PACKAGE]}
+    task = {"id": "remote-0", "prompt": "Keep this word in a note, then read it back: <apple>"}
+    job = {
+        "job_id": "remote",
+        "handler": "verifiers",
+        "instance": {"environment": spec, "task": task},
+    }
+
+    async with (
+        scripted_backend(wrong_rate=0.0, policy="notes") as backend,
+        rollout_service(agentroll_server, tmp_path, backend) as client,
+    ):
+        results = await run_jobs(client, [job], timeout_s=600)
+        log = await request_log(backend)
+
+    t = results["remote"]
+    assert t.outcome is Outcome.infra_error and t.reward is None
+    assert t.error is not None and t.error.type == "verifiers_load_failed"
+    assert "toolset Notes needs a prime runtime" in t.error.message
+    assert log == []
+
+
+PLACEMENTS = """
+import importlib.util, json, sys
+import verifiers.v1 as vf
+from verifiers.v1.runtimes import (
+    ApptainerConfig, DockerConfig, E2BConfig, ModalConfig, PodmanConfig, PrimeConfig,
+)
+from agentroll_vf_notes import Notes
+
+spec = importlib.util.spec_from_file_location("agentroll_worker_env", json.load(sys.stdin))
+env = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(env)
+configs = {
+    "default": vf.ToolsetConfig(),
+    "colocated": vf.ToolsetConfig(colocated=True),
+    "docker": vf.ToolsetConfig(runtime=DockerConfig()),
+    "podman": vf.ToolsetConfig(runtime=PodmanConfig()),
+    "apptainer": vf.ToolsetConfig(runtime=ApptainerConfig(workdir="/app")),
+    "docker node": vf.ToolsetConfig(runtime=DockerConfig(image="node:20")),
+    "podman gpu": vf.ToolsetConfig(runtime=PodmanConfig(gpu="1")),
+    "docker workdir": vf.ToolsetConfig(runtime=DockerConfig(workdir="/srv")),
+    "modal": vf.ToolsetConfig(runtime=ModalConfig()),
+    "e2b": vf.ToolsetConfig(runtime=E2BConfig()),
+    "prime": vf.ToolsetConfig(runtime=PrimeConfig()),
+    "url": vf.ToolsetConfig(url="http://tools.example/mcp"),
+}
+print(json.dumps({
+    name: [env.placement(Notes(c)), env.toolset_problems(Notes(c))]
+    for name, c in configs.items()
+}))
+"""
+
+
+async def test_where_each_declared_runtime_runs_or_why_it_is_refused() -> None:
+    """Every runtime verifiers 0.4.0 declares: its own host runs in the worker; a container
+    runtime (any of the three) or colocated, in the rollout's sandbox; a hosted provider (any
+    of the three), an image, a GPU or a working directory the sandbox does not stand in for,
+    or a URL, refused with why."""
+    got = await run_in_verifiers(PLACEMENTS, TASKSET, str(WORKER_ENV), PACKAGE)
+    placements = {name: where for name, (where, _) in got.items()}
+    problems = {name: "; ".join(p) for name, (_, p) in got.items()}
+    assert placements["default"] == "worker"
+    for name in ("colocated", "docker", "podman", "apptainer"):
+        assert (placements[name], problems[name]) == ("sandbox", ""), name
+    assert "names the image 'node:20'" in problems["docker node"]
+    assert "needs a GPU (1)" in problems["podman gpu"]
+    assert "works in /srv" in problems["docker workdir"]
+    for hosted in ("modal", "e2b", "prime"):
+        assert f"needs a {hosted} runtime (a hosted sandbox provider)" in problems[hosted]
+    assert "is a remote server (http://tools.example/mcp)" in problems["url"]
+    assert problems["default"] == ""
