@@ -3,9 +3,10 @@ verifiers 0.4.0 taskset (`agentroll-vf-notes` in `tests/fixtures/verifiers_sandb
 task has a `Notes` toolset declared on a container runtime (`DockerConfig`) and a `Probe`
 toolset declared nowhere (verifiers' own host), a real `agentroll serve` and the scripted
 backend (`notes`: reads the note, writes the task's word, reads it back, asks `probe_look`
-whether the note is where it was kept, answers the word). The container toolset runs in the
-rollout's own sandbox: what it writes is there for the rollout's later calls, never on the
-host nor in the worker, and gone with the rollout; the other stays in the confined worker.
+whether the note is where it was kept, starts a keeper process and asks whether it still runs,
+answers the word). The container toolset runs in the rollout's own sandbox: the file it writes
+and the process it starts are there for the rollout's later calls, never on the host nor in
+the worker, and gone with the rollout; the other toolset stays in the confined worker.
 Rewards are what verifiers itself gives the same conversations; tokens are the backend's."""
 
 import asyncio
@@ -20,6 +21,7 @@ from tests.integration.handlers.harness import (
     run_jobs,
     scripted_backend,
 )
+from tests.integration.handlers.test_verifiers_env import sleepers
 from tests.integration.handlers.verifiers_reference import reference_rewards, run_in_verifiers
 
 from agentroll.handlers.builtin.verifiers_env import UnsupportedEnvironment, verifiers_instances
@@ -33,6 +35,22 @@ WORKER_ENV = (
     Path(__file__).resolve().parents[3]
     / "handlers/agentroll/handlers/builtin/verifiers_env/worker_env.py"
 )
+
+
+KEEPER_SECONDS = "3271"
+"""The keeper process `notes_start` starts: `sleep 3271`."""
+TEARDOWN_WAIT_S = 120.0
+
+
+async def keepers_after_teardown() -> list[str]:
+    """The keeper processes still running once the rollouts' sandboxes are torn down (each
+    rollout's teardown may finish just after its result: waited for, generously)."""
+    deadline = asyncio.get_running_loop().time() + TEARDOWN_WAIT_S
+    while (left := await asyncio.to_thread(sleepers, KEEPER_SECONDS)) and (
+        asyncio.get_running_loop().time() < deadline
+    ):
+        await asyncio.sleep(0.5)
+    return left
 
 
 def jobs(instances: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -53,6 +71,7 @@ async def test_a_container_toolset_runs_in_the_rollouts_own_sandbox_and_dies_wit
         results = await run_jobs(client, jobs(instances[:1]), timeout_s=600)
         results |= await run_jobs(client, jobs(instances[1:]), timeout_s=600)
         log = await request_log(backend)
+        keepers_left = await keepers_after_teardown()
 
     assert all(t.outcome is Outcome.ok for t in results.values()), {
         j: (t.outcome, t.error) for j, t in results.items()
@@ -61,19 +80,22 @@ async def test_a_container_toolset_runs_in_the_rollouts_own_sandbox_and_dies_wit
         j: [m["content"] for m in t.messages if m["role"] == "tool"] for j, t in results.items()
     }
     in_worker = "verifiers: /app/note.txt absent"  # the host-run probe: the worker's own host
+    keeper = ["keeper started", "keeper running"]  # a later call finds the process it started
     assert tool_answers == {
         # the sandbox's host name: the note is kept there, and read back by a later call
-        "note-0": ["(no note)", "kept on sandbox in /app/note.txt", "apple", in_worker],
-        "note-1": ["(no note)", "kept on sandbox in /app/note.txt", "banana", in_worker],
+        "note-0": ["(no note)", "kept on sandbox in /app/note.txt", "apple", in_worker, *keeper],
+        "note-1": ["(no note)", "kept on sandbox in /app/note.txt", "banana", in_worker, *keeper],
         # the sandboxed tool raised on the model's call: its error is the model's to read
         "note-2": [
             "(no note)",
             "Error executing tool write: there is nothing to write",
             "(no note)",
             in_worker,
+            *keeper,
         ],
     }
     assert not await asyncio.to_thread(Path("/app/note.txt").exists)  # not on the host
+    assert keepers_left == []  # the processes the tool started died with their sandboxes
 
     replies = {j: t.messages[-1]["content"] for j, t in results.items()}
     assert replies == {"note-0": "apple", "note-1": "banana", "note-2": "I could not keep it."}
@@ -84,12 +106,12 @@ async def test_a_container_toolset_runs_in_the_rollouts_own_sandbox_and_dies_wit
     assert {j: t.reward for j, t in results.items()} == expected
     assert results["note-0"].reward_info["rewards"] == {"correct": 1.0, "kept": 1.0}
 
-    # Tokens exact: five backend calls per rollout (four tool calls, the answer), the sampled
+    # Tokens exact: seven backend calls per rollout (six tool calls, the answer), the sampled
     # ids the backend's, the tools' answers between them masked out.
-    assert len(log) == 5 * len(results)
+    assert len(log) == 7 * len(results)
     by_prompt = {tuple(c["prompt_token_ids"]): c for c in log}
     for t in results.values():
-        assert len(t.segments) == 5
+        assert len(t.segments) == 7
         for seg in t.segments:
             call = by_prompt[tuple(t.prompt_ids + t.response_ids[: seg.start])]
             assert t.response_ids[seg.start : seg.end] == list(call["token_ids"])

@@ -54,9 +54,7 @@ print(json.dumps(out))
 """
 
 
-async def run_in_verifiers(
-    script: str, taskset: str, payload: Any, package: str = PACKAGE
-) -> Any:
+async def run_in_verifiers(script: str, taskset: str, payload: Any, package: str = PACKAGE) -> Any:
     """`script` (argv[1]: `taskset`) run by the interpreter of the environment `package`
     installs, `payload` as JSON on its stdin; what it prints, as JSON."""
     venv = await ensure_verifiers_venv([package])

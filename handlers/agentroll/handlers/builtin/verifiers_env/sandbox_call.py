@@ -5,7 +5,8 @@ runtime) in a box apart from its own host; agentroll runs it in the rollout's sa
 (`sandbox_tools`), so what its tools do there (files written, processes started) stays in
 that rollout's sandbox and dies with it. The sandbox runs `VENV/bin/python -I sandbox_call.py`
 with the environment's virtual environment and this folder bound read-only, one request as
-JSON on stdin and the reply as one JSON object on stdout:
+JSON on stdin and the reply as one JSON object on stdout (what the tools print goes to
+`/tmp/verifiers-tools.log` there):
 
     <- {"op": "check", "taskset": {...}, "task": {...}}
     -> {"ok": true, "tools": ["notes_write", ...]}        (set up once, before the policy acts)
@@ -35,6 +36,7 @@ def _by_path(name: str, path: Path) -> Any:
     return module
 
 
+LOG = "/tmp/verifiers-tools.log"
 _worker = _by_path("agentroll_verifiers_worker", Path(__file__).with_name("worker.py"))
 
 
@@ -55,8 +57,12 @@ async def answer(request: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    replies = os.fdopen(os.dup(1), "w")
-    os.dup2(2, 1)  # whatever the tools print goes to stderr, never into the reply
+    replies = os.fdopen(os.dup(1), "w")  # not inherited: what a tool starts never holds it
+    # What the tools print, and what a process they start prints later, goes to a log in the
+    # sandbox: never into the reply, and no process left running holds the call's pipes.
+    log = os.open(LOG, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 1)
+    os.dup2(log, 2)
     request = json.loads(sys.stdin.buffer.read())
     reply = asyncio.run(answer(request))
     replies.write(json.dumps(reply))

@@ -35,6 +35,8 @@ from agentroll.runtime.action.errors import ActionRequestError
 from agentroll.runtime.base import Bind, ExecResult
 
 SCRIPT = Path(__file__).with_name("sandbox_call.py")
+LOG = "/tmp/verifiers-tools.log"
+"""Where `sandbox_call.py` sends what the tools print, in the sandbox (its `LOG`)."""
 WORKDIR = "/app"
 """verifiers' container working directory (`worker_env.SANDBOX_WORKDIR`)."""
 CHECK_TIMEOUT_S = 120.0
@@ -69,7 +71,8 @@ async def _run(
 
 def _ending(result: ExecResult) -> str:
     how = "timed out" if result.timed_out else f"ended with exit code {result.exit_code}"
-    return f"{how}: {result.stderr.strip()[-MAX_ERROR_CHARS:]}"
+    shown = result.stderr.strip()[-MAX_ERROR_CHARS:] or f"its output is in {LOG} there"
+    return f"{how}: {shown}"
 
 
 async def open_tool_sandbox(
