@@ -10,6 +10,9 @@ the worker, and gone with the rollout; the other toolset stays in the confined w
 Rewards are what verifiers itself gives the same conversations; tokens are the backend's."""
 
 import asyncio
+import os
+import signal
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +27,22 @@ from tests.integration.handlers.harness import (
 from tests.integration.handlers.test_verifiers_env import sleepers
 from tests.integration.handlers.verifiers_reference import reference_rewards, run_in_verifiers
 
-from agentroll.handlers.builtin.verifiers_env import UnsupportedEnvironment, verifiers_instances
+from agentroll.handlers.builtin.verifiers_env import (
+    UnsupportedEnvironment,
+    ensure_verifiers_venv,
+    verifiers_instances,
+)
+from agentroll.handlers.builtin.verifiers_env.sandbox_tools import (
+    SOCKET,
+    SandboxedTool,
+    sandbox_spec,
+    start_toolsets,
+)
+from agentroll.runtime import procs
+from agentroll.runtime.action.errors import ActionRequestError
+from agentroll.runtime.bwrap import BwrapRuntime, BwrapSandbox
+from agentroll.runtime.config import BwrapConfig
+from agentroll.runtime.errors import SandboxError
 from agentroll.server.schema import Outcome
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
@@ -201,3 +219,59 @@ async def test_where_each_declared_runtime_runs_or_why_it_is_refused() -> None:
         assert f"needs a {hosted} runtime (a hosted sandbox provider)" in problems[hosted]
     assert "is a remote server (http://tools.example/mcp)" in problems["url"]
     assert problems["default"] == ""
+
+
+def in_sandbox(sandbox: BwrapSandbox, marker: str) -> list[int]:
+    """The host pids of the processes in `sandbox` whose command line holds `marker`."""
+    assert sandbox.init is not None
+    namespace = procs.pidns_of(sandbox.init.pid)
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue  # it ended meanwhile
+    return [pid for pid in found if procs.pidns_of(pid) == namespace]
+
+
+async def until(check: Callable[[], bool], what: str) -> None:
+    """Wait for `check` (in a thread), generously: a loaded node may be slow."""
+    deadline = asyncio.get_running_loop().time() + TEARDOWN_WAIT_S
+    while not await asyncio.to_thread(check):
+        assert asyncio.get_running_loop().time() < deadline, f"never {what}"
+        await asyncio.sleep(0.2)
+
+
+async def test_a_failed_sandboxed_call_is_the_policys_while_its_sandbox_lives_infra_once_it_dies(
+    tmp_path: Path,
+) -> None:
+    """A call whose server no longer answers (here stopped) is the call's failure, told to
+    the policy; a call under which the rollout's sandbox dies is the sandbox's: `SandboxError`
+    (infra_error `sandbox_failure`), decided by a plain command run there after the call."""
+    venv = await ensure_verifiers_venv([PACKAGE])
+    runtime = BwrapRuntime(BwrapConfig(state_dir=tmp_path / "sandboxes"))
+    sandbox = await runtime.start(sandbox_spec(venv.python, "sandbox-dies"), timeout=120)
+    try:
+        assert isinstance(sandbox, BwrapSandbox) and sandbox.init is not None
+        task = {"id": "note-0", "prompt": "keep it", "word": "apple"}
+        await start_toolsets(sandbox, venv.python, {"id": TASKSET}, task)
+        write = {"type": "function", "function": {"name": "notes_write", "parameters": {}}}
+        tool = SandboxedTool(venv.python, {"id": TASKSET}, task, write)  # type: ignore[arg-type]
+        args = {"text": "apple"}
+        answer = await tool.call(sandbox, args, limit_s=60, max_chars=1000)
+        assert answer == "kept on sandbox in /app/note.txt"
+
+        (server,) = in_sandbox(sandbox, "sandbox_call.py")
+        os.kill(server, signal.SIGSTOP)  # it takes the call, and never answers
+        with pytest.raises(ActionRequestError, match="the tool call timed out"):
+            await tool.call(sandbox, args, limit_s=3, max_chars=1000)
+
+        hanging = asyncio.create_task(tool.call(sandbox, args, limit_s=600, max_chars=1000))
+        await until(lambda: bool(in_sandbox(sandbox, SOCKET)), "asked the server")
+        os.kill(sandbox.init.pid, signal.SIGKILL)  # the sandbox dies under the call
+        with pytest.raises(SandboxError):
+            await asyncio.wait_for(hanging, TEARDOWN_WAIT_S)
+    finally:
+        await sandbox.stop()
+        await runtime.close()

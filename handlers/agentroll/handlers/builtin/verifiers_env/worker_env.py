@@ -134,6 +134,22 @@ async def tool_schemas(task: Any, where: str | None = None) -> dict[str, Any]:
         return {"tools": schemas, "sandboxed": sandboxed}
 
 
+async def call_served(
+    dispatch: dict[str, Served], name: str, arguments: dict[str, Any]
+) -> dict[str, Any]:
+    """The model's call of a tool of toolsets already set up, answered; a tool that raises
+    answers with its error, as MCP shows it (the model's arguments reached it)."""
+    if name not in dispatch:
+        return {"ok": True, "text": f"Unknown tool: {name}", "is_error": True}
+    server, raw, _ = dispatch[name]
+    try:
+        result = await server.call_tool(raw, arguments)
+    except Exception as exc:  # failed on the model's call: it reads why
+        return {"ok": True, "text": str(exc), "is_error": True}
+    texts = [b.text if b.type == "text" else str(b) for b in result.content]
+    return {"ok": True, "text": "\n".join(texts), "is_error": bool(result.is_error)}
+
+
 async def call_tool(
     task: Any, name: str, arguments: dict[str, Any], where: str = "worker"
 ) -> dict[str, Any]:
@@ -145,15 +161,7 @@ async def call_tool(
     try:
         async with served_tools(task, where) as dispatch:
             set_up = True
-            if name not in dispatch:
-                return {"ok": True, "text": f"Unknown tool: {name}", "is_error": True}
-            server, raw, _ = dispatch[name]
-            try:
-                result = await server.call_tool(raw, arguments)
-            except Exception as exc:  # failed on the model's call: it reads why, as MCP shows it
-                return {"ok": True, "text": str(exc), "is_error": True}
-            texts = [b.text if b.type == "text" else str(b) for b in result.content]
-            return {"ok": True, "text": "\n".join(texts), "is_error": bool(result.is_error)}
+            return await call_served(dispatch, name, arguments)
     except Exception as exc:
         if not set_up:
             raise
