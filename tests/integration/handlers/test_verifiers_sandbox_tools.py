@@ -33,6 +33,7 @@ from agentroll.handlers.builtin.verifiers_env import (
     verifiers_instances,
 )
 from agentroll.handlers.builtin.verifiers_env.sandbox_tools import (
+    SCRIPT,
     SOCKET,
     SandboxedTool,
     sandbox_spec,
@@ -246,8 +247,9 @@ async def until(check: Callable[[], bool], what: str) -> None:
 async def test_a_failed_sandboxed_call_is_the_policys_while_its_sandbox_lives_infra_once_it_dies(
     tmp_path: Path,
 ) -> None:
-    """A call whose server no longer answers (here stopped) is the call's failure, told to
-    the policy; a call under which the rollout's sandbox dies is the sandbox's: `SandboxError`
+    """The environment's code and agentroll's scripts are read-only in the sandbox. A call
+    whose server no longer answers (here stopped) is the call's failure, told to the policy;
+    a call under which the rollout's sandbox dies is the sandbox's: `SandboxError`
     (infra_error `sandbox_failure`), decided by a plain command run there after the call."""
     venv = await ensure_verifiers_venv([PACKAGE])
     runtime = BwrapRuntime(BwrapConfig(state_dir=tmp_path / "sandboxes"))
@@ -261,6 +263,14 @@ async def test_a_failed_sandboxed_call_is_the_policys_while_its_sandbox_lives_in
         args = {"text": "apple"}
         answer = await tool.call(sandbox, args, limit_s=60, max_chars=1000)
         assert answer == "kept on sandbox in /app/note.txt"
+
+        # What the sandbox shares with the worker that scores (the environment's code, agentroll's
+        # scripts) is read-only there: code a call runs cannot change how any rollout is scored.
+        for shared in (venv.root, SCRIPT.parent):
+            planted = shared / "planted.py"
+            wrote = await sandbox.exec(["sh", "-c", f"echo x > {planted}"], timeout=60)
+            assert wrote.exit_code != 0 and "Read-only file system" in wrote.stderr
+            assert not await asyncio.to_thread(planted.exists)
 
         (server,) = in_sandbox(sandbox, "sandbox_call.py")
         os.kill(server, signal.SIGSTOP)  # it takes the call, and never answers
