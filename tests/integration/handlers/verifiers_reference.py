@@ -55,12 +55,12 @@ print(json.dumps(out))
 
 
 async def run_in_verifiers(
-    script: str, taskset: str, payload: Any, *, python: Path | None = None
+    script: str, taskset: str, payload: Any, package: str = PACKAGE, *, python: Path | None = None
 ) -> Any:
-    """`script` (argv[1]: `taskset`) run by the environment's own interpreter (`python`;
-    default the fixture tasksets' v1 one), `payload` as JSON on its stdin; what it prints,
-    as JSON."""
-    python = python or (await ensure_verifiers_venv([PACKAGE])).python
+    """`script` (argv[1]: `taskset`) run by the environment's own interpreter (`python`; default
+    the v1 one of the environment `package` installs), `payload` as JSON on its stdin; what it
+    prints, as JSON."""
+    python = python or (await ensure_verifiers_venv([package])).python
     proc = await asyncio.create_subprocess_exec(
         str(python),
         "-I",
@@ -81,10 +81,10 @@ async def run_in_verifiers(
 
 
 async def reference_rewards(
-    taskset: str, cases: list[tuple[str, list[dict[str, Any]]]]
+    taskset: str, cases: list[tuple[str, list[dict[str, Any]]]], package: str = PACKAGE
 ) -> dict[str, float]:
     """`{task id: verifiers' trace.reward}` of each (task id, conversation)."""
-    result: dict[str, float] = await run_in_verifiers(REFERENCE, taskset, cases)
+    result: dict[str, float] = await run_in_verifiers(REFERENCE, taskset, cases, package)
     return result
 
 

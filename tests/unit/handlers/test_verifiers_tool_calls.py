@@ -28,10 +28,10 @@ class Calculator:
 
 def toolsets(server: Any, *, setup_fails: bool = False, teardown_fails: bool = False) -> Any:
     @contextlib.asynccontextmanager
-    async def served(task: Any) -> AsyncIterator[dict[str, tuple[Any, str]]]:
+    async def served(task: Any, where: str | None) -> AsyncIterator[dict[str, Any]]:
         if setup_fails:
             raise RuntimeError("the toolset's setup failed")
-        yield {"calculator_add": (server, "add")}
+        yield {"calculator_add": worker_env.Served(server, "add", "worker")}
         if teardown_fails:
             raise RuntimeError(f"teardown choked on the call's leftovers ({task})")
 

@@ -101,6 +101,7 @@ BUILTIN_RULES = {
     "openenv_mcp_guess": "agentroll.testing.scripted_llm.rules.openenv_mcp:openenv_mcp_guess_rule",
     "calculator": "agentroll.testing.scripted_llm.rules.verifiers_env:calculator_rule",
     "guess": "agentroll.testing.scripted_llm.rules.verifiers_env:guess_rule",
+    "notes": "agentroll.testing.scripted_llm.rules.verifiers_notes:notes_rule",
     "openreward_guess": "agentroll.testing.scripted_llm.rules.openreward:openreward_guess_rule",
 }
 

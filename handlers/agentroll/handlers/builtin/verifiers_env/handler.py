@@ -12,17 +12,20 @@ INIT installs (once, cached) the environment's virtual environment (`venv`). RUN
 policy with the task's `system_prompt` and `prompt` (text, or chat messages) and takes its
 reply; a task with tools (its `vf.Toolset`s, `tools`) runs under the tool loop instead, with
 the toolsets' tools and no other, until the policy answers without a call (as verifiers' chat
-harness ends); a taskset whose package exports its own `vf.Env` plays that environment's
-episode, its code driving the turns (`episodes`). EVAL rebuilds the task from its data in a
-verifiers worker (`workers`,
+harness ends), those of a toolset verifiers would serve in a box of its own in the rollout's
+own sandbox (`sandbox_tools`), the others in the environment's worker; a taskset whose
+package exports its own `vf.Env` plays that environment's episode, its code driving the
+turns (`episodes`). EVAL rebuilds the task from its data in a verifiers worker (`workers`,
 `worker.py`), hands its `@vf.reward` and `@vf.metric` functions the rollout as a verifiers
 trace, and the reward is what verifiers itself would sum: every reward's score times its
 weight.
 
 Whose fault a failure is:
 - the taskset cannot be imported, its config or the task's data does not validate, or the
-  environment needs what agentroll does not run yet (tool servers verifiers would run
-  elsewhere than its own host, a container runtime, more than one agent, LLM judges):
+  environment needs what agentroll does not run yet (tool servers shared across tasks or
+  behind a URL, a hosted sandbox provider or a container image other than verifiers'
+  default, a task that needs a container, more than one agent, LLM judges), or a sandboxed
+  toolset does not set up in the rollout's sandbox:
   infra_error `verifiers_load_failed` (nothing of the policy's was read);
 - a tool or the environment's own `run` fails on the policy's calls or replies: `tools`,
   `episodes`;
@@ -56,6 +59,10 @@ from agentroll.handlers.builtin.verifiers_env.episodes import (
     control_episode,
     play_episode,
 )
+from agentroll.handlers.builtin.verifiers_env.sandbox_tools import (
+    SandboxedTool,
+    open_tool_sandbox,
+)
 from agentroll.handlers.builtin.verifiers_env.tools import VerifiersTool, describe
 from agentroll.handlers.builtin.verifiers_env.venv import ensure_verifiers_venv
 from agentroll.handlers.builtin.verifiers_env.workers import default_workers, load_failure
@@ -65,6 +72,7 @@ from agentroll.server.schema.messages import ChatMessage
 
 INSTANCE_KEY, PYTHON_KEY, PROMPT_KEY = "verifiers_task", "verifiers_python", "verifiers_prompt"
 TOOLS_KEY, TURNS_KEY, EPISODE_KEY = "verifiers_tools", "verifiers_turns", "verifiers_episode"
+SANDBOXED_KEY = "verifiers_sandboxed"
 MAX_SHOWN_CHARS = 2_000
 MAX_REQUIREMENTS = 32
 SCORING_ATTEMPTS = 2
@@ -202,7 +210,11 @@ class VerifiersHandler(ToolAgentHandler):
         venv = await ensure_verifiers_venv(job.environment.packages)
         ctx.state[PYTHON_KEY] = venv.python
         taskset = job.environment.taskset_config()
-        ctx.state[TOOLS_KEY], ctx.state[TURNS_KEY] = await describe(venv.python, taskset, job.task)
+        described = await describe(venv.python, taskset, job.task)
+        ctx.state[TOOLS_KEY], ctx.state[TURNS_KEY] = described.tools, described.turns
+        ctx.state[SANDBOXED_KEY] = described.sandboxed
+        if described.sandboxed:
+            await open_tool_sandbox(ctx, venv.python, taskset, job.task)
 
     async def run(self, ctx: RolloutContext) -> None:
         job, python = self.task(ctx), ctx.state[PYTHON_KEY]
@@ -217,7 +229,13 @@ class VerifiersHandler(ToolAgentHandler):
                 job.environment.score_timeout_s,
             )
         elif ctx.state.get(TOOLS_KEY):
-            tools = [VerifiersTool(python, taskset, job.task, s) for s in ctx.state[TOOLS_KEY]]
+            sandboxed = set(ctx.state[SANDBOXED_KEY])
+            tools = [
+                (SandboxedTool if s["function"]["name"] in sandboxed else VerifiersTool)(
+                    python, taskset, job.task, s
+                )
+                for s in ctx.state[TOOLS_KEY]
+            ]
             await AgentLoop(tools, self.agent_config(ctx)).run(ctx, self.plain_messages(ctx))
         else:
             await super().run(ctx)

@@ -4,8 +4,10 @@ verifiers serves a task's toolsets as MCP servers per rollout; a plain one (not 
 the agent's runtime, no container, no URL, no `State` synced through the rollout) runs as a
 subprocess on verifiers' host. Here that host is the environment's confined worker
 (`worker.py`): the policy's arguments reach the tool code only there, never the server's
-process. The schemas are verifiers' own (MCP's, from the tools' signatures), named as
-verifiers' harness names them, `<server>_<tool>`; they depend on the task type and its config
+process. A toolset verifiers would serve in a box of its own (a container runtime, colocated
+in the agent's runtime) runs in the rollout's own sandbox instead (`sandbox_tools`). The
+schemas are verifiers' own (MCP's, from the tools' signatures), named as verifiers' harness
+names them, `<server>_<tool>`; they depend on the task type and its config
 only, so they are asked once per environment and server process (`describe`, which also tells
 whether the taskset's own `vf.Env` drives the turns: `episodes`).
 
@@ -36,6 +38,8 @@ class Described(NamedTuple):
     """The OpenAI function schemas of the task's toolsets ([] for a task without tools)."""
     turns: bool
     """Whether the taskset's own `vf.Env` drives the policy's turns."""
+    sandboxed: list[str]
+    """The tools whose toolset runs in the rollout's sandbox (`sandbox_tools`)."""
 
 
 _described: dict[tuple[Path, str], Described] = {}
@@ -66,7 +70,7 @@ async def describe(python: Path, taskset: dict[str, Any], task: dict[str, Any]) 
             reply = await _ask(python, request, TOOLS_TIMEOUT_S)
         except VerifiersWorkerFailure as exc:  # before the policy said anything
             raise InfraError(str(exc), cause="verifiers_load_failed") from exc
-        _described[key] = Described(reply["tools"], bool(reply["turns"]))
+        _described[key] = Described(reply["tools"], bool(reply["turns"]), reply["sandboxed"])
     return _described[key]
 
 

@@ -16,7 +16,8 @@ space and serves requests, one JSON object per line, until stdin closes:
     -> {"ok": true, "rewards": {"name": {"score": 1.0, "weight": 1.0} | null},
         "metrics": {"name": 1.0 | null}, "retire": false}
     <- {"op": "tools", "taskset": {...}, "task": {...}}
-    -> {"ok": true, "tools": [{"type": "function", "function": {...}}], "turns": false}
+    -> {"ok": true, "tools": [{"type": "function", "function": {...}}], "sandboxed": [],
+        "turns": false}
     <- {"op": "call", "taskset": {...}, "task": {...}, "name": "calc_add", "arguments": {...}}
     -> {"ok": true, "text": "5", "is_error": false}
     <- {"op": "episode", "taskset": {...}, "task": {...}, "control": false}
@@ -32,6 +33,8 @@ harness names them (`<server>_<tool>`): each call sets the toolsets up afresh (`
 error, as an MCP tool error does; so does anything else that fails once the toolsets are set
 up (reading the tool's result, their teardown after the call): the model's arguments reached
 it. Only toolsets that cannot set up fail as `load`.
+A `call` here runs only the toolsets verifiers serves on its own host;
+those it would serve in a box of their own run in the rollout's sandbox (`sandbox_call.py`).
 
 `score` and `call` (what the policy's text reaches) are answered by a child forked for the
 request (`in_child`), which exits after it: nothing that code changes outlives the request.
@@ -244,7 +247,7 @@ def serve_tools(
     try:
         task = load_task(envs, request)
         if request["op"] == "tools":
-            return {"ok": True, "tools": loop.run_until_complete(_env.tool_schemas(task))}
+            return {"ok": True, **loop.run_until_complete(_env.tool_schemas(task))}
         args = request["arguments"]
         return loop.run_until_complete(_env.call_tool(task, str(request["name"]), args))
     except Exception as exc:  # before the toolsets were set up: the environment's

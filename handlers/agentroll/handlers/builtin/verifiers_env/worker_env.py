@@ -6,22 +6,59 @@ import contextlib
 import json
 import sys
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, NamedTuple
+
+SANDBOX_RUNTIMES = frozenset({"docker", "podman", "apptainer"})
+"""Container runtimes: verifiers serves such a toolset in a box of its own, and agentroll in
+the rollout's own sandbox (`sandbox_tools`)."""
+STAND_IN_IMAGE = "python:3.11-slim"
+"""The image the rollout's sandbox stands in for (verifiers' default: a Python 3.11 system,
+which the sandbox's system root and the environment's own interpreter are)."""
+SANDBOX_WORKDIR = "/app"
+"""The rollout's sandbox's working directory: verifiers' container default."""
+
+
+def placement(toolset: Any) -> str:
+    """Where the toolset runs: `sandbox` (the rollout's own sandbox) where verifiers would serve
+    it in a box apart from its own host (colocated in the agent's runtime, or a container
+    runtime), else `worker` (the environment's own process, as verifiers' host subprocess)."""
+    config = toolset.config
+    runtime = getattr(config, "runtime", None)
+    if getattr(config, "colocated", False) or getattr(runtime, "type", "") in SANDBOX_RUNTIMES:
+        return "sandbox"
+    return "worker"
 
 
 def toolset_problems(toolset: Any) -> list[str]:
-    """What a task's toolset needs beyond this process: verifiers would run it colocated in
-    the agent's runtime, in a container or behind a URL, or sync its `State` through the
-    rollout's state channel. A plain toolset runs here, in the environment's own process."""
-    from verifiers.v1.runtimes import SubprocessConfig
+    """What a task's toolset needs that agentroll does not run: a hosted sandbox provider, a
+    container image or a GPU the rollout's sandbox does not stand in for, a server behind a
+    URL, or a `State` synced through the rollout's state channel."""
     from verifiers.v1.state import State, state_cls
 
     name, config = type(toolset).__name__, toolset.config
+    runtime: Any = getattr(config, "runtime", None)
+    kind = getattr(runtime, "type", "subprocess")
     problems = []
-    if getattr(config, "colocated", False):
-        problems.append(f"toolset {name} runs colocated in the agent's runtime")
-    if not isinstance(getattr(config, "runtime", SubprocessConfig()), SubprocessConfig):
-        problems.append(f"toolset {name} needs a {config.runtime.type} runtime")
+    if placement(toolset) == "sandbox" and not getattr(config, "colocated", False):
+        image = str(runtime.image).removeprefix("docker.io/").removeprefix("library/")
+        if image != STAND_IN_IMAGE:
+            problems.append(
+                f"toolset {name} names the image {runtime.image!r}; its tools run in the "
+                f"rollout's sandbox, which stands in for {STAND_IN_IMAGE!r} only"
+            )
+        if runtime.gpu:
+            problems.append(f"toolset {name} needs a GPU ({runtime.gpu})")
+        if runtime.workdir not in (None, SANDBOX_WORKDIR):
+            problems.append(
+                f"toolset {name} works in {runtime.workdir}; the rollout's sandbox works in "
+                f"{SANDBOX_WORKDIR}"
+            )
+    elif kind != "subprocess":
+        problems.append(
+            f"toolset {name} needs a {kind} runtime (a hosted sandbox provider); agentroll "
+            "runs a toolset in its environment's worker (subprocess) or in the rollout's "
+            f"sandbox ({', '.join(sorted(SANDBOX_RUNTIMES))} or colocated)"
+        )
     if getattr(config, "url", None):
         problems.append(f"toolset {name} is a remote server ({config.url})")
     if state_cls(type(toolset)) is not State:
@@ -47,15 +84,27 @@ def env_problems(env: Any) -> list[str]:
     return problems
 
 
+class Served(NamedTuple):
+    server: Any
+    """The in-process MCP server its toolset is registered on."""
+    raw: str
+    """The tool's own name on that server."""
+    where: str
+    """Where its toolset runs (`placement`)."""
+
+
 @contextlib.asynccontextmanager
-async def served_tools(task: Any) -> AsyncIterator[dict[str, tuple[Any, str]]]:
-    """The task's toolsets set up for one request, registered on in-process MCP servers:
-    `{tool name as the model sees it: (server, the server's own tool name)}`."""
+async def served_tools(task: Any, where: str | None = None) -> AsyncIterator[dict[str, Served]]:
+    """The task's toolsets (those `where` places, or all) set up for one request, registered
+    on in-process MCP servers, by tool name as the model sees it."""
     from mcp.server.mcpserver import MCPServer
 
-    dispatch: dict[str, tuple[Any, str]] = {}
+    dispatch: dict[str, Served] = {}
     async with contextlib.AsyncExitStack() as stack:
         for toolset in type(task).toolsets(task.config):
+            runs = placement(toolset)
+            if where is not None and runs != where:
+                continue
             await stack.enter_async_context(toolset._exit_stack)  # what `setup` holds
             await toolset.setup()
             await toolset.setup_task(task)
@@ -63,42 +112,56 @@ async def served_tools(task: Any) -> AsyncIterator[dict[str, tuple[Any, str]]]:
             toolset.register(server)
             for tool in await server.list_tools():
                 prefix = toolset.server_name
-                dispatch[f"{prefix}_{tool.name}" if prefix else tool.name] = (server, tool.name)
+                name = f"{prefix}_{tool.name}" if prefix else tool.name
+                dispatch[name] = Served(server, tool.name, runs)
         yield dispatch
 
 
-async def tool_schemas(task: Any) -> list[dict[str, Any]]:
-    async with served_tools(task) as dispatch:
+async def tool_schemas(task: Any, where: str | None = None) -> dict[str, Any]:
+    """`{"tools": the OpenAI function schemas, "sandboxed": the names of those whose toolset
+    runs in the rollout's sandbox}`, of the toolsets `where` places (or all)."""
+    async with served_tools(task, where) as dispatch:
         schemas = []
-        for name, (server, raw) in dispatch.items():
-            tool = next(t for t in await server.list_tools() if t.name == raw)
+        for name, served in dispatch.items():
+            tool = next(t for t in await served.server.list_tools() if t.name == served.raw)
             function = {
                 "name": name,
                 "description": tool.description or "",
                 "parameters": tool.input_schema,
             }
             schemas.append({"type": "function", "function": function})
-        return schemas
+        sandboxed = [name for name, served in dispatch.items() if served.where == "sandbox"]
+        return {"tools": schemas, "sandboxed": sandboxed}
 
 
-async def call_tool(task: Any, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    """The model's call answered. Only a failure before the toolsets are set up is the
-    environment's (raised: `load`); once they are, whatever fails (the tool, reading its
-    result, the toolsets' teardown after the model's call) is the call's, answered to the
-    model as its error: the model's arguments reached that code."""
+async def call_served(
+    dispatch: dict[str, Served], name: str, arguments: dict[str, Any]
+) -> dict[str, Any]:
+    """The model's call of a tool of toolsets already set up, answered; a tool that raises
+    answers with its error, as MCP shows it (the model's arguments reached it)."""
+    if name not in dispatch:
+        return {"ok": True, "text": f"Unknown tool: {name}", "is_error": True}
+    server, raw, _ = dispatch[name]
+    try:
+        result = await server.call_tool(raw, arguments)
+    except Exception as exc:  # failed on the model's call: it reads why
+        return {"ok": True, "text": str(exc), "is_error": True}
+    texts = [b.text if b.type == "text" else str(b) for b in result.content]
+    return {"ok": True, "text": "\n".join(texts), "is_error": bool(result.is_error)}
+
+
+async def call_tool(
+    task: Any, name: str, arguments: dict[str, Any], where: str = "worker"
+) -> dict[str, Any]:
+    """The model's call of a tool of the toolsets `where` places, answered. Only a failure
+    before the toolsets are set up is the environment's (raised: `load`); once they are,
+    whatever fails (the tool, reading its result, the toolsets' teardown after the model's
+    call) is the call's, answered to the model as its error: its arguments reached that code."""
     set_up = False
     try:
-        async with served_tools(task) as dispatch:
+        async with served_tools(task, where) as dispatch:
             set_up = True
-            if name not in dispatch:
-                return {"ok": True, "text": f"Unknown tool: {name}", "is_error": True}
-            server, raw = dispatch[name]
-            try:
-                result = await server.call_tool(raw, arguments)
-            except Exception as exc:  # failed on the model's call: it reads why, as MCP shows it
-                return {"ok": True, "text": str(exc), "is_error": True}
-            texts = [b.text if b.type == "text" else str(b) for b in result.content]
-            return {"ok": True, "text": "\n".join(texts), "is_error": bool(result.is_error)}
+            return await call_served(dispatch, name, arguments)
     except Exception as exc:
         if not set_up:
             raise
