@@ -118,6 +118,39 @@ async def test_copies_are_ranked_by_last_use_not_by_build(
     assert v1.path.is_dir() and not v2.path.exists()
 
 
+async def test_a_copy_used_after_the_ranking_is_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ranking is read before the locks are taken (deleting a rootfs takes a while): a
+    copy a sandbox started from, or a build republished, after it is newer than ranked."""
+    v1 = await build_version(tmp_path, "1.0", monkeypatch, keep=0)
+    v2 = await build_version(tmp_path, "2.0", monkeypatch, keep=0)
+    ranked = evict_module.cached_images(tmp_path)
+    used = hold_image(v1.path)  # a sandbox starts from the older copy meanwhile
+    assert used is not None
+    used.release()
+    report = evict_module.prune_entries(ranked, keep=1)
+    assert report.removed == []
+    assert report.skipped == [(v1.name, "used or rebuilt since the ranking")]
+    assert v1.path.is_dir() and v2.path.is_dir()
+    # Ranked afresh, the copy that now has the older last use goes.
+    assert [name for name, _ in prune(tmp_path, keep=1).removed] == [v2.name]
+
+
+def test_an_entry_that_does_not_name_a_plain_copy_deletes_nothing(tmp_path: Path) -> None:
+    """A metadata file named `..json` (its stem `.`) would make the copy the cache itself."""
+    (tmp_path / "keep-me").write_text("an operator's file")
+    for n, name in enumerate((".", ".hidden")):
+        (tmp_path / f"{name}.json").write_text(
+            json.dumps({"name": name, "template": "t", "format": "rootfs", "built_at": n})
+        )
+    (tmp_path / ".hidden").mkdir()
+    report = prune(tmp_path, keep=1)
+    assert report.removed == []
+    assert sorted(report.skipped) == [(".", "not a plain copy name")]
+    assert (tmp_path / "keep-me").exists() and (tmp_path / ".hidden").is_dir()
+
+
 async def test_other_parameters_lock_mode_and_task_images(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -10,18 +10,22 @@ start from it), and deletes the others with their side files, except a copy that
 - a build holds: its build lock is taken (a build of that very key, or a reuse check);
 - has anything mounted below it.
 
-Those are skipped and reported, never waited for. Task images built from Dockerfiles have
+Those are skipped and reported, never waited for, as is a copy used or rebuilt after the
+ranking (it is read again once its locks are held), and one whose name is not a plain folder
+name (a cache entry never names anything but its own copy). Task images built from Dockerfiles have
 no template (each task is its own image) and are never pruned here. ``keep`` 0 prunes nothing.
 ``prune_entries`` is the rule itself, over any cache of copies (the verifiers environments').
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import functools
 import json
 import logging
 import os
+import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
@@ -47,6 +51,11 @@ class CacheEntry:
     build_lock: Path  # held while the copy is built or checked
     use_lock: Path  # held shared by whatever runs from the copy
     delete: Callable[[], int]  # removes the copy and its side files; the bytes freed
+    reread: Callable[[], CacheEntry | None]  # the entry as the cache holds it now
+
+
+# A copy is one folder (or file) directly in its cache, named by its builder.
+PLAIN_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 @dataclass
@@ -71,7 +80,12 @@ def last_use(use_lock: Path, since: float) -> float:
 def _exclusive(path: Path) -> Iterator[bool]:
     """Whether ``path``'s flock was free and is now ours (held until the block ends)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = open_lock(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        with contextlib.suppress(OSError):  # made here, not by a use: not a newer rank
+            os.utime(fd, (0, 0))
+    except FileExistsError:
+        fd = open_lock(path)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -84,6 +98,9 @@ def _exclusive(path: Path) -> Iterator[bool]:
 
 
 def _evict(entry: CacheEntry, report: PruneReport, in_use: str) -> None:
+    if not PLAIN_NAME.fullmatch(entry.name):
+        report.skipped.append((entry.name, "not a plain copy name"))
+        return
     try:
         with ExitStack() as locks:
             if not locks.enter_context(_exclusive(entry.build_lock)):
@@ -91,6 +108,11 @@ def _evict(entry: CacheEntry, report: PruneReport, in_use: str) -> None:
                 return
             if not locks.enter_context(_exclusive(entry.use_lock)):
                 report.skipped.append((entry.name, in_use))
+                return
+            # Ranked before the locks were ours: a copy rebuilt or started from since is newer.
+            now = entry.reread()
+            if now is None or now.last_used != entry.last_used:
+                report.skipped.append((entry.name, "used or rebuilt since the ranking"))
                 return
             report.removed.append((entry.name, entry.delete()))
     except (OSError, ImageError) as exc:
@@ -160,6 +182,7 @@ def _read(metadata: Path, images_dir: Path) -> CacheEntry | None:
         build_lock=slot.lock,
         use_lock=slot.use_lock,
         delete=functools.partial(_delete_image, slot),
+        reread=functools.partial(_read, metadata, images_dir),
     )
 
 

@@ -91,6 +91,7 @@ def _entry(record: Path, base: Path) -> CacheEntry | None:
         build_lock=install_lock,
         use_lock=use_lock,
         delete=functools.partial(_delete, base, folder),
+        reread=functools.partial(_entry, record, base),
     )
 
 
