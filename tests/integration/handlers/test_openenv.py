@@ -141,8 +141,9 @@ async def test_a_step_one_action_makes_fail_is_the_policys_when_a_replayed_contr
 ) -> None:
     """The environment's `step` raises on one guess only (`raise_on_guess`): replayed in a
     fresh session, the episode fails again on that guess, and replayed in another, its last
-    answered guess is answered in its place (the empty guess, 1, where none was), so the action was the policy's doing: agent_error
-    with the rewards so far (its escape from a low reward closed). Beside it, an honest
+    answered guess is answered in its place (the empty guess, 1, where none was), so the
+    action was the policy's doing: agent_error with the rewards so far (its escape from a
+    low reward closed). Beside it, an honest
     episode on the same server is ok, and an environment whose every step raises is still
     infra_error (the test above)."""
     async with guess_server() as env:

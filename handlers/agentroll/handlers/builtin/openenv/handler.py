@@ -2,7 +2,8 @@
 
 Task instance:
 
-    {"server": {"url": "http://env-host:8000", "timeout_s": 30},
+    {"server": {"url": "http://env-host:8000", "timeout_s": 30,
+                "deterministic": false},  # the operator's word (replay.py)
      "reset": {"seed": 7, ...},          # keyword arguments of the environment's reset()
      "prompt": "...",                    # optional: what the policy is told before the first
                                          # observation
@@ -34,9 +35,14 @@ Whose fault a failure is:
 - a `step` the environment gave no answer to (`EXECUTION_ERROR`: its step raised; none within
   that bound; the WebSocket dropped) may be the action's doing: the episode is replayed in a
   fresh session to a control action in its place (replay.py; under a harness too, once its
-  run ended). The environment answers the replay as before and the control: the policy's,
-  `agent_error` (`action_failed_environment`), scored with the rewards so far; the replay
-  differs or the control fails too: `infra_error` with the step's cause, naming both;
+  run ended), within what is left of RUN's budget. The environment answers the replay as
+  before and the control: the policy's, `agent_error` (`action_failed_environment`), scored
+  with the rewards so far; the control fails too: `infra_error` with the step's cause,
+  naming both; the replay differs or the failure does not recur: `openenv_unreplayable`
+  (the policy's on a server declared `deterministic`); no verdict in time:
+  `openenv_control_timeout`;
+- a step still unanswered when the loop's time budget runs out (its wait is cut to it): the
+  policy's budget, `agent_error` (`wall_time`);
 - the WebSocket dropped or closed by the server, no answer within `timeout_s` to any other
   frame, any other error frame (a session that could not be made), a schema that cannot be
   read, a reward that is not a number: `infra_error` (`openenv_connection_lost`,
