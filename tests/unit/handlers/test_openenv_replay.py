@@ -14,7 +14,12 @@ import pytest
 from agentroll.handlers.builtin.openenv import replay as replay_module
 from agentroll.handlers.builtin.openenv import session as session_module
 from agentroll.handlers.builtin.openenv.handler import StepTool
-from agentroll.handlers.builtin.openenv.replay import answered_action, empty_action, judged
+from agentroll.handlers.builtin.openenv.replay import (
+    answered_action,
+    blamed_tools,
+    empty_action,
+    judged,
+)
 from agentroll.handlers.builtin.openenv.session import Episode, Exchange, Session, open_session
 from agentroll.handlers.errors import AgentError, InfraError, StepFailed
 from agentroll.testing.openenv import StepScript, scripted_env
@@ -419,3 +424,33 @@ async def test_on_a_server_declared_deterministic_an_unreplayable_failure_is_the
         verdict = await judged(failure, session, empty_action(SCHEMA), episode, BUDGET_S, True)
     assert isinstance(verdict, AgentError) and verdict.cause == "action_failed_environment"
     assert episode.blame is not None and "deterministic" in episode.blame["control"]["detail"]
+
+
+@pytest.mark.parametrize("budget_s", [0.0, BUDGET_S])
+async def test_under_a_harness_the_replays_get_what_its_run_left_of_the_budget(
+    budget_s: float,
+) -> None:
+    """The harness ran out RUN's budget before its failed call is judged: no replay, infra
+    `openenv_control_timeout`. Beside it, with time left, the call is blamed on the policy
+    (the last answered call of the same tool as the control)."""
+    calls: list[dict[str, Any]] = []
+
+    async def chokes_on_7(frame: dict[str, Any]) -> dict[str, Any]:
+        calls.append(frame["data"])
+        n = frame["data"]["arguments"]["n"]
+        return BOOM if n == 7 else answer({"result": n})
+
+    async with scripted_env(chokes_on_7) as url:
+        episode = Episode()
+        with pytest.raises((AgentError, InfraError)) as raised:
+            async with blamed_tools(url, 5, {}, episode, (10, 3), lambda: budget_s) as tools:
+                await tools.call_tool("guess", {"n": 3})
+                await tools.call_tool("guess", {"n": 7})
+    guesses = [c["arguments"]["n"] for c in calls]
+    if budget_s == 0:
+        assert isinstance(raised.value, InfraError)
+        assert raised.value.cause == "openenv_control_timeout" and guesses == [3, 7]
+    else:
+        assert isinstance(raised.value, AgentError)
+        assert raised.value.cause == "action_failed_environment"
+        assert guesses == [3, 7, 3, 7, 3, 3]
