@@ -120,11 +120,12 @@ async def test_a_dropped_websocket_a_failing_step_or_no_server_is_infra_error(
     assert dropped.outcome is Outcome.infra_error and dropped.reward is None
     assert dropped.error is not None and dropped.error.type == "openenv_connection_lost"
     assert "dropped during step" in dropped.error.message
-    # The control failed too: the step raises on the empty guess as well, and the dead
-    # server cannot be reached.
+    # The control failed too: the step raises on the empty guess as well (no guess was
+    # answered to control with).
     assert "fails on the control answer too" in raises.error.message
     assert "EXECUTION_ERROR" in raises.error.message.split("control answer too")[1]
-    assert "cannot open" in dropped.error.message.split("control answer too")[1]
+    # The dead server is not replayed (an action that killed it is not sent again).
+    assert "the server is unreachable, not replayed" in dropped.error.message
     unreachable = results["unreachable"]
     assert unreachable.outcome is Outcome.infra_error and unreachable.reward is None
     assert unreachable.error is not None and unreachable.error.type == "openenv_error"
@@ -139,9 +140,10 @@ async def test_a_step_one_action_makes_fail_is_the_policys_when_a_replayed_contr
     agentroll_server: ServerFactory, tmp_path: Path
 ) -> None:
     """The environment's `step` raises on one guess only (`raise_on_guess`): replayed in a
-    fresh session, the episode fails again on that guess, and replayed in another, the empty
-    guess (1) is answered in its place, so the action was the policy's doing: agent_error
-    with the rewards so far (its escape from a low reward closed). Beside it, an honest
+    fresh session, the episode fails again on that guess, and replayed in another, its last
+    answered guess is answered in its place (the empty guess, 1, where none was), so the
+    action was the policy's doing: agent_error with the rewards so far (its escape from a
+    low reward closed). Beside it, an honest
     episode on the same server is ok, and an environment whose every step raises is still
     infra_error (the test above)."""
     async with guess_server() as env:
@@ -154,7 +156,8 @@ async def test_a_step_one_action_makes_fail_is_the_policys_when_a_replayed_contr
                 job("chokes", env.url, {"target": 7, "raise_on_guess": 6}),
                 # the first step raises: nothing to replay but the reset
                 job("chokes-first", env.url, {"target": 4, "raise_on_guess": 5}),
-                # 5, 2, then 1 raises: the empty guess is the failing action, no control
+                # 5, 2, then 1 raises: the empty guess is the failing action, so the last
+                # answered one (2) is the control
                 job("chokes-on-empty", env.url, {"target": 1, "raise_on_guess": 1}),
                 job("honest", env.url, {"target": 7, "raise_on_guess": 9}),
             ],
@@ -178,16 +181,17 @@ async def test_a_step_one_action_makes_fail_is_the_policys_when_a_replayed_contr
     assert info["failure_cause"] == "openenv_error" and "chokes on 6" in info["failure"]
     assert info["control"]["passed"] is True
     assert "chokes on 6" in info["control"]["failure_recurred"]
-    assert '{"guess": 1}' in info["control"]["detail"]
-    assert '"feedback": "higher"' in info["control"]["detail"]
+    # The control: the episode's last answered guess (8) in the failing one's place.
+    assert '{"guess": 8}' in info["control"]["detail"]
+    assert '"feedback": "lower"' in info["control"]["detail"]
 
     first = results["chokes-first"]
     assert first.outcome is Outcome.agent_error, first.error
     assert first.reward == 0.0 and first.reward_info["control"]["passed"] is True
 
     empty = results["chokes-on-empty"]
-    assert empty.outcome is Outcome.infra_error and empty.reward is None
-    assert empty.error is not None and "is the failing action" in empty.error.message
+    assert empty.outcome is Outcome.agent_error, empty.error
+    assert '{"guess": 2}' in empty.reward_info["control"]["detail"]
 
     honest = results["honest"]
     assert honest.outcome is Outcome.ok, honest.error

@@ -262,7 +262,7 @@ async def test_a_tool_call_the_environment_fails_on_alone_is_the_policys_under_a
 ) -> None:
     """The environment's `step` raises on `guess(6)` alone: the harness's call is answered
     INTERNAL_ERROR (it then exits 1), and once it ended the episode is replayed in a fresh
-    session, `guess` with its empty arguments answered in the failing call's place: the
+    session, the last answered `guess` (8) answered in the failing call's place: the
     call was the policy's doing, agent_error with the rewards so far. Beside it, the same
     server's honest episode is ok."""
     async with guess_mcp_server() as env:
@@ -284,7 +284,8 @@ async def test_a_tool_call_the_environment_fails_on_alone_is_the_policys_under_a
     assert chokes.reward == pytest.approx(-0.2)
     control = chokes.reward_info["control"]
     assert control["passed"] is True
-    assert '"tool_name": "guess", "arguments": {"n": 0}' in control["detail"]
+    # The control: the episode's last answered call of the same tool, in the failing one's place.
+    assert '"tool_name": "guess", "arguments": {"n": 8}' in control["detail"]
     assert "chokes on 6" in chokes.reward_info["failure"]
 
     honest = results["honest"]

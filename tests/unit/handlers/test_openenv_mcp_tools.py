@@ -254,7 +254,7 @@ async def test_under_the_tool_loop_too_big_an_answer_is_agent_error_too() -> Non
     episode = Episode()
     async with scripted_env(printing) as url, aiohttp.ClientSession() as http:
         session = await open_session(http, url, 5, {}, episode)
-        tool = StepTool(session, episode, {"properties": {"n": {"type": "integer"}}})
+        tool = StepTool(session, episode, {"properties": {"n": {"type": "integer"}}}, 60)
         with pytest.raises(AgentError) as raised:
             await tool.call(None, {"n": 1}, limit_s=5, max_chars=1000)
         await session.close()

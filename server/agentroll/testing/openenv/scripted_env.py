@@ -1,7 +1,8 @@
 """An OpenEnv session endpoint (`/ws`) in the test's own process, whose `step` answers are
 scripted: for what openenv-core's own server never sends (a malformed answer) or sends only
 after its own 30 s bound on a tool call (a slow answer). `reset` is answered with an empty
-first observation, `close` by closing; every other frame goes to the script."""
+first observation (`on_reset` told first), `close` by closing; every other frame goes to the
+script."""
 
 import contextlib
 import json
@@ -17,8 +18,11 @@ FIRST_OBSERVATION: dict[str, Any] = {"observation": {}, "reward": None, "done": 
 
 
 @contextlib.asynccontextmanager
-async def scripted_env(script: StepScript) -> AsyncIterator[str]:
-    """The server's base URL (`http://127.0.0.1:PORT`) while the context is open."""
+async def scripted_env(
+    script: StepScript, on_reset: Callable[[], None] | None = None
+) -> AsyncIterator[str]:
+    """The server's base URL (`http://127.0.0.1:PORT`) while the context is open;
+    `on_reset()` is called at each `reset` (a script that keeps a session's history)."""
 
     async def session(request: web.Request) -> web.WebSocketResponse:
         ws = web.WebSocketResponse()
@@ -30,6 +34,8 @@ async def scripted_env(script: StepScript) -> AsyncIterator[str]:
             if frame.get("type") == "close":
                 break
             if frame.get("type") == "reset":
+                if on_reset is not None:
+                    on_reset()
                 answer = {"type": "observation", "data": FIRST_OBSERVATION}
             else:
                 answer = await script(frame)

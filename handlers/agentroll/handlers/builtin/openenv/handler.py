@@ -2,7 +2,8 @@
 
 Task instance:
 
-    {"server": {"url": "http://env-host:8000", "timeout_s": 30},
+    {"server": {"url": "http://env-host:8000", "timeout_s": 30,
+                "deterministic": false},  # the operator's word (replay.py)
      "reset": {"seed": 7, ...},          # keyword arguments of the environment's reset()
      "prompt": "...",                    # optional: what the policy is told before the first
                                          # observation
@@ -34,9 +35,14 @@ Whose fault a failure is:
 - a `step` the environment gave no answer to (`EXECUTION_ERROR`: its step raised; none within
   that bound; the WebSocket dropped) may be the action's doing: the episode is replayed in a
   fresh session to a control action in its place (replay.py; under a harness too, once its
-  run ended). The environment answers the replay as before and the control: the policy's,
-  `agent_error` (`action_failed_environment`), scored with the rewards so far; the replay
-  differs or the control fails too: `infra_error` with the step's cause, naming both;
+  run ended), within what is left of RUN's budget. The environment answers the replay as
+  before and the control: the policy's, `agent_error` (`action_failed_environment`), scored
+  with the rewards so far; the control fails too: `infra_error` with the step's cause,
+  naming both; the replay differs or the failure does not recur: `openenv_unreplayable`
+  (the policy's on a server declared `deterministic`); no verdict in time:
+  `openenv_control_timeout`;
+- a step still unanswered when the loop's time budget runs out (its wait is cut to it): the
+  policy's budget, `agent_error` (`wall_time`);
 - the WebSocket dropped or closed by the server, no answer within `timeout_s` to any other
   frame, any other error frame (a session that could not be made), a schema that cannot be
   read, a reward that is not a number: `infra_error` (`openenv_connection_lost`,
@@ -55,10 +61,11 @@ from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field
 from agentroll.handlers.agent import DEFAULT_LIMITS, AgentLoop, Tool, ToolAgentHandler
 from agentroll.handlers.agents import AgentResult
 from agentroll.handlers.base import parsed_instance
+from agentroll.handlers.budget import run_budget
 from agentroll.handlers.builtin.openenv.replay import blamed_tools, empty_action, judged
 from agentroll.handlers.builtin.openenv.session import Episode, Session, open_session
 from agentroll.handlers.context import Reward, RolloutContext
-from agentroll.handlers.errors import InfraError, StepFailed
+from agentroll.handlers.errors import AgentError, InfraError, StepFailed
 from agentroll.handlers.mcp import ToolSource
 from agentroll.runtime import Sandbox, SandboxSpec
 from agentroll.runtime.action.errors import ActionRequestError
@@ -76,6 +83,11 @@ class ServerSpec(BaseModel):
 
     url: AnyHttpUrl
     timeout_s: float = Field(30.0, gt=0, le=3600, description="Per frame and per request.")
+    deterministic: bool = False
+    """The operator's word that the environment answers the same actions after the same
+    `reset` the same way, in any session: a failed step's replay that answers differently, or
+    a failure that does not recur on it, is then the policy's making (else nobody's:
+    `infra_error` `openenv_unreplayable`)."""
 
 
 class OpenEnvInstance(BaseModel):
@@ -96,13 +108,20 @@ class StepTool(Tool):
     name = "step"
     description = "Take one action in the environment."
 
-    def __init__(self, session: Session, episode: Episode, action_schema: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        session: Session,
+        episode: Episode,
+        action_schema: dict[str, Any],
+        tool_timeout_s: float,
+    ) -> None:
         properties = dict(action_schema.get("properties", {}))
         properties.pop("metadata", None)
         required = [r for r in action_schema.get("required", []) if r in properties]
         self.parameters = {"type": "object", "properties": properties, "required": required}
         self.session = session
         self.episode = episode
+        self.tool_timeout_s = tool_timeout_s
 
     def episode_over(self) -> bool:
         return self.episode.done
@@ -112,7 +131,21 @@ class StepTool(Tool):
     ) -> str:
         if self.episode.done:
             return "The episode is over."
-        answer = await self.session.ask("step", args)
+        # The loop's budget, when it is what cuts the call short (`limit_s` under the
+        # configured tool timeout), bounds the wait; else the step's own bound does.
+        clipped = limit_s < min(self.tool_timeout_s, self.session.step_wait_s)
+        try:
+            answer = await self.session.ask("step", args, within_s=limit_s if clipped else None)
+        except StepFailed as exc:
+            if clipped and exc.cause == "openenv_timeout":
+                # Its answer is still due: the session cannot take another frame.
+                await self.session.ws.close()
+                raise AgentError(
+                    f"no answer to the step within the {limit_s:.1f} s left of the time budget",
+                    cause="wall_time",
+                    finish_reason="wall_time",
+                ) from exc
+            raise
         data = answer.get("data") or {}
         if answer["type"] == "error":
             if data.get("code") != INVALID:
@@ -171,15 +204,19 @@ class OpenEnvHandler(ToolAgentHandler):
             session = await open_session(http, url, timeout_s, task.reset, episode)
             try:
                 try:
-                    tool = StepTool(session, episode, schema)
                     config = self.agent_config(ctx)
+                    tool = StepTool(session, episode, schema, config.tool_timeout_s)
                     await AgentLoop([tool], config).run(ctx, self.first_messages(ctx, config))
                 finally:
                     await session.close()
             except StepFailed as failure:  # perhaps the action's doing: a replay decides
                 # (only a step fails so: `tool` exists)
                 control = empty_action(tool.parameters)
-                raise await judged(failure, session, control, episode) from failure
+                deterministic = task.server.deterministic
+                budget_s = run_budget(ctx)
+                raise await judged(
+                    failure, session, control, episode, budget_s, deterministic
+                ) from failure
 
     def task_prompt(self, ctx: RolloutContext) -> str:
         episode = ctx.state.get(EPISODE_KEY)
@@ -199,7 +236,15 @@ class OpenEnvHandler(ToolAgentHandler):
         config = self.agent_config(ctx)
         max_steps = min(config.max_turns or ctx.limits.max_turns, ctx.limits.max_turns)
         limits = (max_steps, config.max_consecutive_errors)
-        return blamed_tools(url, task.server.timeout_s, task.reset, episode, limits)
+        return blamed_tools(
+            url,
+            task.server.timeout_s,
+            task.reset,
+            episode,
+            limits,
+            budget_s=lambda: run_budget(ctx),
+            deterministic=task.server.deterministic,
+        )
 
     async def grade(self, ctx: RolloutContext, result: AgentResult) -> Reward:
         """The environment's rewards, under any agent (what the policy said is not graded)."""

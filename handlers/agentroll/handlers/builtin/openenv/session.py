@@ -79,10 +79,17 @@ class Session:
         self.step_wait_s = timeout_s + ENVIRONMENT_TOOL_BOUND_S
 
     async def ask(
-        self, kind: str, data: dict[str, Any], answers: tuple[str, ...] = ("observation", "error")
+        self,
+        kind: str,
+        data: dict[str, Any],
+        answers: tuple[str, ...] = ("observation", "error"),
+        within_s: float | None = None,
     ) -> dict[str, Any]:
-        """The answer frame (of a type in `answers`) to one `reset` / `step` / `mcp` frame."""
+        """The answer frame (of a type in `answers`) to one `reset` / `step` / `mcp` frame,
+        awaited the frame's bound, or `within_s` where that is shorter."""
         wait_s = self.step_wait_s if kind == "step" else self.timeout_s
+        # Never 0: aiohttp reads a timeout of 0 as none at all.
+        wait_s = wait_s if within_s is None else max(0.01, min(wait_s, within_s))
         failed = self._failure(kind, data)
         try:
             await self.ws.send_str(json.dumps({"type": kind, "data": data}))
