@@ -301,3 +301,54 @@ async def test_a_reply_that_hangs_or_kills_the_environment_is_zero_beside_an_hon
         assert t.reward_info["control"]["passed"]
     honest = results["agentroll-vf-legacy-guess-1"]
     assert (honest.outcome, honest.reward) == (Outcome.ok, pytest.approx(1 + 0.5 / 3))
+
+
+def slow_game(
+    game: dict[str, Any],
+    reply: str,
+    example_id: int,
+    step_s: float,
+    score_timeout_s: float,
+    max_turns: int = 8,
+) -> dict[str, Any]:
+    """An instance of `game`'s environment (`score_timeout_s`, its own `max_turns`) whose row
+    is a game that never ends, each step `step_s` s long, the `echo` policy saying `reply`."""
+    environment = {**game["environment"], "score_timeout_s": score_timeout_s}
+    environment["args"] = {"max_turns": max_turns}
+    prompt = [{"role": "user", "content": f"Repeat after me: {reply}"}]
+    row = {"prompt": prompt, "answer": f"slow:{step_s}", "example_id": example_id}
+    return {"environment": environment, "row": row}
+
+
+async def test_a_slow_game_ends_inside_runs_budget_and_its_control_gets_each_steps_time(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """`slow:<s>` games never end, each step of the environment's code taking `<s>` s. One,
+    its turn limits far off, outlives RUN (30 s, steps of 1 s within a `score_timeout_s` of
+    5 s): it ends `wall_time` while two more steps still fit and is scored, never stopped by
+    RUN's timeout (`timed_out`: dropped). One the reply `BOOM` breaks has a control that plays
+    8 steps of 1.5 s, more than its `score_timeout_s` (6 s) in all, each well within it: the
+    reply's doing (ok, 0), not `infra_error`. An honest game beside them earns its reward."""
+    CONTROLS.clear()
+    game = await legacy_instances("agentroll-vf-legacy-guess", [PACKAGE], score_timeout_s=120)
+    endless = slow_game(game[0], "5", 200, 1, 5, max_turns=1000)
+    long = {"job_id": "long", "instance": endless}
+    long["limits"] = {"max_turns": 1000, "run_timeout_s": 30}
+    broken = slow_game(game[0], "BOOM", 201, 1.5, 6)
+    results, _ = await play(agentroll_server, tmp_path, [broken, game[1]], "guess,echo", [long])
+
+    boom = results["agentroll-vf-legacy-guess-201"]
+    assert (boom.outcome, boom.reward) == (Outcome.ok, 0.0), boom.error
+    assert boom.reward_info["reason"] == "environment_failed_on_answer"
+    assert "RuntimeError: the reply broke the environment" in boom.reward_info["failure"]
+    assert boom.reward_info["control"]["passed"], boom.reward_info["control"]
+
+    t = results["long"]
+    assert (t.outcome, t.finish_reason) == (Outcome.ok, "wall_time"), t.error
+    replies = [m["content"] for m in t.messages if m["role"] == "assistant"]
+    assert replies and set(replies) == {"5"}
+    # not found; quick: one over the replies (27 s of budget less two 5 s steps: at most 18)
+    assert 2 <= len(replies) <= 18
+    assert t.reward == pytest.approx(0.5 / len(replies))
+    honest = results["agentroll-vf-legacy-guess-1"]
+    assert (honest.outcome, honest.reward) == (Outcome.ok, pytest.approx(1 + 0.5 / 3))

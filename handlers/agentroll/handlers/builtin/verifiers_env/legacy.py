@@ -18,13 +18,15 @@ child of a verifiers worker forked for it (`legacy_worker.py`), its model client
 the rollout's session: each prompt's new messages (the row's prompt, then `env_response`'s
 messages: a `ToolEnv`'s tool answers, a game's feedback) go in masked out, each reply is
 sampled with agentroll's exact tokens, its tool calls parsed (Hermes) and handed back as
-verifiers' `ToolCall`s. After `limits.max_turns` replies, or once the policy's context is full,
-the next model call ends the rollout (as a model error ends verifiers' loop; the full context
-is then `agent_error`, scored). Then, in the same child, the rubric scores the final
-state: `reward` is the weighted sum of its reward functions, as verifiers sums it.
+verifiers' `ToolCall`s. After `limits.max_turns` replies, once RUN's time budget can no longer
+wait out two more of the environment's steps (`score_timeout_s` each: `finish_reason`
+`wall_time`), or once the policy's context is full, the next model call ends the rollout (as a
+model error ends verifiers' loop; the full context is then `agent_error`, scored). Then, in
+the same child, the rubric scores the final state: `reward` is the weighted sum of its reward
+functions, as verifiers sums it.
 
 Whose fault a failure is (blamed by a control, `control.py`: the same row played with an
-empty reply to every turn, then scored):
+empty reply to every turn, each answered by the server as the policy's are, then scored):
 - the environment cannot load, or needs what is not run (group rewards, LLM judges, a rubric
   that scores by its own `score_rollout`): infra_error `verifiers_load_failed`;
 - the rollout raised (its `env_response`, a stop condition), stopped on a `vf.Error`, or its
@@ -44,7 +46,11 @@ from pydantic import BaseModel, ConfigDict, Field
 from agentroll.handlers.agent import AgentConfig
 from agentroll.handlers.base import AgentHandler, parsed_instance
 from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
-from agentroll.handlers.builtin.verifiers_env.episodes import ENV_FAILED
+from agentroll.handlers.builtin.verifiers_env.episodes import (
+    ENV_FAILED,
+    empty_replies,
+    out_of_time,
+)
 from agentroll.handlers.builtin.verifiers_env.handler import (
     MAX_REQUIREMENTS,
     MAX_SHOWN_CHARS,
@@ -53,7 +59,11 @@ from agentroll.handlers.builtin.verifiers_env.handler import (
     scored_reward,
 )
 from agentroll.handlers.builtin.verifiers_env.venv import LEGACY, ensure_verifiers_venv
-from agentroll.handlers.builtin.verifiers_env.workers import default_workers, load_failure
+from agentroll.handlers.builtin.verifiers_env.workers import (
+    Turns,
+    default_workers,
+    load_failure,
+)
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.handlers.errors import (
     AgentError,
@@ -109,8 +119,8 @@ class Rollout:
     """The policy's side of one legacy rollout: answers each model call the environment
     makes with a reply sampled through the rollout's session."""
 
-    def __init__(self, ctx: RolloutContext, tools: list[ToolSpec]) -> None:
-        self.ctx, self.tools = ctx, tools
+    def __init__(self, ctx: RolloutContext, tools: list[ToolSpec], score_timeout_s: float) -> None:
+        self.ctx, self.tools, self.score_timeout_s = ctx, tools, score_timeout_s
         self.stopped: AgentError | None = None
         """The policy's error that ended the rollout (raised once it is scored)."""
         parser = get_parser(AgentConfig().parser)
@@ -123,6 +133,8 @@ class Rollout:
         if ctx.llm.messages and ctx.llm.num_turns >= ctx.limits.max_turns:
             ctx.set_finish_reason("max_turns")
             return {"end": "max_turns"}
+        if ctx.llm.messages and out_of_time(ctx, self.score_timeout_s):
+            return {"end": "wall_time"}
         try:
             if not ctx.llm.messages:
                 await ctx.llm.start(said, tools=self.tools)
@@ -143,11 +155,10 @@ class Rollout:
 
 
 async def _ask(
-    python: Path, request: dict[str, Any], timeout_s: float, rollout: Rollout | None = None
+    python: Path, request: dict[str, Any], timeout_s: float, answer: Turns | None = None
 ) -> dict[str, Any]:
     """The worker's reply; infra_error where no worker starts or the environment cannot
     load (before anything of the policy's was read)."""
-    answer = rollout.answer if rollout is not None else None
     try:
         reply = await default_workers().ask(python, request, timeout_s, answer)
     except VerifiersWorkerFailure as exc:
@@ -190,17 +201,13 @@ class VerifiersLegacyHandler(AgentHandler):
     async def run(self, ctx: RolloutContext) -> None:
         job, python = self.task(ctx), ctx.state[PYTHON_KEY]
         spec = job.environment
-        request = {
-            "op": "legacy_rollout",
-            "environment": spec.loaded(),
-            "row": job.row,
-            "control": False,
-        }
-        rollout = Rollout(ctx, ctx.state[TOOLS_KEY])
+        request = {"op": "legacy_rollout", "environment": spec.loaded(), "row": job.row}
+        rollout = Rollout(ctx, ctx.state[TOOLS_KEY], spec.score_timeout_s)
         try:
-            ctx.state[RESULT_KEY] = await _ask(python, request, spec.score_timeout_s, rollout)
+            result = await _ask(python, request, spec.score_timeout_s, rollout.answer)
         except VerifiersWorkerFailure as exc:  # timed out or died on the policy's replies
-            ctx.state[RESULT_KEY] = {"ok": False, "error": f"its code {exc.kind}: {exc}"}
+            result = {"ok": False, "error": f"its code {exc.kind}: {exc}"}
+        ctx.state[RESULT_KEY] = result
         if rollout.stopped is not None:  # agent_error, its rollout scored in EVAL
             raise rollout.stopped
 
@@ -236,17 +243,11 @@ class VerifiersLegacyHandler(AgentHandler):
 async def control_rollout(
     python: Path, spec: LegacyEnvironmentSpec, row: dict[str, Any], max_turns: int
 ) -> ControlResult:
-    """The same row played with an empty reply to every turn (answered in the worker), ended
-    at the same turn limit, then scored."""
-    request = {
-        "op": "legacy_rollout",
-        "environment": spec.loaded(),
-        "row": row,
-        "control": True,
-        "max_turns": max_turns,
-    }
+    """The same row played with an empty reply to every turn, ended at the same turn limit,
+    then scored."""
+    request = {"op": "legacy_rollout", "environment": spec.loaded(), "row": row}
     try:
-        reply = await _ask(python, request, spec.score_timeout_s)
+        reply = await _ask(python, request, spec.score_timeout_s, empty_replies(max_turns))
     except (VerifiersWorkerFailure, InfraError) as exc:  # says nothing lasting: asked again
         return ControlResult(False, f"with empty replies: {exc}", keep=False)
     if not reply.get("ok"):
