@@ -327,14 +327,14 @@ async def test_a_slow_game_ends_inside_runs_budget_and_its_control_gets_each_ste
     its turn limits far off, outlives RUN (30 s, steps of 1 s within a `score_timeout_s` of
     5 s): it ends `wall_time` while two more steps still fit and is scored, never stopped by
     RUN's timeout (`timed_out`: dropped). One the reply `BOOM` breaks has a control that plays
-    8 steps of 1.5 s, more than its `score_timeout_s` (6 s) in all, each well within it: the
+    5 steps of 3 s, more than its `score_timeout_s` (10 s) in all, each well within it: the
     reply's doing (ok, 0), not `infra_error`. An honest game beside them earns its reward."""
     CONTROLS.clear()
     game = await legacy_instances("agentroll-vf-legacy-guess", [PACKAGE], score_timeout_s=120)
     endless = slow_game(game[0], "5", 200, 1, 5, max_turns=1000)
     long = {"job_id": "long", "instance": endless}
     long["limits"] = {"max_turns": 1000, "run_timeout_s": 30}
-    broken = slow_game(game[0], "BOOM", 201, 1.5, 6)
+    broken = slow_game(game[0], "BOOM", 201, 3, 10, max_turns=5)
     results, _ = await play(agentroll_server, tmp_path, [broken, game[1]], "guess,echo", [long])
 
     boom = results["agentroll-vf-legacy-guess-201"]

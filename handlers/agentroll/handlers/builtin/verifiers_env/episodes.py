@@ -65,11 +65,13 @@ def _environment_messages(turn: list[dict[str, Any]]) -> list[ChatMessage]:
 
 
 async def _episode(
-    python: Path, request: dict[str, Any], timeout_s: float, answer: Turns
+    python: Path, request: dict[str, Any], timeout_s: float, answer: Turns, control: bool = False
 ) -> str | None:
     """None when the environment's `run` completed, else what failed."""
     try:
-        reply = await default_workers().ask(python, request, timeout_s, answer)
+        reply = await default_workers().ask(
+            python, request, timeout_s, answer, answer_waits=not control
+        )
     except VerifiersWorkerFailure as exc:
         if exc.kind == "unavailable":
             raise InfraError(str(exc), cause="verifiers_worker_unavailable") from exc
@@ -106,7 +108,7 @@ async def play_episode(
         sampled = await ctx.llm.generate()
         return {"reply": sampled.text}
 
-    request = {"op": "episode", "taskset": taskset, "task": task}
+    request = {"op": "episode", "taskset": taskset, "task": task, "control": False}
     return await _episode(python, request, timeout_s, answer)
 
 
@@ -114,9 +116,10 @@ async def control_episode(
     python: Path, taskset: dict[str, Any], task: dict[str, Any], timeout_s: float, max_turns: int
 ) -> ControlResult:
     """The same episode with an empty reply to every turn, ended at the same turn limit."""
-    request = {"op": "episode", "taskset": taskset, "task": task}
+    # Answered here, not in the worker (`"control": false`): see `empty_replies`.
+    request = {"op": "episode", "taskset": taskset, "task": task, "control": False}
     try:
-        failure = await _episode(python, request, timeout_s, empty_replies(max_turns))
+        failure = await _episode(python, request, timeout_s, empty_replies(max_turns), True)
     except InfraError as exc:
         return ControlResult(False, f"with empty replies: {exc}", keep=False)
     if failure is None:

@@ -155,12 +155,18 @@ class Rollout:
 
 
 async def _ask(
-    python: Path, request: dict[str, Any], timeout_s: float, answer: Turns | None = None
+    python: Path,
+    request: dict[str, Any],
+    timeout_s: float,
+    answer: Turns | None = None,
+    control: bool = False,
 ) -> dict[str, Any]:
     """The worker's reply; infra_error where no worker starts or the environment cannot
     load (before anything of the policy's was read)."""
     try:
-        reply = await default_workers().ask(python, request, timeout_s, answer)
+        reply = await default_workers().ask(
+            python, request, timeout_s, answer, answer_waits=not control
+        )
     except VerifiersWorkerFailure as exc:
         if exc.kind == "unavailable":
             raise InfraError(str(exc), cause="verifiers_worker_unavailable") from exc
@@ -201,7 +207,12 @@ class VerifiersLegacyHandler(AgentHandler):
     async def run(self, ctx: RolloutContext) -> None:
         job, python = self.task(ctx), ctx.state[PYTHON_KEY]
         spec = job.environment
-        request = {"op": "legacy_rollout", "environment": spec.loaded(), "row": job.row}
+        request = {
+            "op": "legacy_rollout",
+            "environment": spec.loaded(),
+            "row": job.row,
+            "control": False,
+        }
         rollout = Rollout(ctx, ctx.state[TOOLS_KEY], spec.score_timeout_s)
         try:
             result = await _ask(python, request, spec.score_timeout_s, rollout.answer)
@@ -245,9 +256,15 @@ async def control_rollout(
 ) -> ControlResult:
     """The same row played with an empty reply to every turn, ended at the same turn limit,
     then scored."""
-    request = {"op": "legacy_rollout", "environment": spec.loaded(), "row": row}
+    # Answered here, not in the worker (`"control": false`): see `empty_replies`.
+    request = {
+        "op": "legacy_rollout",
+        "environment": spec.loaded(),
+        "row": row,
+        "control": False,
+    }
     try:
-        reply = await _ask(python, request, spec.score_timeout_s, empty_replies(max_turns))
+        reply = await _ask(python, request, spec.score_timeout_s, empty_replies(max_turns), True)
     except (VerifiersWorkerFailure, InfraError) as exc:  # says nothing lasting: asked again
         return ControlResult(False, f"with empty replies: {exc}", keep=False)
     if not reply.get("ok"):

@@ -10,7 +10,7 @@ imported only inside the functions (the module loads in v1 workers too). Request
     -> {"ok": true, "rows": [{...}], "unsupported": ["why", ...]}
     <- {"op": "legacy_tools", "environment": {...}, "row": {...}}
     -> {"ok": true, "tools": [{"type": "function", "function": {...}}]}
-    <- {"op": "legacy_rollout", "environment": {...}, "row": {...}}
+    <- {"op": "legacy_rollout", "environment": {...}, "row": {...}, "control": false}
     -> {"turn": [{"role": "user", "content": ...}]}
     <- {"reply": "text", "tool_calls": [{"id", "name", "arguments"}]} | {"end": "max_turns"}
     -> ... {"ok": true, "rewards": {"name": {"score": 1.0, "weight": 1.0}},
@@ -221,9 +221,9 @@ async def scored(env: Any, state: Any) -> dict[str, Any]:
 
 
 def rollout(env: Any, loop: Any, request: dict[str, Any], worker: Any, replies: Any) -> Any:
-    """The environment's own rollout, each model call answered by the server (the policy's
-    reply, or a control's empty one), then its rubric on the final state."""
-    relay = worker._env.Relay(lambda message: worker._shared._send(replies, message))
+    """The environment's own rollout with the policy (or, for the control, empty replies),
+    then its rubric on the final state."""
+    relay = worker._env.Relay(lambda message: worker._shared._send(replies, message), request)
     try:
         state = loop.run_until_complete(
             env.rollout(request["row"], relay_client_class()(relay), MODEL, {})

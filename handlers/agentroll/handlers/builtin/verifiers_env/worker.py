@@ -20,13 +20,12 @@ space and serves requests, one JSON object per line, until stdin closes:
         "turns": false}
     <- {"op": "call", "taskset": {...}, "task": {...}, "name": "calc_add", "arguments": {...}}
     -> {"ok": true, "text": "5", "is_error": false}
-    <- {"op": "episode", "taskset": {...}, "task": {...}}
+    <- {"op": "episode", "taskset": {...}, "task": {...}, "control": false}
     -> {"turn": [{"role": "user", "content": "higher"}]}  <- {"reply": "7"} | {"end": "max_turns"}
     -> ... {"ok": true}
 
 `episode` runs the taskset's own `vf.Env` (`turns`: true) with the policy as its one agent,
-each turn relayed to the server (`episodes`), which answers it (the policy's reply, or a
-control's empty one).
+each turn relayed to the server (`episodes`); the control answers every turn itself.
 
 `tools` and `call` serve the task's `vf.Toolset`s, as MCP tools named as verifiers' own
 harness names them (`<server>_<tool>`): each call sets the toolsets up afresh (`setup`,
@@ -265,7 +264,7 @@ def episode(
     try:
         task = load_task(envs, request)
         env = envs.get(request["taskset"]).env
-        relay = _env.Relay(lambda message: _shared._send(replies, message))
+        relay = _env.Relay(lambda message: _shared._send(replies, message), request)
         agents = Agents(env.config, lambda name, spec: _env.RelayAgent(relay))
     except Exception as exc:
         return failed("load", exc)

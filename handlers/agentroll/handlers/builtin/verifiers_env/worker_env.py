@@ -170,12 +170,17 @@ async def call_tool(
 
 class Relay:
     """The policy's side of an episode's turns: each turn is asked of the server, which
-    answers it (the policy's reply, its tokens recorded there exactly, or a control's)."""
+    samples the policy's reply (its tokens recorded there, exactly); the control answers
+    every turn with an empty reply itself."""
 
-    def __init__(self, send: Callable[[dict[str, Any]], None]) -> None:
-        self.send = send
+    def __init__(self, send: Callable[[dict[str, Any]], None], request: dict[str, Any]) -> None:
+        self.send, self.control = send, bool(request["control"])
+        self.turns_left = int(request.get("max_turns", 0))
 
     def ask(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+        if self.control:
+            self.turns_left -= 1
+            return {"reply": ""} if self.turns_left >= 0 else {"end": "max_turns"}
         self.send({"turn": messages})
         answer: dict[str, Any] = json.loads(sys.stdin.buffer.readline() or "{}")
         return answer
