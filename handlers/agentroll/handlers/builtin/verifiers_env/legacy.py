@@ -31,13 +31,15 @@ empty reply to every turn, each answered by the server as the policy's are, then
   that scores by its own `score_rollout`): infra_error `verifiers_load_failed`;
 - the rollout raised (its `env_response`, a stop condition), stopped on a `vf.Error`, or its
   code (the rollout's or the rubric's) ran past `score_timeout_s` between two replies or
-  after the last, or killed its worker: ok, reward 0,
+  after the last, or killed its worker, both times it was played (the second in a fresh
+  worker, answered with the same replies: `reward_info.rollout_attempts`): ok, reward 0,
   `environment_failed_on_answer`, if the control plays through and is scored; else
   infra_error `verifiers_env_failed`;
 - a reward function raised or gave no finite score: ok, reward 0, `reward_failed_on_answer`,
   if the control is scored; else infra_error `verifiers_reward_failed`.
 """
 
+import asyncio
 from pathlib import Path
 from typing import Any, cast
 
@@ -45,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentroll.handlers.agent import AgentConfig
 from agentroll.handlers.base import AgentHandler, parsed_instance
+from agentroll.handlers.budget import run_budget
 from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
 from agentroll.handlers.builtin.verifiers_env.episodes import (
     ENV_FAILED,
@@ -81,6 +84,7 @@ from agentroll.handlers.toolcalls import (
 from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
 INSTANCE_KEY, RESULT_KEY = "verifiers_legacy", "verifiers_legacy_result"
+ATTEMPTS_KEY = "verifiers_legacy_attempts"
 TOOLS_TIMEOUT_S = 120.0
 
 
@@ -123,12 +127,29 @@ class Rollout:
         self.ctx, self.tools, self.score_timeout_s = ctx, tools, score_timeout_s
         self.stopped: AgentError | None = None
         """The policy's error that ended the rollout (raised once it is scored)."""
+        self.given: list[dict[str, Any]] = []
+        """What each turn was answered, in order."""
         parser = get_parser(AgentConfig().parser)
         if isinstance(parser, SchemaAwareParser):  # formats whose arguments are untyped text
             parser = parser.with_tools(tools)
         self.parser: ToolCallParser = parser
 
     async def answer(self, turn: list[dict[str, Any]]) -> dict[str, Any]:
+        given = await self._next(turn)
+        self.given.append(given)
+        return given
+
+    def replayed(self) -> Turns:
+        """Answers the rollout's turns once more (in a fresh worker) with what `answer` gave
+        them, and any turn past those as `answer` does."""
+        given = iter(list(self.given))
+
+        async def again(turn: list[dict[str, Any]]) -> dict[str, Any]:
+            return next(given, None) or await self.answer(turn)
+
+        return again
+
+    async def _next(self, turn: list[dict[str, Any]]) -> dict[str, Any]:
         ctx, said = self.ctx, [chat_message(m) for m in turn]
         if ctx.llm.messages and ctx.llm.num_turns >= ctx.limits.max_turns:
             ctx.set_finish_reason("max_turns")
@@ -176,6 +197,29 @@ async def _ask(
     return reply
 
 
+async def _replayed(
+    ctx: RolloutContext,
+    python: Path,
+    request: dict[str, Any],
+    timeout_s: float,
+    rollout: Rollout,
+    first: VerifiersWorkerFailure,
+) -> dict[str, Any]:
+    """The rollout played once more in a fresh worker, its turns answered as before
+    (`Rollout.replayed`): a timeout or a dead worker counts against the replies only once it
+    happens again (a starved node or the OOM killer is not their doing). The replay runs
+    within RUN's budget; where it does not fit, the first failure stands."""
+    failure = first
+    try:
+        async with asyncio.timeout(run_budget(ctx)):
+            return await _ask(python, request, timeout_s, rollout.replayed())
+    except VerifiersWorkerFailure as exc:
+        failure = exc
+    except TimeoutError:  # RUN's budget, not the worker's step limit
+        pass
+    return {"ok": False, "error": f"its code {failure.kind}: {failure}"}
+
+
 def _failure(reply: dict[str, Any]) -> InfraError:
     """What a rollout's failed reply blames, if the control clears the environment."""
     if reply.get("stage") == "score":
@@ -216,8 +260,9 @@ class VerifiersLegacyHandler(AgentHandler):
         rollout = Rollout(ctx, ctx.state[TOOLS_KEY], spec.score_timeout_s)
         try:
             result = await _ask(python, request, spec.score_timeout_s, rollout.answer)
-        except VerifiersWorkerFailure as exc:  # timed out or died on the policy's replies
-            result = {"ok": False, "error": f"its code {exc.kind}: {exc}"}
+        except VerifiersWorkerFailure as exc:  # timed out or died: the replies, or the node?
+            ctx.state[ATTEMPTS_KEY] = 2
+            result = await _replayed(ctx, python, request, spec.score_timeout_s, rollout, exc)
         ctx.state[RESULT_KEY] = result
         if rollout.stopped is not None:  # agent_error, its rollout scored in EVAL
             raise rollout.stopped
@@ -226,6 +271,8 @@ class VerifiersLegacyHandler(AgentHandler):
         job = self.task(ctx)
         replies = [m["content"] for m in ctx.llm.messages if m["role"] == "assistant"]
         shown: dict[str, Any] = {"reply": str(replies[-1] if replies else "")[:MAX_SHOWN_CHARS]}
+        if ATTEMPTS_KEY in ctx.state:
+            shown["rollout_attempts"] = ctx.state[ATTEMPTS_KEY]
         result: dict[str, Any] = ctx.state[RESULT_KEY]
         if result.get("ok"):
             try:
