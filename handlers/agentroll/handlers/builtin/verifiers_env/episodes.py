@@ -67,7 +67,8 @@ def _environment_messages(turn: list[dict[str, Any]]) -> list[ChatMessage]:
 async def _episode(
     python: Path, request: dict[str, Any], timeout_s: float, answer: Turns, control: bool = False
 ) -> str | None:
-    """None when the environment's `run` completed, else what failed."""
+    """None when the environment's `run` completed, else what failed. `control`: `answer` is
+    a control's, answered at once (the request takes no episode's worker slot)."""
     try:
         reply = await default_workers().ask(
             python, request, timeout_s, answer, answer_waits=not control

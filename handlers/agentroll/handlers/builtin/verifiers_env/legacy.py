@@ -119,6 +119,10 @@ def chat_message(message: dict[str, Any]) -> ChatMessage:
     return cast(ChatMessage, out)
 
 
+class ReplayDiverged(Exception):
+    """A replayed rollout's environment asked another turn than the first time."""
+
+
 class Rollout:
     """The policy's side of one legacy rollout: answers each model call the environment
     makes with a reply sampled through the rollout's session."""
@@ -127,8 +131,8 @@ class Rollout:
         self.ctx, self.tools, self.score_timeout_s = ctx, tools, score_timeout_s
         self.stopped: AgentError | None = None
         """The policy's error that ended the rollout (raised once it is scored)."""
-        self.given: list[dict[str, Any]] = []
-        """What each turn was answered, in order."""
+        self.given: list[tuple[list[dict[str, Any]], dict[str, Any]]] = []
+        """Each turn asked and what it was answered, in order."""
         parser = get_parser(AgentConfig().parser)
         if isinstance(parser, SchemaAwareParser):  # formats whose arguments are untyped text
             parser = parser.with_tools(tools)
@@ -136,16 +140,22 @@ class Rollout:
 
     async def answer(self, turn: list[dict[str, Any]]) -> dict[str, Any]:
         given = await self._next(turn)
-        self.given.append(given)
+        self.given.append((turn, given))
         return given
 
     def replayed(self) -> Turns:
         """Answers the rollout's turns once more (in a fresh worker) with what `answer` gave
-        them, and any turn past those as `answer` does."""
+        them, and any turn past those as `answer` does. `ReplayDiverged` where the environment
+        asks another turn than before: the replies were sampled on what it said then."""
         given = iter(list(self.given))
 
         async def again(turn: list[dict[str, Any]]) -> dict[str, Any]:
-            return next(given, None) or await self.answer(turn)
+            before = next(given, None)
+            if before is None:
+                return await self.answer(turn)
+            if before[0] != turn:
+                raise ReplayDiverged("the environment said something else the second time")
+            return before[1]
 
         return again
 
@@ -183,7 +193,8 @@ async def _ask(
     control: bool = False,
 ) -> dict[str, Any]:
     """The worker's reply; infra_error where no worker starts or the environment cannot
-    load (before anything of the policy's was read)."""
+    load (before anything of the policy's was read). `control`: `answer` is a control's,
+    answered at once (the request takes no episode's worker slot)."""
     try:
         reply = await default_workers().ask(
             python, request, timeout_s, answer, answer_waits=not control
@@ -208,14 +219,15 @@ async def _replayed(
     """The rollout played once more in a fresh worker, its turns answered as before
     (`Rollout.replayed`): a timeout or a dead worker counts against the replies only once it
     happens again (a starved node or the OOM killer is not their doing). The replay runs
-    within RUN's budget; where it does not fit, the first failure stands."""
+    within RUN's budget; where it does not fit, or its environment says something else than
+    the first time, the first failure stands."""
     failure = first
     try:
         async with asyncio.timeout(run_budget(ctx)):
             return await _ask(python, request, timeout_s, rollout.replayed())
     except VerifiersWorkerFailure as exc:
         failure = exc
-    except TimeoutError:  # RUN's budget, not the worker's step limit
+    except (TimeoutError, ReplayDiverged):  # RUN's budget; or a replay that is no replay
         pass
     return {"ok": False, "error": f"its code {failure.kind}: {failure}"}
 
