@@ -284,7 +284,8 @@ async def test_a_reply_that_hangs_or_kills_the_environment_is_zero_beside_an_hon
     agentroll_server: ServerFactory, tmp_path: Path
 ) -> None:
     """`HANG` blocks the game's `env_response` past `score_timeout_s`, `EXIT` ends the child
-    its rollout runs in; empty replies play through, so each is the reply's doing: ok, 0.
+    its rollout runs in, both times the rollout is played (the second in a fresh worker, with
+    the same replies); empty replies play through, so each is the reply's doing: ok, 0.
     Beside them an honest game, in the same workers, still earns its reward."""
     CONTROLS.clear()
     game = await legacy_instances("agentroll-vf-legacy-guess", [PACKAGE], score_timeout_s=10)
@@ -303,6 +304,7 @@ async def test_a_reply_that_hangs_or_kills_the_environment_is_zero_beside_an_hon
         assert (t.outcome, t.reward) == (Outcome.ok, 0.0), (j, t.error)
         assert t.reward_info["reason"] == "environment_failed_on_answer"
         assert f"its code {failure}" in t.reward_info["failure"]
+        assert t.reward_info["rollout_attempts"] == 2  # both times, the second in a fresh worker
         assert t.reward_info["control"]["passed"]
     honest = results["agentroll-vf-legacy-guess-1"]
     assert (honest.outcome, honest.reward) == (Outcome.ok, pytest.approx(1 + 0.5 / 3))
