@@ -9,6 +9,9 @@ rubric gives on the same completions, computed here by verifiers itself (its own
 replaying the policy's replies, then `rubric.score_rollout`); tokens are the backend's; a
 reward or an environment the reply breaks is a 0, one broken for everyone is infra_error."""
 
+import asyncio
+import os
+import signal
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -26,7 +29,9 @@ from tests.integration.handlers.verifiers_reference import run_in_verifiers
 from agentroll.handlers.builtin.control import CONTROLS
 from agentroll.handlers.builtin.verifiers_env import ensure_verifiers_venv, legacy_instances
 from agentroll.handlers.builtin.verifiers_env.venv import LEGACY
+from agentroll.handlers.builtin.verifiers_env.workers import default_workers
 from agentroll.server.schema import Outcome, Trajectory
+from agentroll.server.serving import RunningServer
 
 # A fresh machine installs verifiers 0.3.1 and its dependencies first (a minute or two).
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
@@ -279,7 +284,8 @@ async def test_a_reply_that_hangs_or_kills_the_environment_is_zero_beside_an_hon
     agentroll_server: ServerFactory, tmp_path: Path
 ) -> None:
     """`HANG` blocks the game's `env_response` past `score_timeout_s`, `EXIT` ends the child
-    its rollout runs in; empty replies play through, so each is the reply's doing: ok, 0.
+    its rollout runs in, both times the rollout is played (the second in a fresh worker, with
+    the same replies); empty replies play through, so each is the reply's doing: ok, 0.
     Beside them an honest game, in the same workers, still earns its reward."""
     CONTROLS.clear()
     game = await legacy_instances("agentroll-vf-legacy-guess", [PACKAGE], score_timeout_s=10)
@@ -298,6 +304,93 @@ async def test_a_reply_that_hangs_or_kills_the_environment_is_zero_beside_an_hon
         assert (t.outcome, t.reward) == (Outcome.ok, 0.0), (j, t.error)
         assert t.reward_info["reason"] == "environment_failed_on_answer"
         assert f"its code {failure}" in t.reward_info["failure"]
+        assert t.reward_info["rollout_attempts"] == 2  # both times, the second in a fresh worker
         assert t.reward_info["control"]["passed"]
     honest = results["agentroll-vf-legacy-guess-1"]
     assert (honest.outcome, honest.reward) == (Outcome.ok, pytest.approx(1 + 0.5 / 3))
+
+
+def slow_game(
+    game: dict[str, Any],
+    reply: str,
+    example_id: int,
+    step_s: float,
+    score_timeout_s: float,
+    max_turns: int = 8,
+) -> dict[str, Any]:
+    """An instance of `game`'s environment (`score_timeout_s`, its own `max_turns`) whose row
+    is a game that never ends, each step `step_s` s long, the `echo` policy saying `reply`."""
+    environment = {**game["environment"], "score_timeout_s": score_timeout_s}
+    environment["args"] = {"max_turns": max_turns}
+    prompt = [{"role": "user", "content": f"Repeat after me: {reply}"}]
+    row = {"prompt": prompt, "answer": f"slow:{step_s}", "example_id": example_id}
+    return {"environment": environment, "row": row}
+
+
+async def test_a_slow_game_ends_inside_runs_budget_and_its_control_gets_each_steps_time(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """`slow:<s>` games never end, each step of the environment's code taking `<s>` s. One,
+    its turn limits far off, outlives RUN (30 s, steps of 1 s within a `score_timeout_s` of
+    5 s): it ends `wall_time` while two more steps still fit and is scored, never stopped by
+    RUN's timeout (`timed_out`: dropped). One the reply `BOOM` breaks has a control that plays
+    5 steps of 3 s, more than its `score_timeout_s` (10 s) in all, each well within it: the
+    reply's doing (ok, 0), not `infra_error`. An honest game beside them earns its reward."""
+    CONTROLS.clear()
+    game = await legacy_instances("agentroll-vf-legacy-guess", [PACKAGE], score_timeout_s=120)
+    endless = slow_game(game[0], "5", 200, 1, 5, max_turns=1000)
+    long = {"job_id": "long", "instance": endless}
+    long["limits"] = {"max_turns": 1000, "run_timeout_s": 30}
+    broken = slow_game(game[0], "BOOM", 201, 3, 10, max_turns=5)
+    results, _ = await play(agentroll_server, tmp_path, [broken, game[1]], "guess,echo", [long])
+
+    boom = results["agentroll-vf-legacy-guess-201"]
+    assert (boom.outcome, boom.reward) == (Outcome.ok, 0.0), boom.error
+    assert boom.reward_info["reason"] == "environment_failed_on_answer"
+    assert "RuntimeError: the reply broke the environment" in boom.reward_info["failure"]
+    assert boom.reward_info["control"]["passed"], boom.reward_info["control"]
+
+    t = results["long"]
+    assert (t.outcome, t.finish_reason) == (Outcome.ok, "wall_time"), t.error
+    replies = [m["content"] for m in t.messages if m["role"] == "assistant"]
+    assert replies and set(replies) == {"5"}
+    # not found; quick: one over the replies (27 s of budget less two 5 s steps: at most 18)
+    assert 2 <= len(replies) <= 18
+    assert t.reward == pytest.approx(0.5 / len(replies))
+    honest = results["agentroll-vf-legacy-guess-1"]
+    assert (honest.outcome, honest.reward) == (Outcome.ok, pytest.approx(1 + 0.5 / 3))
+
+
+async def test_a_worker_killed_under_an_honest_game_plays_it_again_and_grades_it(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """The OOM killer (here: the test) ends the workers once the policy's first reply of an
+    honest game (3 steps of 1 s) is sampled: the rollout is played again in a fresh worker,
+    answered with the reply already sampled, then sampled on, and graded as it stands, never
+    blamed on the reply (a reply that kills its worker both times is 0: the `EXIT` test)."""
+    CONTROLS.clear()
+    game = await legacy_instances("agentroll-vf-legacy-guess", [PACKAGE], score_timeout_s=120)
+    instance = slow_game(game[0], "5", 300, 1, 30, max_turns=3)
+    job = {"job_id": "killed", "handler": "verifiers_legacy", "instance": instance}
+
+    async def kill_workers_once_sampled(backend: RunningServer) -> list[int]:
+        while not await request_log(backend):
+            await asyncio.sleep(0.05)
+        pids = default_workers().worker_pids  # this test's own server's workers
+        for pid in pids:
+            os.kill(pid, signal.SIGKILL)
+        return pids
+
+    async with (
+        scripted_backend(wrong_rate=0.0, policy="guess,echo") as backend,
+        rollout_service(agentroll_server, tmp_path, backend) as client,
+    ):
+        killer = asyncio.create_task(kill_workers_once_sampled(backend))
+        results = await run_jobs(client, [job], timeout_s=600)
+        killed = await asyncio.wait_for(killer, 10)
+
+    t = results["killed"]
+    assert killed
+    assert (t.outcome, t.reward) == (Outcome.ok, pytest.approx(0.5 / 3)), (t.error, t.reward_info)
+    assert t.reward_info["rollout_attempts"] == 2
+    assert [m["content"] for m in t.messages if m["role"] == "assistant"] == ["5", "5", "5"]

@@ -9,12 +9,15 @@ policy as its one agent: each turn comes to the server as `{"turn": messages}`, 
 reply is sampled through the rollout's session (`ctx.llm`: agentroll's exact tokens, the
 environment's messages between them masked out) and goes back as `{"reply": text}`. Once the
 rollout's `limits.max_turns` is reached the next turn is answered `{"end": "max_turns"}`, which
-the environment sees as a terminated segment. The conversation is then scored as any
-rollout's (EVAL, `handler`).
+the environment sees as a terminated segment; so is a turn asked once RUN's time budget
+(`budget.run_budget`) can no longer wait out two more of the environment's steps
+(`{"end": "wall_time"}`, `out_of_time`). The conversation is then scored as any rollout's
+(EVAL, `handler`).
 
 Whose fault a failure is: the environment's code raised or ran past `score_timeout_s` between
 two turns during the episode: blamed by a control (`control.py`), the same episode played with
-an empty reply to every turn. If the control completes, the policy's replies broke it: ok,
+an empty reply to every turn (answered by the server, each wait for the worker bounded as the
+policy's are: `empty_replies`). If the control completes, the policy's replies broke it: ok,
 reward 0, `reason: "environment_failed_on_answer"`; if it fails too, infra_error
 `verifiers_env_failed`.
 """
@@ -22,8 +25,9 @@ reward 0, `reason: "environment_failed_on_answer"`; if it fails too, infra_error
 from pathlib import Path
 from typing import Any, cast
 
+from agentroll.handlers.budget import run_budget
 from agentroll.handlers.builtin.control import ControlResult
-from agentroll.handlers.builtin.verifiers_env.workers import default_workers, load_failure
+from agentroll.handlers.builtin.verifiers_env.workers import Turns, default_workers, load_failure
 from agentroll.handlers.context import RolloutContext
 from agentroll.handlers.errors import InfraError, VerifiersWorkerFailure
 from agentroll.server.schema.messages import ChatMessage
@@ -31,16 +35,44 @@ from agentroll.server.schema.messages import ChatMessage
 ENV_FAILED = "verifiers_env_failed"
 
 
+def out_of_time(ctx: RolloutContext, score_timeout_s: float) -> bool:
+    """Whether the policy's next reply would leave RUN too little time, marking the rollout
+    `wall_time` if so: after it the environment's code may run up to `score_timeout_s` to its
+    next turn, and as long again to finish once that turn is refused, all within RUN's budget
+    (a rollout RUN's stage timeout stops is `timed_out`: dropped, never graded)."""
+    if run_budget(ctx) >= 2 * score_timeout_s:
+        return False
+    ctx.set_finish_reason("wall_time")
+    return True
+
+
+def empty_replies(max_turns: int) -> Turns:
+    """A control's side of the turns: an empty reply to each of the first `max_turns`, then
+    the end. Answered by the server as the policy's replies are, so each of the environment's
+    steps gets the same time as on the policy's run, not the whole episode one step's."""
+    asked = 0
+
+    async def answer(turn: list[dict[str, Any]]) -> dict[str, Any]:
+        nonlocal asked
+        asked += 1
+        return {"reply": ""} if asked <= max_turns else {"end": "max_turns"}
+
+    return answer
+
+
 def _environment_messages(turn: list[dict[str, Any]]) -> list[ChatMessage]:
     return [cast(ChatMessage, {"role": m["role"], "content": m.get("content") or ""}) for m in turn]
 
 
 async def _episode(
-    python: Path, request: dict[str, Any], timeout_s: float, answer: Any = None
+    python: Path, request: dict[str, Any], timeout_s: float, answer: Turns, control: bool = False
 ) -> str | None:
-    """None when the environment's `run` completed, else what failed."""
+    """None when the environment's `run` completed, else what failed. `control`: `answer` is
+    a control's, answered at once (the request takes no episode's worker slot)."""
     try:
-        reply = await default_workers().ask(python, request, timeout_s, answer)
+        reply = await default_workers().ask(
+            python, request, timeout_s, answer, answer_waits=not control
+        )
     except VerifiersWorkerFailure as exc:
         if exc.kind == "unavailable":
             raise InfraError(str(exc), cause="verifiers_worker_unavailable") from exc
@@ -70,6 +102,8 @@ async def play_episode(
         elif ctx.llm.num_turns >= ctx.limits.max_turns:
             ctx.set_finish_reason("max_turns")
             return {"end": "max_turns"}
+        elif out_of_time(ctx, timeout_s):
+            return {"end": "wall_time"}
         else:
             await ctx.llm.add_messages(said)
         sampled = await ctx.llm.generate()
@@ -82,17 +116,11 @@ async def play_episode(
 async def control_episode(
     python: Path, taskset: dict[str, Any], task: dict[str, Any], timeout_s: float, max_turns: int
 ) -> ControlResult:
-    """The same episode with an empty reply to every turn (answered in the worker), ended
-    at the same turn limit."""
-    request = {
-        "op": "episode",
-        "taskset": taskset,
-        "task": task,
-        "control": True,
-        "max_turns": max_turns,
-    }
+    """The same episode with an empty reply to every turn, ended at the same turn limit."""
+    # Answered here, not in the worker (`"control": false`): see `empty_replies`.
+    request = {"op": "episode", "taskset": taskset, "task": task, "control": False}
     try:
-        failure = await _episode(python, request, timeout_s)
+        failure = await _episode(python, request, timeout_s, empty_replies(max_turns), True)
     except InfraError as exc:
         return ControlResult(False, f"with empty replies: {exc}", keep=False)
     if failure is None:

@@ -18,24 +18,28 @@ child of a verifiers worker forked for it (`legacy_worker.py`), its model client
 the rollout's session: each prompt's new messages (the row's prompt, then `env_response`'s
 messages: a `ToolEnv`'s tool answers, a game's feedback) go in masked out, each reply is
 sampled with agentroll's exact tokens, its tool calls parsed (Hermes) and handed back as
-verifiers' `ToolCall`s. After `limits.max_turns` replies, or once the policy's context is full,
-the next model call ends the rollout (as a model error ends verifiers' loop; the full context
-is then `agent_error`, scored). Then, in the same child, the rubric scores the final
-state: `reward` is the weighted sum of its reward functions, as verifiers sums it.
+verifiers' `ToolCall`s. After `limits.max_turns` replies, once RUN's time budget can no longer
+wait out two more of the environment's steps (`score_timeout_s` each: `finish_reason`
+`wall_time`), or once the policy's context is full, the next model call ends the rollout (as a
+model error ends verifiers' loop; the full context is then `agent_error`, scored). Then, in
+the same child, the rubric scores the final state: `reward` is the weighted sum of its reward
+functions, as verifiers sums it.
 
 Whose fault a failure is (blamed by a control, `control.py`: the same row played with an
-empty reply to every turn, then scored):
+empty reply to every turn, each answered by the server as the policy's are, then scored):
 - the environment cannot load, or needs what is not run (group rewards, LLM judges, a rubric
   that scores by its own `score_rollout`): infra_error `verifiers_load_failed`;
 - the rollout raised (its `env_response`, a stop condition), stopped on a `vf.Error`, or its
   code (the rollout's or the rubric's) ran past `score_timeout_s` between two replies or
-  after the last, or killed its worker: ok, reward 0,
+  after the last, or killed its worker, both times it was played (the second in a fresh
+  worker, answered with the same replies: `reward_info.rollout_attempts`): ok, reward 0,
   `environment_failed_on_answer`, if the control plays through and is scored; else
   infra_error `verifiers_env_failed`;
 - a reward function raised or gave no finite score: ok, reward 0, `reward_failed_on_answer`,
   if the control is scored; else infra_error `verifiers_reward_failed`.
 """
 
+import asyncio
 from pathlib import Path
 from typing import Any, cast
 
@@ -43,8 +47,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentroll.handlers.agent import AgentConfig
 from agentroll.handlers.base import AgentHandler, parsed_instance
+from agentroll.handlers.budget import run_budget
 from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
-from agentroll.handlers.builtin.verifiers_env.episodes import ENV_FAILED
+from agentroll.handlers.builtin.verifiers_env.episodes import (
+    ENV_FAILED,
+    empty_replies,
+    out_of_time,
+)
 from agentroll.handlers.builtin.verifiers_env.handler import (
     MAX_REQUIREMENTS,
     MAX_SHOWN_CHARS,
@@ -53,7 +62,11 @@ from agentroll.handlers.builtin.verifiers_env.handler import (
     scored_reward,
 )
 from agentroll.handlers.builtin.verifiers_env.venv import LEGACY, ensure_verifiers_venv
-from agentroll.handlers.builtin.verifiers_env.workers import default_workers, load_failure
+from agentroll.handlers.builtin.verifiers_env.workers import (
+    Turns,
+    default_workers,
+    load_failure,
+)
 from agentroll.handlers.context import Reward, RolloutContext
 from agentroll.handlers.errors import (
     AgentError,
@@ -71,6 +84,7 @@ from agentroll.handlers.toolcalls import (
 from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
 INSTANCE_KEY, RESULT_KEY = "verifiers_legacy", "verifiers_legacy_result"
+ATTEMPTS_KEY = "verifiers_legacy_attempts"
 TOOLS_TIMEOUT_S = 120.0
 
 
@@ -105,24 +119,53 @@ def chat_message(message: dict[str, Any]) -> ChatMessage:
     return cast(ChatMessage, out)
 
 
+class ReplayDiverged(Exception):
+    """A replayed rollout's environment asked another turn than the first time."""
+
+
 class Rollout:
     """The policy's side of one legacy rollout: answers each model call the environment
     makes with a reply sampled through the rollout's session."""
 
-    def __init__(self, ctx: RolloutContext, tools: list[ToolSpec]) -> None:
-        self.ctx, self.tools = ctx, tools
+    def __init__(self, ctx: RolloutContext, tools: list[ToolSpec], score_timeout_s: float) -> None:
+        self.ctx, self.tools, self.score_timeout_s = ctx, tools, score_timeout_s
         self.stopped: AgentError | None = None
         """The policy's error that ended the rollout (raised once it is scored)."""
+        self.given: list[tuple[list[dict[str, Any]], dict[str, Any]]] = []
+        """Each turn asked and what it was answered, in order."""
         parser = get_parser(AgentConfig().parser)
         if isinstance(parser, SchemaAwareParser):  # formats whose arguments are untyped text
             parser = parser.with_tools(tools)
         self.parser: ToolCallParser = parser
 
     async def answer(self, turn: list[dict[str, Any]]) -> dict[str, Any]:
+        given = await self._next(turn)
+        self.given.append((turn, given))
+        return given
+
+    def replayed(self) -> Turns:
+        """Answers the rollout's turns once more (in a fresh worker) with what `answer` gave
+        them, and any turn past those as `answer` does. `ReplayDiverged` where the environment
+        asks another turn than before: the replies were sampled on what it said then."""
+        given = iter(list(self.given))
+
+        async def again(turn: list[dict[str, Any]]) -> dict[str, Any]:
+            before = next(given, None)
+            if before is None:
+                return await self.answer(turn)
+            if before[0] != turn:
+                raise ReplayDiverged("the environment said something else the second time")
+            return before[1]
+
+        return again
+
+    async def _next(self, turn: list[dict[str, Any]]) -> dict[str, Any]:
         ctx, said = self.ctx, [chat_message(m) for m in turn]
         if ctx.llm.messages and ctx.llm.num_turns >= ctx.limits.max_turns:
             ctx.set_finish_reason("max_turns")
             return {"end": "max_turns"}
+        if ctx.llm.messages and out_of_time(ctx, self.score_timeout_s):
+            return {"end": "wall_time"}
         try:
             if not ctx.llm.messages:
                 await ctx.llm.start(said, tools=self.tools)
@@ -143,13 +186,19 @@ class Rollout:
 
 
 async def _ask(
-    python: Path, request: dict[str, Any], timeout_s: float, rollout: Rollout | None = None
+    python: Path,
+    request: dict[str, Any],
+    timeout_s: float,
+    answer: Turns | None = None,
+    control: bool = False,
 ) -> dict[str, Any]:
     """The worker's reply; infra_error where no worker starts or the environment cannot
-    load (before anything of the policy's was read)."""
-    answer = rollout.answer if rollout is not None else None
+    load (before anything of the policy's was read). `control`: `answer` is a control's,
+    answered at once (the request takes no episode's worker slot)."""
     try:
-        reply = await default_workers().ask(python, request, timeout_s, answer)
+        reply = await default_workers().ask(
+            python, request, timeout_s, answer, answer_waits=not control
+        )
     except VerifiersWorkerFailure as exc:
         if exc.kind == "unavailable":
             raise InfraError(str(exc), cause="verifiers_worker_unavailable") from exc
@@ -157,6 +206,30 @@ async def _ask(
     if not reply.get("ok") and reply.get("stage") == "load":
         raise load_failure(reply)
     return reply
+
+
+async def _replayed(
+    ctx: RolloutContext,
+    python: Path,
+    request: dict[str, Any],
+    timeout_s: float,
+    rollout: Rollout,
+    first: VerifiersWorkerFailure,
+) -> dict[str, Any]:
+    """The rollout played once more in a fresh worker, its turns answered as before
+    (`Rollout.replayed`): a timeout or a dead worker counts against the replies only once it
+    happens again (a starved node or the OOM killer is not their doing). The replay runs
+    within RUN's budget; where it does not fit, or its environment says something else than
+    the first time, the first failure stands."""
+    failure = first
+    try:
+        async with asyncio.timeout(run_budget(ctx)):
+            return await _ask(python, request, timeout_s, rollout.replayed())
+    except VerifiersWorkerFailure as exc:
+        failure = exc
+    except (TimeoutError, ReplayDiverged):  # RUN's budget; or a replay that is no replay
+        pass
+    return {"ok": False, "error": f"its code {failure.kind}: {failure}"}
 
 
 def _failure(reply: dict[str, Any]) -> InfraError:
@@ -196,11 +269,13 @@ class VerifiersLegacyHandler(AgentHandler):
             "row": job.row,
             "control": False,
         }
-        rollout = Rollout(ctx, ctx.state[TOOLS_KEY])
+        rollout = Rollout(ctx, ctx.state[TOOLS_KEY], spec.score_timeout_s)
         try:
-            ctx.state[RESULT_KEY] = await _ask(python, request, spec.score_timeout_s, rollout)
-        except VerifiersWorkerFailure as exc:  # timed out or died on the policy's replies
-            ctx.state[RESULT_KEY] = {"ok": False, "error": f"its code {exc.kind}: {exc}"}
+            result = await _ask(python, request, spec.score_timeout_s, rollout.answer)
+        except VerifiersWorkerFailure as exc:  # timed out or died: the replies, or the node?
+            ctx.state[ATTEMPTS_KEY] = 2
+            result = await _replayed(ctx, python, request, spec.score_timeout_s, rollout, exc)
+        ctx.state[RESULT_KEY] = result
         if rollout.stopped is not None:  # agent_error, its rollout scored in EVAL
             raise rollout.stopped
 
@@ -208,6 +283,8 @@ class VerifiersLegacyHandler(AgentHandler):
         job = self.task(ctx)
         replies = [m["content"] for m in ctx.llm.messages if m["role"] == "assistant"]
         shown: dict[str, Any] = {"reply": str(replies[-1] if replies else "")[:MAX_SHOWN_CHARS]}
+        if ATTEMPTS_KEY in ctx.state:
+            shown["rollout_attempts"] = ctx.state[ATTEMPTS_KEY]
         result: dict[str, Any] = ctx.state[RESULT_KEY]
         if result.get("ok"):
             try:
@@ -236,17 +313,17 @@ class VerifiersLegacyHandler(AgentHandler):
 async def control_rollout(
     python: Path, spec: LegacyEnvironmentSpec, row: dict[str, Any], max_turns: int
 ) -> ControlResult:
-    """The same row played with an empty reply to every turn (answered in the worker), ended
-    at the same turn limit, then scored."""
+    """The same row played with an empty reply to every turn, ended at the same turn limit,
+    then scored."""
+    # Answered here, not in the worker (`"control": false`): see `empty_replies`.
     request = {
         "op": "legacy_rollout",
         "environment": spec.loaded(),
         "row": row,
-        "control": True,
-        "max_turns": max_turns,
+        "control": False,
     }
     try:
-        reply = await _ask(python, request, spec.score_timeout_s)
+        reply = await _ask(python, request, spec.score_timeout_s, empty_replies(max_turns), True)
     except (VerifiersWorkerFailure, InfraError) as exc:  # says nothing lasting: asked again
         return ControlResult(False, f"with empty replies: {exc}", keep=False)
     if not reply.get("ok"):

@@ -92,14 +92,18 @@ class VerifiersWorkers:
         message: dict[str, Any],
         timeout_s: float,
         answer: Turns | None = None,
+        *,
+        answer_waits: bool = True,
     ) -> dict[str, Any]:
         """The reply of a worker of `python` to `message`, within `timeout_s` (the start of a
         worker not counted: an environment's import time is not the request's doing). With
         `answer`, each `{"turn": ...}` line the worker sends first is answered with
-        `await answer(turn)`; `timeout_s` then bounds each wait for the worker, not them."""
+        `await answer(turn)`; `timeout_s` then bounds each wait for the worker, not them.
+        `answer_waits`: False where `answer` answers at once (a control's empty replies)."""
         # An episode holds its worker while the policy samples; it waits on episodes only,
         # so tools, scoring and controls always have slots of their own.
-        pool = self._episode_slots if answer is not None else self._slots
+        episode = answer is not None and answer_waits
+        pool = self._episode_slots if episode else self._slots
         slots = pool.setdefault(python, asyncio.Semaphore(self.size))
         async with _slot(slots, timeout_s):
             self._check_open()
