@@ -23,7 +23,8 @@ reply with agentroll's exact tokens. Then its rubric scores the final state, eac
 function called as verifiers' `Rubric` calls it, but a function that raises fails the scoring
 (verifiers logs it and counts 0: a broken reward would pass for the reply's score). A metric
 (weight 0) that raises is reported as null. It is answered by a child forked for it
-(`worker.in_child`): the policy's text reaches the tools and the rubric there.
+(`worker.in_child`): the policy's text reaches the tools and the rubric there; the worker
+relays its turns and checks its rewards against the rubric it loaded (`reply_checks`).
 
 A failure is `{"ok": false, "stage": "load" | "episode" | "score", "error": ...}`: `load`
 while the environment or the row's state was built, `episode` while its rollout ran (a
@@ -35,7 +36,7 @@ import functools
 import json
 import time
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 OPS = frozenset({"legacy_rows", "legacy_tools", "legacy_rollout"})
 MODEL = "policy"
@@ -196,6 +197,30 @@ async def tool_specs(env: Any, row: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+class Scorer(NamedTuple):
+    rubric: Any
+    func: Any
+    weight: float
+    """0 for a metric: reported, never summed."""
+    name: str
+    """Its reward's (or metric's) name."""
+
+
+def scorers(env: Any) -> list[Scorer]:
+    """The functions of the environment's rubric, each under the name its result reports."""
+    found: list[Scorer] = []
+    rewards: set[str] = set()
+    for rubric in leaf_rubrics(env.rubric):
+        for func, weight in zip(rubric.funcs, rubric.weights, strict=True):
+            name = getattr(func, "__name__", repr(func))
+            while weight and name in rewards:  # two rubrics' functions of one name both count
+                name += "'"
+            if weight:
+                rewards.add(name)
+            found.append(Scorer(rubric, func, float(weight), name))
+    return found
+
+
 async def scored(env: Any, state: Any) -> dict[str, Any]:
     """Every reward function of the environment's rubric on the final state, called with the
     arguments it names (verifiers' `maybe_call_with_named_args`); a raise fails it."""
@@ -203,27 +228,23 @@ async def scored(env: Any, state: Any) -> dict[str, Any]:
 
     rewards: dict[str, dict[str, float]] = {}
     metrics: dict[str, float | None] = {}
-    for rubric in leaf_rubrics(env.rubric):
-        for func, weight in zip(rubric.funcs, rubric.weights, strict=True):
-            name = getattr(func, "__name__", repr(func))
-            objects = rubric.score_objects(state)
-            if not weight:  # a metric: reported, never summed
-                try:
-                    metrics[name] = float(await maybe_call_with_named_args(func, **objects))
-                except Exception:
-                    metrics[name] = None
-                continue
-            value = float(await maybe_call_with_named_args(func, **objects))
-            while name in rewards:  # two rubrics' functions of one name both count
-                name += "'"
-            rewards[name] = {"score": value, "weight": float(weight)}
+    for rubric, func, weight, name in scorers(env):
+        objects = rubric.score_objects(state)
+        if not weight:
+            try:
+                metrics[name] = float(await maybe_call_with_named_args(func, **objects))
+            except Exception:
+                metrics[name] = None
+            continue
+        value = float(await maybe_call_with_named_args(func, **objects))
+        rewards[name] = {"score": value, "weight": weight}
     return {"ok": True, "rewards": rewards, "metrics": metrics}
 
 
-def rollout(env: Any, loop: Any, request: dict[str, Any], worker: Any, replies: Any) -> Any:
+def rollout(env: Any, loop: Any, request: dict[str, Any], worker: Any) -> Any:
     """The environment's own rollout with the policy (or, for the control, empty replies),
     then its rubric on the final state."""
-    relay = worker._env.Relay(lambda message: worker._shared._send(replies, message), request)
+    relay = worker._env.Relay(worker._channel.ask_worker, request)
     try:
         state = loop.run_until_complete(
             env.rollout(request["row"], relay_client_class()(relay), MODEL, {})
@@ -244,7 +265,7 @@ def serve(
     envs: Environments, loop: Any, request: dict[str, Any], replies: Any, worker: Any
 ) -> dict[str, Any]:
     """A legacy request answered; `worker` is the serving `worker.py` module (its
-    `failed`, its `in_child`, its relay)."""
+    `failed`, its `in_child`, its relays and reply checks)."""
     try:
         env = envs.get(request["environment"])
         if request["op"] == "legacy_rows":
@@ -259,5 +280,12 @@ def serve(
     import gc
 
     gc.freeze()  # what the worker holds stays shared with its children, not copied
-    answer: dict[str, Any] = worker.in_child(lambda: rollout(env, loop, request, worker, replies))
+    # The worker checks the child's rewards against the rubric it loaded itself.
+    weights = {s.name: s.weight for s in scorers(env) if s.weight}
+    clean = functools.partial(worker._checks.rubric_rewards, weights=weights, mapped=False)
+    turns = None if request["control"] else worker.server_relay(replies)
+    check = worker._checks.reply_check(("score", "episode"), clean, turns)
+    answer: dict[str, Any] = worker.in_child(
+        lambda: rollout(env, loop, request, worker), replies, check
+    )
     return answer
