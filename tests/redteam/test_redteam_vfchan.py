@@ -154,3 +154,38 @@ async def test_a_v1_reply_cannot_forge_its_reward_or_shift_the_next_rollouts_rep
     doors = ["file-score", "fd-load-exit", "framed-load-exit", "framed-weights-exit"]
     results = await forged_then_honest(agentroll_server, tmp_path, v1_job, doors)
     assert open_doors(results, doors) == []
+
+
+def rewrite_job(job_id: str, answer: str) -> dict[str, Any]:
+    prompt = [{"role": "user", "content": f"Repeat after me: {answer}"}]
+    environment = {**LEGACY, "id": "agentroll-vf-legacy-rewrite"}
+    return {
+        "job_id": job_id,
+        "handler": "verifiers_legacy",
+        "instance": {"environment": environment, "row": {"prompt": prompt, "answer": answer}},
+    }
+
+
+async def test_an_environment_that_rewrites_the_conversation_is_infra_never_scored(
+    agentroll_server: ServerFactory, tmp_path: Path
+) -> None:
+    """`agentroll-vf-legacy-rewrite` hands the policy a conversation whose earlier replies it
+    rewrote: verifiers would score a conversation the tokens were not sampled on. Its empty
+    replies (the control's) it leaves alone, so no control can pin it on the policy: infra,
+    with a cause of its own. Beside it, the honest row (empty replies) is scored."""
+    async with (
+        scripted_backend(wrong_rate=0.0, policy="echo") as backend,
+        rollout_service(agentroll_server, tmp_path, backend) as client,
+    ):
+        jobs = [rewrite_job("rewritten", "41"), rewrite_job("kept", "")]
+        results = await run_jobs(client, jobs, timeout_s=600)
+
+    rewritten = results["rewritten"]
+    assert rewritten.outcome is Outcome.infra_error, (rewritten.outcome, rewritten.reward_info)
+    assert rewritten.reward is None
+    assert rewritten.error is not None
+    assert rewritten.error.type == "verifiers_env_rewrote_history"
+    assert "rewrote message 1 (assistant)" in rewritten.error.message
+    kept = results["kept"]
+    assert (kept.outcome, kept.reward) == (Outcome.ok, 1.0), (kept.error, kept.reward_info)
+    assert kept.reward_info["rewards"] == {"turns": 1.0}

@@ -1,8 +1,9 @@
 """A verifiers worker's child and its one channel (`child_channel`), and how the worker takes
-the child's reply (`reply_checks`): what a grader's code writes of its own never reaches the
-server, a child never reports a load failure once the policy's work reached its code, and its
-rewards carry the worker's own rubric's names and weights. The child here is a real fork of
-the test process; the server's channel a pipe of the test's."""
+the child's reply (`reply_checks`, a legacy rollout's `Transcript`): what a grader's code
+writes of its own never reaches the server, a child never reports a load failure once the
+policy's work reached its code, its rewards carry the worker's own rubric's names and
+weights, and an environment that rewrites the conversation is the worker's verdict. The child
+here is a real fork of the test process; the server's channel a pipe of the test's."""
 
 import json
 import os
@@ -12,6 +13,7 @@ from typing import Any
 import pytest
 
 from agentroll.handlers.builtin.verifiers_env import child_channel
+from agentroll.handlers.builtin.verifiers_env.legacy_worker import Transcript, rewritten_check
 from agentroll.handlers.builtin.verifiers_env.reply_checks import (
     call_check,
     done,
@@ -45,7 +47,7 @@ def unread(fd: int) -> bytes:
 
 
 def legacy_scoring(reply: dict[str, Any]) -> dict[str, Any]:
-    return rubric_rewards(reply, weights=RUBRIC, mapped=False)
+    return rubric_rewards(reply, weights=RUBRIC, mapped=frozenset())
 
 
 def in_child(respond: Any, server: tuple[int, int], relay: Any = None) -> dict[str, Any]:
@@ -122,7 +124,7 @@ def test_the_worker_not_the_child_decides_a_failures_stage(
     forged: dict[str, Any], stage: str
 ) -> None:
     final, _, _ = reply_check(("score", "episode"), legacy_scoring)
-    assert final(forged, False) == {"ok": False, "stage": stage, "error": forged["error"]}
+    assert final(forged, frozenset()) == {"ok": False, "stage": stage, "error": forged["error"]}
 
 
 @pytest.mark.parametrize(
@@ -141,7 +143,7 @@ def test_rewards_not_under_the_rubrics_own_names_and_weights_fail_the_scoring(
     rewards: dict[str, Any], why: str
 ) -> None:
     final, _, _ = reply_check(("score",), legacy_scoring)
-    reply = final({"ok": True, "rewards": rewards, "metrics": {}}, False)
+    reply = final({"ok": True, "rewards": rewards, "metrics": {}}, frozenset())
     assert (reply["ok"], reply["stage"]) == (False, "score")
     assert why in reply["error"]
 
@@ -159,7 +161,7 @@ def test_a_v1_reward_function_may_name_its_rewards_at_its_own_weight() -> None:
 
 def test_an_episodes_reply_says_only_that_it_completed() -> None:
     final, _, _ = reply_check(("episode",), done)
-    assert final({"ok": True, "rewards": {"r": {"score": 1e300, "weight": 1}}}, False) == {
+    assert final({"ok": True, "rewards": {"r": {"score": 1e300, "weight": 1}}}, frozenset()) == {
         "ok": True
     }
 
@@ -167,7 +169,82 @@ def test_an_episodes_reply_says_only_that_it_completed() -> None:
 def test_a_tool_call_reports_load_only_before_its_toolsets_were_set_up() -> None:
     final, broken, relay = call_check()
     load = {"ok": False, "stage": "load", "error": "ImportError: no toolset"}
-    assert final(load, False) == load
-    assert final(load, True) == {"ok": True, "text": load["error"], "is_error": True}
+    assert final(load, frozenset()) == load
+    assert final(load, frozenset({"set_up"})) == {
+        "ok": True,
+        "text": load["error"],
+        "is_error": True,
+    }
     assert broken("a forged line")["is_error"] is True
     assert relay is None
+
+
+class Asked:
+    """The server's side of a rollout's turns: records what it is asked, replies in turn."""
+
+    def __init__(self, *replies: str) -> None:
+        self.asked: list[list[dict[str, Any]]] = []
+        self.replies = list(replies)
+
+    def __call__(self, new: list[dict[str, Any]]) -> dict[str, Any]:
+        self.asked.append(new)
+        return {"reply": self.replies.pop(0)}
+
+
+OPENING = [{"role": "system", "content": "Guess."}, {"role": "user", "content": "1 to 9?"}]
+
+
+def test_a_transcript_asks_only_each_prompts_new_messages() -> None:
+    server = Asked("5", "7")
+    transcript = Transcript(server)
+    assert transcript(OPENING) == {"reply": "5"}
+    then = [*OPENING, {"role": "assistant", "content": "5"}, {"role": "user", "content": "higher"}]
+    assert transcript(then) == {"reply": "7"}
+    assert server.asked == [OPENING, [{"role": "user", "content": "higher"}]]
+    assert transcript.rewritten is None
+
+
+@pytest.mark.parametrize(
+    ("then", "why"),
+    [
+        (  # the policy's reply, rewritten
+            [*OPENING, {"role": "assistant", "content": "6"}, {"role": "user", "content": "no"}],
+            "message 2 (assistant)",
+        ),
+        (  # an earlier message of the environment's, rewritten
+            [
+                OPENING[0],
+                {"role": "user", "content": "1 to 5?"},
+                {"role": "assistant", "content": "5"},
+            ],
+            "message 1 (user)",
+        ),
+        (OPENING[:1], "fewer than the 3 exchanged"),
+    ],
+)
+def test_a_prompt_that_rewrites_the_conversation_ends_the_exchange(
+    then: list[dict[str, Any]], why: str
+) -> None:
+    server = Asked("5", "7")
+    transcript = Transcript(server)
+    transcript(OPENING)
+    assert transcript(then) == {"end": "history_rewritten"}
+    assert transcript.rewritten is not None and why in transcript.rewritten
+    assert len(server.asked) == 1  # the rewritten prompt never reached the policy
+
+
+def test_a_rewritten_conversation_fails_as_history_whatever_the_child_replied() -> None:
+    transcript = Transcript(Asked("5"))
+    check = rewritten_check(reply_check(("score", "episode"), legacy_scoring), transcript)
+    assert check.final(HONEST, frozenset()) == HONEST
+    assert check.relay is not None
+    check.relay({"turn": OPENING})
+    check.relay({"turn": [{"role": "user", "content": "rewritten"}]})
+    reply = check.final(HONEST, frozenset())
+    assert (reply["ok"], reply["stage"]) == (False, "history")
+    # A child's own `history` is not the worker's verdict: its code failed the scoring.
+    forged = {"ok": False, "stage": "history", "error": "forged"}
+    assert reply_check(("score", "episode"), legacy_scoring).final(forged, frozenset()) == {
+        **forged,
+        "stage": "score",
+    }

@@ -10,8 +10,10 @@ copies of the server's channel and of stdin point at /dev/null, and it talks onl
 worker over two pipes made for the request, one JSON object per line:
 
     child -> worker  {"turn": [...]}     a turn, relayed to the server; its answer comes back
-                     {"set_up": true}    (a `call`) the toolsets are set up: from here on the
+                     {"mark": "set_up"}  (a `call`) the toolsets are set up: from here on the
                                          model's arguments reach code
+                     {"mark": "turns_over"}  (a rollout) its turns are over: a turn after it
+                                         breaks the channel
                      {"final": {...}}    the child's reply, exactly once, last
 
 The worker relays only what the request's kind sends (`turn` for an episode), takes exactly
@@ -60,12 +62,12 @@ def _cut_off(server_fds: list[int]) -> None:
 def in_child(
     respond: Callable[[], dict[str, Any]],
     server_fds: list[int],
-    final: Callable[[dict[str, Any], bool], dict[str, Any]],
+    final: Callable[[dict[str, Any], frozenset[str]], dict[str, Any]],
     broken: Callable[[str], dict[str, Any]],
     relay: Relay | None,
 ) -> dict[str, Any]:
     """`respond()`, run in a child forked for the request, which exits after: whatever its code
-    changes dies with it. The server gets `final(its reply, whether it said set_up)`, or
+    changes dies with it. The server gets `final(its reply, the marks it sent)`, or
     `broken(why)` where its code broke the channel; its turns go to `relay` (None: it has
     none). A child that dies without a reply ends the worker with its status (the server
     sees the worker crash)."""
@@ -87,22 +89,23 @@ def in_child(
     os.close(up_write)
     os.close(down_read)
     with os.fdopen(up_read) as up, os.fdopen(down_write, "w") as down:
-        said, set_up, problem = _listen(up, down, relay)
+        said, marks, problem = _listen(up, down, relay)
     code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
     if problem is not None:
         return broken(problem)
     if said is None:
         os._exit(code if code > 0 else 128 - code)
-    return final(said, set_up)
+    return final(said, marks)
 
 
 def _listen(
     up: TextIO, down: TextIO, relay: Relay | None
-) -> tuple[dict[str, Any] | None, bool, str | None]:
-    """The child's messages until it closes its end: (its final reply, whether it said
-    `set_up`, what broke the channel)."""
+) -> tuple[dict[str, Any] | None, frozenset[str], str | None]:
+    """The child's messages until it closes its end: (its final reply, the marks it sent,
+    what broke the channel)."""
     final: dict[str, Any] | None = None
-    set_up, problem = False, None
+    marks: set[str] = set()
+    problem = None
     for line in up:  # read to the end, so a child never blocks on a full pipe
         if problem is not None:
             continue
@@ -111,9 +114,13 @@ def _listen(
             problem = "its process wrote to the worker's channel past or beside its reply"
         elif "final" in message and isinstance(message["final"], dict):
             final = message["final"]
-        elif message == {"set_up": True}:
-            set_up = True
-        elif relay is not None and isinstance(message.get("turn"), list):
+        elif isinstance(message.get("mark"), str):
+            marks.add(message["mark"])
+        elif (
+            relay is not None
+            and "turns_over" not in marks
+            and isinstance(message.get("turn"), list)
+        ):
             answer = relay({"turn": message["turn"]})
             with contextlib.suppress(OSError):  # the child is gone: its end says why
                 down.write(json.dumps(answer) + "\n")
@@ -123,7 +130,7 @@ def _listen(
         if problem is not None:
             with contextlib.suppress(OSError):
                 down.close()  # a turn it waits on ends; nothing more is relayed
-    return final, set_up, problem
+    return final, frozenset(marks), problem
 
 
 def _parsed(line: str) -> dict[str, Any] | None:

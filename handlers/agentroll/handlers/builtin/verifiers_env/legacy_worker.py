@@ -121,6 +121,43 @@ def _turns_ended_class() -> type[TurnsEnded]:
     return type("TurnsEnded", (TurnsEnded, vf.Error), {})
 
 
+class Transcript:
+    """The conversation a rollout's turns have exchanged: each prompt must repeat it (every
+    message as it was, the policy's replies as they were sampled) before its new messages,
+    which alone are asked (`ask`). A prompt that rewrote it (verifiers would then score a
+    conversation the policy's tokens were not sampled on) ends the exchange, `rewritten`
+    saying how. The worker keeps one for a rollout's turns (the child cannot forge its
+    verdict); a control's child, whose relay answers itself, keeps its own."""
+
+    def __init__(self, ask: Any) -> None:
+        self.ask = ask
+        self.said: list[dict[str, Any]] = []
+        self.rewritten: str | None = None
+
+    def __call__(self, prompt: list[dict[str, Any]]) -> dict[str, Any]:
+        if self.rewritten is None:
+            self.rewritten = rewrite(self.said, prompt)
+        if self.rewritten is not None:
+            return {"end": "history_rewritten"}
+        answer: dict[str, Any] = self.ask(prompt[len(self.said) :])
+        if "reply" in answer:
+            self.said = [*prompt, {"role": "assistant", "content": answer["reply"]}]
+        return answer
+
+
+def rewrite(said: list[dict[str, Any]], prompt: list[dict[str, Any]]) -> str | None:
+    """How `prompt` departs from the conversation `said` so far (None: it extends it)."""
+    if len(prompt) < len(said):
+        return f"the prompt has {len(prompt)} messages, fewer than the {len(said)} exchanged"
+    for i, (was, now) in enumerate(zip(said, prompt, strict=False)):
+        if (was.get("role"), was.get("content") or "") != (
+            now.get("role"),
+            now.get("content") or "",
+        ):
+            return f"the environment rewrote message {i} ({was.get('role')}) of the conversation"
+    return None
+
+
 @functools.cache
 def relay_client_class() -> type:
     """`RelayClient`, a verifiers model client whose native API is the rollout's relay."""
@@ -128,14 +165,8 @@ def relay_client_class() -> type:
     from verifiers.legacy.types import Response, ResponseMessage, ToolCall
 
     class RelayClient(Client):
-        """Sends each prompt's messages the server has not seen yet (the environment's
-        response since the policy's last reply) and returns the policy's reply. A prompt that
-        does not extend the conversation (a rollout that rewrites its history) fails: the
-        policy's tokens were sampled on the conversation as it was."""
-
-        def __init__(self, relay: Any) -> None:
-            super().__init__(relay)
-            self.seen = 0
+        """Sends each prompt to `ask` (a `Transcript`'s, which asks the policy only its new
+        messages) and returns the policy's reply."""
 
         def setup_client(self, config: Any) -> Any:
             raise TypeError("a relay client is built from the rollout's relay, not a config")
@@ -149,14 +180,9 @@ def relay_client_class() -> type:
         async def get_native_response(
             self, prompt: Any, model: str, sampling_args: Any, tools: Any = None, **_: Any
         ) -> dict[str, Any]:
-            if self.seen and (
-                len(prompt) < self.seen or prompt[self.seen - 1]["role"] != "assistant"
-            ):
-                raise RuntimeError("the prompt does not extend the conversation so far")
-            answer: dict[str, Any] = self.client.ask(prompt[self.seen :] if self.seen else prompt)
+            answer: dict[str, Any] = self.client(prompt)
             if "reply" not in answer:
                 raise turns_ended(str(answer.get("end")))
-            self.seen = len(prompt) + 1
             return answer
 
         async def raise_from_native_response(self, response: Any) -> None:
@@ -245,12 +271,17 @@ def rollout(env: Any, loop: Any, request: dict[str, Any], worker: Any) -> Any:
     """The environment's own rollout with the policy (or, for the control, empty replies),
     then its rubric on the final state."""
     relay = worker._env.Relay(worker._channel.ask_worker, request)
+    # The policy's turns go whole to the worker, which keeps their transcript.
+    ask = Transcript(relay.ask) if relay.control else relay.ask
     try:
         state = loop.run_until_complete(
-            env.rollout(request["row"], relay_client_class()(relay), MODEL, {})
+            env.rollout(request["row"], relay_client_class()(ask), MODEL, {})
         )
     except Exception as exc:  # the environment's code raised during the rollout
         return worker.failed("episode", exc)
+    worker._channel.tell_worker({"mark": "turns_over"})  # the rubric asks no turn
+    if isinstance(ask, Transcript) and ask.rewritten is not None:
+        return worker.failed("episode", RuntimeError(ask.rewritten))
     error = state.get("error")
     if error is not None and not isinstance(error, TurnsEnded):  # the `vf.Error` it stopped on
         return worker.failed("episode", error.__cause__ or error)
@@ -283,9 +314,26 @@ def serve(
     # The worker checks the child's rewards against the rubric it loaded itself.
     weights = {s.name: s.weight for s in scorers(env) if s.weight}
     clean = functools.partial(worker._checks.rubric_rewards, weights=weights, mapped=False)
-    turns = None if request["control"] else worker.server_relay(replies)
-    check = worker._checks.reply_check(("score", "episode"), clean, turns)
+    check = worker._checks.reply_check(("score", "episode"), clean)
+    if not request["control"]:
+        server = worker.server_relay(replies)
+        turns = Transcript(lambda new: server({"turn": new}))
+        check = rewritten_check(check, turns)
     answer: dict[str, Any] = worker.in_child(
         lambda: rollout(env, loop, request, worker), replies, check
     )
     return answer
+
+
+def rewritten_check(check: Any, transcript: Transcript) -> Any:
+    """`check`, its turns kept in `transcript`: a rollout whose environment rewrote the
+    conversation fails as `history` (the worker's verdict, never the child's), whatever the
+    child then replied."""
+
+    def final(reply: dict[str, Any], marks: frozenset[str]) -> dict[str, Any]:
+        if transcript.rewritten is not None:
+            return {"ok": False, "stage": "history", "error": transcript.rewritten}
+        result: dict[str, Any] = check.final(reply, marks)
+        return result
+
+    return check._replace(final=final, relay=lambda message: transcript(message["turn"]))

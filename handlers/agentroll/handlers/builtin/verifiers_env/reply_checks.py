@@ -18,7 +18,7 @@ does not fit what the worker loaded."""
 class Check(NamedTuple):
     """`child_channel.in_child`'s `final`, `broken` and `relay`, for one request."""
 
-    final: Callable[[dict[str, Any], bool], dict[str, Any]]
+    final: Callable[[dict[str, Any], frozenset[str]], dict[str, Any]]
     broken: Callable[[str], dict[str, Any]]
     relay: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
@@ -36,7 +36,7 @@ def reply_check(
     `load`), a reply that does not fit (`clean`) and a broken channel fail as `stages[0]`:
     the code the request ran on the policy's work broke it."""
 
-    def final(reply: dict[str, Any], _set_up: bool) -> dict[str, Any]:
+    def final(reply: dict[str, Any], _marks: frozenset[str]) -> dict[str, Any]:
         if reply.get("ok") is not True:
             stage = reply.get("stage")
             return failed_as(stage if stage in stages else stages[0], reply.get("error"))
@@ -101,13 +101,13 @@ def call_check() -> Check:
     def as_error(text: str) -> dict[str, Any]:
         return {"ok": True, "text": text[:MAX_ERROR_CHARS], "is_error": True}
 
-    def final(reply: dict[str, Any], set_up: bool) -> dict[str, Any]:
+    def final(reply: dict[str, Any], marks: frozenset[str]) -> dict[str, Any]:
         if reply.get("ok") is True:
             text, is_error = reply.get("text"), reply.get("is_error")
             if isinstance(text, str) and isinstance(is_error, bool):
                 return {"ok": True, "text": text, "is_error": is_error}
             return as_error("the tool's process gave no text")
-        if reply.get("stage") == "load" and not set_up:
+        if reply.get("stage") == "load" and "set_up" not in marks:
             return failed_as("load", reply.get("error"))
         return as_error(str(reply.get("error")))
 

@@ -278,7 +278,7 @@ def call(
     name, arguments = str(request["name"]), request["arguments"]
 
     def respond() -> dict[str, Any]:
-        set_up = functools.partial(_channel.tell_worker, {"set_up": True})
+        set_up = functools.partial(_channel.tell_worker, {"mark": "set_up"})
         try:
             return loop.run_until_complete(_env.call_tool(task, name, arguments, "worker", set_up))
         except Exception as exc:  # before the toolsets were set up: the environment's
