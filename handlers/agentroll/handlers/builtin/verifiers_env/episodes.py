@@ -109,7 +109,7 @@ async def play_episode(
         sampled = await ctx.llm.generate()
         return {"reply": sampled.text}
 
-    request = {"op": "episode", "taskset": taskset, "task": task, "control": False}
+    request = {"op": "episode", "taskset": taskset, "task": task}
     return await _episode(python, request, timeout_s, answer)
 
 
@@ -117,8 +117,8 @@ async def control_episode(
     python: Path, taskset: dict[str, Any], task: dict[str, Any], timeout_s: float, max_turns: int
 ) -> ControlResult:
     """The same episode with an empty reply to every turn, ended at the same turn limit."""
-    # Answered here, not in the worker (`"control": false`): see `empty_replies`.
-    request = {"op": "episode", "taskset": taskset, "task": task, "control": False}
+    # Its turns are answered here, as the policy's are: see `empty_replies`.
+    request = {"op": "episode", "taskset": taskset, "task": task}
     try:
         failure = await _episode(python, request, timeout_s, empty_replies(max_turns), True)
     except InfraError as exc:

@@ -29,6 +29,9 @@ Whose fault a failure is (blamed by a control, `control.py`: the same row played
 empty reply to every turn, each answered by the server as the policy's are, then scored):
 - the environment cannot load, or needs what is not run (group rewards, LLM judges, a rubric
   that scores by its own `score_rollout`): infra_error `verifiers_load_failed`;
+- the environment rewrote the conversation between two turns (an earlier message, the
+  policy's reply included, is not as it was exchanged; checked by the worker, not by the
+  rollout's child): infra_error `verifiers_env_rewrote_history`;
 - the rollout raised (its `env_response`, a stop condition), stopped on a `vf.Error`, or its
   code (the rollout's or the rubric's) ran past `score_timeout_s` between two replies or
   after the last, or killed its worker, both times it was played (the second in a fresh
@@ -85,6 +88,10 @@ from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
 INSTANCE_KEY, RESULT_KEY = "verifiers_legacy", "verifiers_legacy_result"
 ATTEMPTS_KEY = "verifiers_legacy_attempts"
+HISTORY_REWRITTEN = "verifiers_env_rewrote_history"
+"""The environment rewrote the conversation between turns: what it would score is not what
+the policy's tokens were sampled on. Never blamed on the policy by a control: empty replies
+need not provoke what a reply did."""
 TOOLS_TIMEOUT_S = 120.0
 
 
@@ -205,6 +212,8 @@ async def _ask(
         raise
     if not reply.get("ok") and reply.get("stage") == "load":
         raise load_failure(reply)
+    if not reply.get("ok") and reply.get("stage") == "history":  # the worker's own verdict
+        raise InfraError(f"{reply.get('error')}"[:4000], cause=HISTORY_REWRITTEN)
     return reply
 
 
@@ -267,7 +276,6 @@ class VerifiersLegacyHandler(AgentHandler):
             "op": "legacy_rollout",
             "environment": spec.loaded(),
             "row": job.row,
-            "control": False,
         }
         rollout = Rollout(ctx, ctx.state[TOOLS_KEY], spec.score_timeout_s)
         try:
@@ -315,12 +323,11 @@ async def control_rollout(
 ) -> ControlResult:
     """The same row played with an empty reply to every turn, ended at the same turn limit,
     then scored."""
-    # Answered here, not in the worker (`"control": false`): see `empty_replies`.
+    # Its turns are answered here, as the policy's are: see `empty_replies`.
     request = {
         "op": "legacy_rollout",
         "environment": spec.loaded(),
         "row": row,
-        "control": False,
     }
     try:
         reply = await _ask(python, request, spec.score_timeout_s, empty_replies(max_turns), True)

@@ -10,7 +10,7 @@ imported only inside the functions (the module loads in v1 workers too). Request
     -> {"ok": true, "rows": [{...}], "unsupported": ["why", ...]}
     <- {"op": "legacy_tools", "environment": {...}, "row": {...}}
     -> {"ok": true, "tools": [{"type": "function", "function": {...}}]}
-    <- {"op": "legacy_rollout", "environment": {...}, "row": {...}, "control": false}
+    <- {"op": "legacy_rollout", "environment": {...}, "row": {...}}
     -> {"turn": [{"role": "user", "content": ...}]}
     <- {"reply": "text", "tool_calls": [{"id", "name", "arguments"}]} | {"end": "max_turns"}
     -> ... {"ok": true, "rewards": {"name": {"score": 1.0, "weight": 1.0}},
@@ -23,7 +23,8 @@ reply with agentroll's exact tokens. Then its rubric scores the final state, eac
 function called as verifiers' `Rubric` calls it, but a function that raises fails the scoring
 (verifiers logs it and counts 0: a broken reward would pass for the reply's score). A metric
 (weight 0) that raises is reported as null. It is answered by a child forked for it
-(`worker.in_child`): the policy's text reaches the tools and the rubric there.
+(`worker.in_child`): the policy's text reaches the tools and the rubric there; the worker
+relays its turns and checks its rewards against the rubric it loaded (`reply_checks`).
 
 A failure is `{"ok": false, "stage": "load" | "episode" | "score", "error": ...}`: `load`
 while the environment or the row's state was built, `episode` while its rollout ran (a
@@ -35,7 +36,7 @@ import functools
 import json
 import time
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 OPS = frozenset({"legacy_rows", "legacy_tools", "legacy_rollout"})
 MODEL = "policy"
@@ -120,6 +121,43 @@ def _turns_ended_class() -> type[TurnsEnded]:
     return type("TurnsEnded", (TurnsEnded, vf.Error), {})
 
 
+class Transcript:
+    """The conversation a rollout's turns have exchanged: each prompt must repeat it (every
+    message as it was, the policy's replies as they were sampled) before its new messages,
+    which alone are asked (`ask`). A prompt that rewrote it (verifiers would then score a
+    conversation the policy's tokens were not sampled on) ends the exchange, `rewritten`
+    saying how. The worker keeps it for a rollout's turns: the child cannot forge its
+    verdict."""
+
+    def __init__(self, ask: Any) -> None:
+        self.ask = ask
+        self.said: list[dict[str, Any]] = []
+        self.rewritten: str | None = None
+
+    def __call__(self, prompt: list[dict[str, Any]]) -> dict[str, Any]:
+        if self.rewritten is None:
+            self.rewritten = rewrite(self.said, prompt)
+        if self.rewritten is not None:
+            return {"end": "history_rewritten"}
+        answer: dict[str, Any] = self.ask(prompt[len(self.said) :])
+        if "reply" in answer:
+            self.said = [*prompt, {"role": "assistant", "content": answer["reply"]}]
+        return answer
+
+
+def rewrite(said: list[dict[str, Any]], prompt: list[dict[str, Any]]) -> str | None:
+    """How `prompt` departs from the conversation `said` so far (None: it extends it)."""
+    if len(prompt) < len(said):
+        return f"the prompt has {len(prompt)} messages, fewer than the {len(said)} exchanged"
+    for i, (was, now) in enumerate(zip(said, prompt, strict=False)):
+        if (was.get("role"), was.get("content") or "") != (
+            now.get("role"),
+            now.get("content") or "",
+        ):
+            return f"the environment rewrote message {i} ({was.get('role')}) of the conversation"
+    return None
+
+
 @functools.cache
 def relay_client_class() -> type:
     """`RelayClient`, a verifiers model client whose native API is the rollout's relay."""
@@ -127,14 +165,8 @@ def relay_client_class() -> type:
     from verifiers.legacy.types import Response, ResponseMessage, ToolCall
 
     class RelayClient(Client):
-        """Sends each prompt's messages the server has not seen yet (the environment's
-        response since the policy's last reply) and returns the policy's reply. A prompt that
-        does not extend the conversation (a rollout that rewrites its history) fails: the
-        policy's tokens were sampled on the conversation as it was."""
-
-        def __init__(self, relay: Any) -> None:
-            super().__init__(relay)
-            self.seen = 0
+        """Sends each prompt to `ask` (a `Transcript`'s, which asks the policy only its new
+        messages) and returns the policy's reply."""
 
         def setup_client(self, config: Any) -> Any:
             raise TypeError("a relay client is built from the rollout's relay, not a config")
@@ -148,14 +180,9 @@ def relay_client_class() -> type:
         async def get_native_response(
             self, prompt: Any, model: str, sampling_args: Any, tools: Any = None, **_: Any
         ) -> dict[str, Any]:
-            if self.seen and (
-                len(prompt) < self.seen or prompt[self.seen - 1]["role"] != "assistant"
-            ):
-                raise RuntimeError("the prompt does not extend the conversation so far")
-            answer: dict[str, Any] = self.client.ask(prompt[self.seen :] if self.seen else prompt)
+            answer: dict[str, Any] = self.client(prompt)
             if "reply" not in answer:
                 raise turns_ended(str(answer.get("end")))
-            self.seen = len(prompt) + 1
             return answer
 
         async def raise_from_native_response(self, response: Any) -> None:
@@ -196,6 +223,30 @@ async def tool_specs(env: Any, row: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+class Scorer(NamedTuple):
+    rubric: Any
+    func: Any
+    weight: float
+    """0 for a metric: reported, never summed."""
+    name: str
+    """Its reward's (or metric's) name."""
+
+
+def scorers(env: Any) -> list[Scorer]:
+    """The functions of the environment's rubric, each under the name its result reports."""
+    found: list[Scorer] = []
+    rewards: set[str] = set()
+    for rubric in leaf_rubrics(env.rubric):
+        for func, weight in zip(rubric.funcs, rubric.weights, strict=True):
+            name = getattr(func, "__name__", repr(func))
+            while weight and name in rewards:  # two rubrics' functions of one name both count
+                name += "'"
+            if weight:
+                rewards.add(name)
+            found.append(Scorer(rubric, func, float(weight), name))
+    return found
+
+
 async def scored(env: Any, state: Any) -> dict[str, Any]:
     """Every reward function of the environment's rubric on the final state, called with the
     arguments it names (verifiers' `maybe_call_with_named_args`); a raise fails it."""
@@ -203,33 +254,31 @@ async def scored(env: Any, state: Any) -> dict[str, Any]:
 
     rewards: dict[str, dict[str, float]] = {}
     metrics: dict[str, float | None] = {}
-    for rubric in leaf_rubrics(env.rubric):
-        for func, weight in zip(rubric.funcs, rubric.weights, strict=True):
-            name = getattr(func, "__name__", repr(func))
-            objects = rubric.score_objects(state)
-            if not weight:  # a metric: reported, never summed
-                try:
-                    metrics[name] = float(await maybe_call_with_named_args(func, **objects))
-                except Exception:
-                    metrics[name] = None
-                continue
-            value = float(await maybe_call_with_named_args(func, **objects))
-            while name in rewards:  # two rubrics' functions of one name both count
-                name += "'"
-            rewards[name] = {"score": value, "weight": float(weight)}
+    for rubric, func, weight, name in scorers(env):
+        objects = rubric.score_objects(state)
+        if not weight:
+            try:
+                metrics[name] = float(await maybe_call_with_named_args(func, **objects))
+            except Exception:
+                metrics[name] = None
+            continue
+        value = float(await maybe_call_with_named_args(func, **objects))
+        rewards[name] = {"score": value, "weight": weight}
     return {"ok": True, "rewards": rewards, "metrics": metrics}
 
 
-def rollout(env: Any, loop: Any, request: dict[str, Any], worker: Any, replies: Any) -> Any:
-    """The environment's own rollout with the policy (or, for the control, empty replies),
-    then its rubric on the final state."""
-    relay = worker._env.Relay(lambda message: worker._shared._send(replies, message), request)
+def rollout(env: Any, loop: Any, request: dict[str, Any], worker: Any) -> Any:
+    """The environment's own rollout with the policy (or, for the control, empty replies
+    answered by the server), then its rubric on the final state."""
+    # The policy's turns go whole to the worker, which keeps their transcript.
+    ask = worker._env.Relay(worker._channel.ask_worker).ask
     try:
         state = loop.run_until_complete(
-            env.rollout(request["row"], relay_client_class()(relay), MODEL, {})
+            env.rollout(request["row"], relay_client_class()(ask), MODEL, {})
         )
     except Exception as exc:  # the environment's code raised during the rollout
         return worker.failed("episode", exc)
+    worker._channel.tell_worker({"mark": "turns_over"})  # the rubric asks no turn
     error = state.get("error")
     if error is not None and not isinstance(error, TurnsEnded):  # the `vf.Error` it stopped on
         return worker.failed("episode", error.__cause__ or error)
@@ -244,7 +293,7 @@ def serve(
     envs: Environments, loop: Any, request: dict[str, Any], replies: Any, worker: Any
 ) -> dict[str, Any]:
     """A legacy request answered; `worker` is the serving `worker.py` module (its
-    `failed`, its `in_child`, its relay)."""
+    `failed`, its `in_child`, its relays and reply checks)."""
     try:
         env = envs.get(request["environment"])
         if request["op"] == "legacy_rows":
@@ -259,5 +308,28 @@ def serve(
     import gc
 
     gc.freeze()  # what the worker holds stays shared with its children, not copied
-    answer: dict[str, Any] = worker.in_child(lambda: rollout(env, loop, request, worker, replies))
+    # The worker checks the child's rewards against the rubric it loaded itself.
+    weights = {s.name: s.weight for s in scorers(env) if s.weight}
+    clean = functools.partial(worker._checks.rubric_rewards, weights=weights, mapped=False)
+    check = worker._checks.reply_check(("score", "episode"), clean)
+    server = worker.server_relay(replies)
+    turns = Transcript(lambda new: server({"turn": new}))
+    check = rewritten_check(check, turns)
+    answer: dict[str, Any] = worker.in_child(
+        lambda: rollout(env, loop, request, worker), replies, check
+    )
     return answer
+
+
+def rewritten_check(check: Any, transcript: Transcript) -> Any:
+    """`check`, its turns kept in `transcript`: a rollout whose environment rewrote the
+    conversation fails as `history` (the worker's verdict, never the child's), whatever the
+    child then replied."""
+
+    def final(reply: dict[str, Any], marks: frozenset[str]) -> dict[str, Any]:
+        if transcript.rewritten is not None:
+            return {"ok": False, "stage": "history", "error": transcript.rewritten}
+        result: dict[str, Any] = check.final(reply, marks)
+        return result
+
+    return check._replace(final=final, relay=lambda message: transcript(message["turn"]))

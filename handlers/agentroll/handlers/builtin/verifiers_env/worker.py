@@ -20,12 +20,12 @@ space and serves requests, one JSON object per line, until stdin closes:
         "turns": false}
     <- {"op": "call", "taskset": {...}, "task": {...}, "name": "calc_add", "arguments": {...}}
     -> {"ok": true, "text": "5", "is_error": false}
-    <- {"op": "episode", "taskset": {...}, "task": {...}, "control": false}
+    <- {"op": "episode", "taskset": {...}, "task": {...}}
     -> {"turn": [{"role": "user", "content": "higher"}]}  <- {"reply": "7"} | {"end": "max_turns"}
     -> ... {"ok": true}
 
 `episode` runs the taskset's own `vf.Env` (`turns`: true) with the policy as its one agent,
-each turn relayed to the server (`episodes`); the control answers every turn itself.
+each turn relayed to the server (`episodes`), which answers a control's turns with empty replies.
 
 `tools` and `call` serve the task's `vf.Toolset`s, as MCP tools named as verifiers' own
 harness names them (`<server>_<tool>`): each call sets the toolsets up afresh (`setup`,
@@ -36,9 +36,12 @@ it. Only toolsets that cannot set up fail as `load`.
 A `call` here runs only the toolsets verifiers serves on its own host;
 those it would serve in a box of their own run in the rollout's sandbox (`sandbox_call.py`).
 
-`score` and `call` (what the policy's text reaches) are answered by a child forked for the
-request (`in_child`), which exits after it: nothing that code changes outlives the request.
-The worker itself runs only the environment's loading and listing, from the job's settings.
+`score`, `call` and `episode` (what the policy's text reaches) are answered by a child forked
+for the request (`in_child`), which exits after it: nothing that code changes outlives the
+request. The worker itself runs only the environment's loading and listing, from the job's
+settings, and loads the request's task before the fork, so the child's failure is never
+`load`. The child never holds the channel to the server: the worker relays its turns and
+checks its one reply (`child_channel`, `reply_checks`: the rewards against the task's own).
 
 Requests of a legacy environment (`legacy_*`, verifiers 0.3.1) are `legacy_worker.py`'s,
 served by the same loop (its rollouts forked as `in_child`).
@@ -61,7 +64,6 @@ import json
 import os
 import resource
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -80,6 +82,10 @@ _shared = _by_path("agentroll_grading_worker", Path(__file__).parent.parent / "g
 _env = _by_path("agentroll_verifiers_worker_env", Path(__file__).with_name("worker_env.py"))
 _legacy = _by_path(
     "agentroll_verifiers_legacy_worker", Path(__file__).with_name("legacy_worker.py")
+)
+_checks = _by_path("agentroll_verifiers_reply_checks", Path(__file__).with_name("reply_checks.py"))
+_channel = _by_path(
+    "agentroll_verifiers_child_channel", Path(__file__).with_name("child_channel.py")
 )
 
 MAX_TASKS = 100_000
@@ -222,36 +228,63 @@ def failed(stage: str, exc: BaseException) -> dict[str, Any]:
 
 
 def score(
-    envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any]
+    envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any], replies: Any
 ) -> dict[str, Any]:
     try:
         task = load_task(envs, request)
         trace = build_trace(task, request["messages"], set(request["sampled"]))
+        weights = {
+            fn.__name__: float(getattr(fn, "_vf_weight", 1.0)) for fn in task.hooks("reward")
+        }
     except Exception as exc:  # the environment or the job is unusable: not the policy's doing
         return failed("load", exc)
-    try:
-        loop.run_until_complete(task.score(trace))
-    except Exception as exc:
-        return failed("score", exc.__cause__ or exc)  # verifiers wraps it in a TaskError
-    rewards = {
-        name: None if r is None else {"score": r.score, "weight": r.weight}
-        for name, r in trace.rewards.items()
-    }
-    return {"ok": True, "rewards": rewards, "metrics": dict(trace.metrics)}
+
+    def respond() -> dict[str, Any]:
+        try:
+            loop.run_until_complete(task.score(trace))
+        except Exception as exc:
+            return failed("score", exc.__cause__ or exc)  # verifiers wraps it in a TaskError
+        rewards = {
+            name: None if r is None else {"score": r.score, "weight": r.weight}
+            for name, r in trace.rewards.items()
+        }
+        return {"ok": True, "rewards": rewards, "metrics": dict(trace.metrics)}
+
+    # A reward function may return a mapping: rewards of its own names, at its weight.
+    clean = functools.partial(_checks.rubric_rewards, weights=weights, mapped=True)
+    return in_child(respond, replies, _checks.reply_check(("score",), clean))
 
 
-def serve_tools(
+def tool_schemas(
     envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any]
 ) -> dict[str, Any]:
-    """`tools` (the schemas the model is offered) or `call` (one call of the model's)."""
+    """`tools`: the schemas the model is offered (nothing of the policy's is read)."""
     try:
         task = load_task(envs, request)
-        if request["op"] == "tools":
-            return {"ok": True, **loop.run_until_complete(_env.tool_schemas(task))}
-        args = request["arguments"]
-        return loop.run_until_complete(_env.call_tool(task, str(request["name"]), args))
-    except Exception as exc:  # before the toolsets were set up: the environment's
+        return {"ok": True, **loop.run_until_complete(_env.tool_schemas(task))}
+    except Exception as exc:
         return failed("load", exc)
+
+
+def call(
+    envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any], replies: Any
+) -> dict[str, Any]:
+    """`call`: one call of the model's, in a child that says when its toolsets are set up
+    (a failure before is the environment's, `load`; after, the call's error)."""
+    try:
+        task = load_task(envs, request)
+    except Exception as exc:
+        return failed("load", exc)
+    name, arguments = str(request["name"]), request["arguments"]
+
+    def respond() -> dict[str, Any]:
+        set_up = functools.partial(_channel.tell_worker, {"mark": "set_up"})
+        try:
+            return loop.run_until_complete(_env.call_tool(task, name, arguments, "worker", set_up))
+        except Exception as exc:  # before the toolsets were set up: the environment's
+            return failed("load", exc)
+
+    return in_child(respond, replies, _checks.call_check())
 
 
 def episode(
@@ -264,16 +297,21 @@ def episode(
     try:
         task = load_task(envs, request)
         env = envs.get(request["taskset"]).env
-        relay = _env.Relay(lambda message: _shared._send(replies, message), request)
+        relay = _env.Relay(_channel.ask_worker)
         agents = Agents(env.config, lambda name, spec: _env.RelayAgent(relay))
     except Exception as exc:
         return failed("load", exc)
-    try:
-        loop.run_until_complete(env.setup(agents))
-        loop.run_until_complete(env.run(task, agents))
-    except Exception as exc:  # the environment's code failed during the episode
-        return failed("episode", exc)
-    return {"ok": True}
+
+    def respond() -> dict[str, Any]:
+        try:
+            loop.run_until_complete(env.setup(agents))
+            loop.run_until_complete(env.run(task, agents))
+        except Exception as exc:  # the environment's code failed during the episode
+            return failed("episode", exc)
+        return {"ok": True}
+
+    turns = server_relay(replies)
+    return in_child(respond, replies, _checks.reply_check(("episode",), _checks.done, turns))
 
 
 def strays() -> bool:
@@ -284,42 +322,27 @@ def strays() -> bool:
     return any(name.isdigit() and int(name) not in ours for name in os.listdir("/proc"))
 
 
-def answer(
-    envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any], replies: Any
-) -> Any:
-    if request["op"] in ("tools", "call"):
-        return serve_tools(envs, loop, request)
-    if request["op"] == "episode":
-        return episode(envs, loop, request, replies)
-    return score(envs, loop, request)
+def server_relay(replies: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """A child's turn sent on to the server, and the server's answer read back."""
+
+    def relay(message: dict[str, Any]) -> dict[str, Any]:
+        _shared._send(replies, message)
+        answer: dict[str, Any] = json.loads(sys.stdin.buffer.readline() or "{}")
+        return answer
+
+    return relay
 
 
-def in_child(respond: Callable[[], Any]) -> Any:
+def in_child(respond: Callable[[], Any], replies: Any, check: Any) -> Any:
     """`respond()`, the reply to a request the policy's text reaches (its reply scored, its
     tool call run), answered by a forked child that exits after: whatever that code changes
     (a class patched, a module's global, the task's own object) dies with the child, so no
     rollout's text reaches another rollout's scoring. The worker keeps only what it loaded
-    before, from the job's own settings. A child that dies without a reply ends the worker
-    with its status (the server sees the worker crash, as before)."""
-    readable, writable = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child
-        os.close(readable)
-        try:
-            text = json.dumps(respond())
-            with os.fdopen(writable, "w") as out:
-                out.write(text)
-        except BaseException:
-            traceback.print_exc()
-            os._exit(1)
-        os._exit(0)
-    os.close(writable)
-    with os.fdopen(readable) as pipe:
-        text = pipe.read()
-    code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-    if code != 0 or not text:
-        os._exit(code if code > 0 else 128 - code)
-    return json.loads(text)
+    before, from the job's own settings. The child never holds the server's channel or stdin:
+    it talks to the worker alone, which relays its turns and checks its one reply (`check`,
+    `child_channel`). A child that dies without a reply ends the worker with its status (the
+    server sees the worker crash, as before)."""
+    return _channel.in_child(respond, [0, replies.fileno()], *check)
 
 
 def serve(
@@ -336,12 +359,15 @@ def serve(
         except Exception as exc:
             return failed("load", exc)
     if request["op"] == "tools":  # schemas: nothing of the policy's is read
-        reply = serve_tools(envs, loop, request)
+        reply = tool_schemas(envs, loop, request)
         reply["turns"] = envs.get(request["taskset"]).env is not None
         return reply
     gc.freeze()  # what the worker holds stays shared with its children, not copied
-    result: dict[str, Any] = in_child(lambda: answer(envs, loop, request, replies))
-    return result
+    if request["op"] == "call":
+        return call(envs, loop, request, replies)
+    if request["op"] == "episode":
+        return episode(envs, loop, request, replies)
+    return score(envs, loop, request, replies)
 
 
 def main() -> None:

@@ -3,8 +3,6 @@ and the policy's side of an environment's turns. Loaded by `worker.py` by file p
 environment's interpreter: standard library and the environment's packages only."""
 
 import contextlib
-import json
-import sys
 from collections.abc import AsyncIterator, Callable
 from typing import Any, NamedTuple
 
@@ -151,16 +149,22 @@ async def call_served(
 
 
 async def call_tool(
-    task: Any, name: str, arguments: dict[str, Any], where: str = "worker"
+    task: Any,
+    name: str,
+    arguments: dict[str, Any],
+    where: str = "worker",
+    on_set_up: Callable[[], None] = lambda: None,
 ) -> dict[str, Any]:
     """The model's call of a tool of the toolsets `where` places, answered. Only a failure
     before the toolsets are set up is the environment's (raised: `load`); once they are,
     whatever fails (the tool, reading its result, the toolsets' teardown after the model's
-    call) is the call's, answered to the model as its error: its arguments reached that code."""
+    call) is the call's, answered to the model as its error: its arguments reached that code.
+    `on_set_up()` runs once they are set up, before the arguments reach them."""
     set_up = False
     try:
         async with served_tools(task, where) as dispatch:
             set_up = True
+            on_set_up()
             return await call_served(dispatch, name, arguments)
     except Exception as exc:
         if not set_up:
@@ -170,20 +174,15 @@ async def call_tool(
 
 class Relay:
     """The policy's side of an episode's turns: each turn is asked of the server, which
-    samples the policy's reply (its tokens recorded there, exactly); the control answers
-    every turn with an empty reply itself."""
+    samples the policy's reply (its tokens recorded there, exactly), or answers a control's
+    empty reply (`episodes.empty_replies`). `send` is the forked child's channel to its worker
+    (`child_channel.ask_worker`), which relays the turn to the server and returns its answer."""
 
-    def __init__(self, send: Callable[[dict[str, Any]], None], request: dict[str, Any]) -> None:
-        self.send, self.control = send, bool(request["control"])
-        self.turns_left = int(request.get("max_turns", 0))
+    def __init__(self, send: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+        self.send = send
 
     def ask(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        if self.control:
-            self.turns_left -= 1
-            return {"reply": ""} if self.turns_left >= 0 else {"end": "max_turns"}
-        self.send({"turn": messages})
-        answer: dict[str, Any] = json.loads(sys.stdin.buffer.readline() or "{}")
-        return answer
+        return self.send({"turn": messages})
 
 
 class RelayInteraction:
