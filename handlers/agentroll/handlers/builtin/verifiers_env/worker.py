@@ -1,6 +1,6 @@
 """A verifiers worker process: a verifiers environment's own code, out of the server's process.
 
-Started by `verifiers_env.workers` as `VENV/bin/python -I .../worker.py LIMIT PARENT` in the
+Started by `verifiers_env.workers` as `VENV/bin/python -s -P .../worker.py LIMIT PARENT` in the
 environment's own virtual environment (`verifiers_env.venv`: verifiers pins packages the
 server's environment cannot hold). Isolated like the math grading workers (`grader_launch`):
 standard library and the environment's packages only, no agentroll import; the helpers it
@@ -126,6 +126,8 @@ class Environments:
 
     def __init__(self) -> None:
         self._loaded: dict[str, Loaded] = {}
+        self.warmed: set[str] = set()
+        """Tasksets whose scoring ran once in the worker itself, on a control (`warm_up`)."""
 
     def get(self, taskset: dict[str, Any]) -> Loaded:
         key = json.dumps(taskset, sort_keys=True)
@@ -240,6 +242,25 @@ def score(
     return {"ok": True, "rewards": rewards, "metrics": dict(trace.metrics)}
 
 
+def warm_up(envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any]) -> None:
+    """The taskset's scoring run once in the worker itself, before its first child, on an
+    empty reply to the request's task (the job's, not the policy's): what that scoring builds
+    on first use (validators, `isinstance` caches, package metadata) is then built once,
+    shared by every child, not built afresh and copied page by page in each (a third of a
+    child's CPU). Its result is not used; a reward that fails on it fails again in the child,
+    on the reply, and is blamed there."""
+    key = json.dumps(request["taskset"], sort_keys=True)
+    if key in envs.warmed:
+        return
+    envs.warmed.add(key)
+    try:
+        task = load_task(envs, request)
+        trace = build_trace(task, [{"role": "assistant", "content": ""}], {0})
+        loop.run_until_complete(task.score(trace))
+    except Exception:  # a control's failure says nothing here (see above)
+        pass
+
+
 def serve_tools(
     envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any]
 ) -> dict[str, Any]:
@@ -339,6 +360,8 @@ def serve(
         reply = serve_tools(envs, loop, request)
         reply["turns"] = envs.get(request["taskset"]).env is not None
         return reply
+    if request["op"] == "score":
+        warm_up(envs, loop, request)
     gc.freeze()  # what the worker holds stays shared with its children, not copied
     result: dict[str, Any] = in_child(lambda: answer(envs, loop, request, replies))
     return result
