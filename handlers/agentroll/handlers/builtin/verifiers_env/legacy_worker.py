@@ -47,6 +47,9 @@ class Environments:
 
     def __init__(self) -> None:
         self._loaded: dict[str, Any] = {}
+        self.warmed: set[str] = set()
+        """Environments whose rollout ran once in the worker itself, as the control plays
+        it (`worker.warm_up_once`)."""
 
     def get(self, environment: dict[str, Any]) -> Any:
         key = json.dumps(environment, sort_keys=True)
@@ -258,6 +261,9 @@ def serve(
         return worker.failed("load", exc)
     import gc
 
+    key = json.dumps(request["environment"], sort_keys=True)
+    control = {**request, "control": True, "max_turns": 1}  # one empty reply, answered here
+    worker.warm_up_once(envs.warmed, key, loop, lambda: rollout(env, loop, control, worker, None))
     gc.freeze()  # what the worker holds stays shared with its children, not copied
     answer: dict[str, Any] = worker.in_child(lambda: rollout(env, loop, request, worker, replies))
     return answer

@@ -54,6 +54,7 @@ itself (a reward function may block its event loop): the server kills a worker t
 """
 
 import asyncio
+import contextlib
 import functools
 import gc
 import importlib.util
@@ -63,6 +64,7 @@ import resource
 import sys
 import traceback
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -127,7 +129,8 @@ class Environments:
     def __init__(self) -> None:
         self._loaded: dict[str, Loaded] = {}
         self.warmed: set[str] = set()
-        """Tasksets whose scoring ran once in the worker itself, on a control (`warm_up`)."""
+        """Tasksets whose scoring ran once in the worker itself, on a control
+        (`warm_up_once`)."""
 
     def get(self, taskset: dict[str, Any]) -> Loaded:
         key = json.dumps(taskset, sort_keys=True)
@@ -242,23 +245,44 @@ def score(
     return {"ok": True, "rewards": rewards, "metrics": dict(trace.metrics)}
 
 
-def warm_up(envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any]) -> None:
-    """The taskset's scoring run once in the worker itself, before its first child, on an
-    empty reply to the request's task (the job's, not the policy's): what that scoring builds
+def warm_up_once(
+    warmed: set[str], key: str, loop: asyncio.AbstractEventLoop, run: Callable[[], Any]
+) -> None:
+    """`run()`, the control of an environment's first request (nothing of the policy's in it),
+    run once in the worker itself before its first child: what the environment's code builds
     on first use (validators, `isinstance` caches, package metadata) is then built once,
     shared by every child, not built afresh and copied page by page in each (a third of a
-    child's CPU). Its result is not used; a reward that fails on it fails again in the child,
-    on the reply, and is blamed there."""
-    key = json.dumps(request["taskset"], sort_keys=True)
-    if key in envs.warmed:
+    child's CPU). Its result is not used: where it fails, the request fails again in the
+    child, and is blamed there. A trial run in a child first: where it leaves the process a
+    thread (a library's own), the worker is not warmed, since a child forked from a process
+    with other threads inherits their locks held, and their work never done."""
+    if key in warmed:
         return
-    envs.warmed.add(key)
-    try:
-        task = load_task(envs, request)
-        trace = build_trace(task, [{"role": "assistant", "content": ""}], {0})
-        loop.run_until_complete(task.score(trace))
-    except Exception:  # a control's failure says nothing here (see above)
-        pass
+    warmed.add(key)
+    if in_child(lambda: _warm_alone(loop, run)):
+        _warm_alone(loop, run)
+
+
+def _warm_alone(loop: asyncio.AbstractEventLoop, run: Callable[[], Any]) -> bool:
+    """`run()` with a default executor of its own, joined after (`asyncio.to_thread` in a
+    reward starts its threads), then a fresh one that starts none until used; whether the
+    process is left with its one thread."""
+    executor = ThreadPoolExecutor(thread_name_prefix="asyncio")
+    loop.set_default_executor(executor)
+    with contextlib.suppress(Exception):  # a control's failure says nothing here (see above)
+        run()
+    executor.shutdown(wait=True)
+    loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="asyncio"))
+    return len(os.listdir("/proc/self/task")) == 1
+
+
+def scored_control(
+    envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any]
+) -> None:
+    """The request's task scored on an empty reply, the policy's messages left out."""
+    task = load_task(envs, request)
+    trace = build_trace(task, [{"role": "assistant", "content": ""}], {0})
+    loop.run_until_complete(task.score(trace))
 
 
 def serve_tools(
@@ -361,7 +385,8 @@ def serve(
         reply["turns"] = envs.get(request["taskset"]).env is not None
         return reply
     if request["op"] == "score":
-        warm_up(envs, loop, request)
+        key = json.dumps(request["taskset"], sort_keys=True)
+        warm_up_once(envs.warmed, key, loop, lambda: scored_control(envs, loop, request))
     gc.freeze()  # what the worker holds stays shared with its children, not copied
     result: dict[str, Any] = in_child(lambda: answer(envs, loop, request, replies))
     return result
