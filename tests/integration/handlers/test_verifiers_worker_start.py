@@ -17,6 +17,7 @@ from tests.integration.handlers.verifiers_reference import PACKAGE
 
 from agentroll.handlers.builtin.verifiers_env import ensure_verifiers_venv
 from agentroll.handlers.builtin.verifiers_env.confine import THP_SETTINGS
+from agentroll.handlers.builtin.verifiers_env.venv import LEGACY
 from agentroll.handlers.builtin.verifiers_env.workers import (
     FORK_FRIENDLY_ENV,
     WORKER_SCRIPT,
@@ -25,6 +26,7 @@ from agentroll.handlers.builtin.verifiers_env.workers import (
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
+LEGACY_PACKAGE = str(Path(__file__).resolve().parents[2] / "fixtures" / "verifiers_legacy_pkg")
 TASKSET = {"id": "agentroll-vf-echo"}
 GENEROUS_S = 120.0
 """A bound no scoring of the echo taskset comes near, even on a loaded node."""
@@ -140,3 +142,29 @@ async def test_a_first_scoring_is_the_replys_own_even_where_the_reward_fails_on_
     assert broken["stage"] == "score"
     assert broken["error"] == "RuntimeError: this task's reward code is broken"
     assert again["rewards"]["correct"] == {"score": 0.0, "weight": 1.0}
+
+
+async def test_a_legacy_rollout_is_answered_after_the_worker_warmed_on_its_control(
+    workers: VerifiersWorkers,
+) -> None:
+    # attack on the warm-up itself: the control's rollout, run in the worker before its first
+    # child, starts threads (verifiers' rollout runs part of its work on the loop's thread
+    # pool); a child forked while they live waits forever for work they never do
+    python = (await ensure_verifiers_venv([LEGACY_PACKAGE], stack=LEGACY)).python
+    environment = {"id": "agentroll-vf-legacy-exec", "args": {}}
+    listed = {"op": "legacy_rows", "environment": environment, "split": "train", "limit": 1}
+    (row,) = (await workers.ask(python, listed, GENEROUS_S))["rows"]
+    turns: list[list[dict[str, Any]]] = []
+
+    async def policy(turn: list[dict[str, Any]]) -> dict[str, Any]:
+        turns.append(turn)
+        return {"reply": "42"}
+
+    request = {"op": "legacy_rollout", "environment": environment, "row": row, "control": False}
+    first = await workers.ask(python, request, GENEROUS_S, policy)
+    second = await workers.ask(python, request, GENEROUS_S, policy)
+
+    assert turns == [row["prompt"], row["prompt"]]
+    for reply in (first, second):
+        assert reply["ok"], reply
+        assert reply["rewards"]["correct"] == {"score": 1.0, "weight": 1.0}
