@@ -39,6 +39,24 @@ verifiers_legacy (30 rollouts x 3 rounds, load 2.5-2.8 on 2 cores, right after v
 the same minute): math 3.0 ms, verifiers_legacy 23.7 ms (+689 %), verifiers 26.3 ms against
 math 3.3 ms: the same fork per rollout dominates (its INIT asks the worker for the row's tools
 once more, without a fork; the rollout relays the one reply over the worker's pipes).
+Where the forked child's CPU went (the fixture worker alone, 100 scorings): 17.8 ms per
+scoring, 0.3 ms of it the scoring itself; a bare fork and exit of the ~220 MB worker (180 MB of
+it the Python heap verifiers' imports leave) 8 ms (page-table entries copied and torn down,
+4 KiB each); the child's writes ~2,000 copied pages, half of them caches the first
+scoring builds (pydantic validators, `isinstance` caches, package metadata), rebuilt in every
+child since the worker never scored itself. Now the worker's heap sits in transparent huge
+pages (`workers.FORK_FRIENDLY_ENV`: a bare fork and exit 2-2.5 ms) and a taskset's first
+scoring runs once in the worker on its control (`worker.warm_up_once`): 12.4 ms per scoring
+with huge pages alone, 8.2-9.2 ms with both. Interleaved A/B runs (30 rollouts x 3 rounds,
+2 shared cores), before / after: verifiers 22.3-24.7 / 11.0-12.7 ms against math 2.7-3.3 ms
+(+640 % / +270-375 %, two pairs at load 2.1-2.7), 25.3-29.7 / 14.7-17.0 ms (+790-850 % /
++300-410 %, two pairs at load 1.5-7.3; the warm-up alone, before huge pages reached the
+worker: 19.0-19.3 against 20.7-21.7 ms); verifiers_legacy, whose rollouts get the huge pages
+but no warm-up (its rollout relays turns, which the worker cannot answer alone): 21.7-22.3
+against 29.0-31.3 ms (two pairs at load 6.8-8.6; math 2.7-3.7 ms).
+The rest is the floor of a fork per request on this VM: the fork and exit (~2 ms with huge
+pages), and the ~1,000 pages (4 KiB each, copied on write) that scoring's reference counts and
+allocations touch in the child.
 OpenEnv: native_guess 12.0-12.7 ms, openenv 14.3-14.5 ms per rollout (+1.7-2.5 ms, +13-21 %: a
 WebSocket session and a `/schema` request per episode, JSON frames; the environment server's
 own 3.1-3.3 ms apart). Both miss the 10 % target against rollouts this cheap (no sandbox,

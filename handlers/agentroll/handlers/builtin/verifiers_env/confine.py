@@ -14,10 +14,16 @@ Without bubblewrap, verifiers environments do not run (a worker that cannot star
 """
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 from agentroll.handlers.errors import Unconfinable
 from agentroll.runtime.bwrap import root_args
+
+THP_SETTINGS = Path("/sys/kernel/mm/transparent_hugepage")
+"""The kernel's transparent huge page settings, the one part of `/sys` the worker sees
+(read-only): its malloc asks for huge pages only where they say the kernel offers them
+(`workers.FORK_FRIENDLY_ENV`)."""
 
 SANDBOX_UID = 65534
 """The worker's user inside its sandbox (nobody): host files it can read are world-readable."""
@@ -33,8 +39,11 @@ def base_prefix(python: Path) -> Path:
     raise Unconfinable(f"{config} names no base interpreter")
 
 
-def confined_argv(python: Path, command: list[str], script_dir: Path) -> list[str]:
-    """`command` (run by the venv's `python`) inside a sandbox of its own."""
+def confined_argv(
+    python: Path, command: list[str], script_dir: Path, env: Mapping[str, str] | None = None
+) -> list[str]:
+    """`command` (run by the venv's `python`) inside a sandbox of its own, whose environment
+    holds `PATH`, `HOME` and `env`, nothing of the server's."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         raise Unconfinable(
@@ -48,8 +57,13 @@ def confined_argv(python: Path, command: list[str], script_dir: Path) -> list[st
     ]  # fmt: skip
     argv += root_args(None)
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    if THP_SETTINGS.is_dir():  # read by glibc's malloc before it asks for huge pages
+        argv += ["--ro-bind", str(THP_SETTINGS), str(THP_SETTINGS)]
     for path in sorted({str(venv), str(base_prefix(python)), str(script_dir)}):
         argv += ["--ro-bind", path, path]
     argv += ["--remount-ro", "/", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin"]
-    argv += ["--setenv", "HOME", "/tmp", "--chdir", "/tmp", "--", *command]
+    argv += ["--setenv", "HOME", "/tmp"]
+    for name, value in (env or {}).items():
+        argv += ["--setenv", name, value]
+    argv += ["--chdir", "/tmp", "--", *command]
     return argv

@@ -1,6 +1,6 @@
 """A verifiers worker process: a verifiers environment's own code, out of the server's process.
 
-Started by `verifiers_env.workers` as `VENV/bin/python -I .../worker.py LIMIT PARENT` in the
+Started by `verifiers_env.workers` as `VENV/bin/python -s -P .../worker.py LIMIT PARENT` in the
 environment's own virtual environment (`verifiers_env.venv`: verifiers pins packages the
 server's environment cannot hold). Isolated like the math grading workers (`grader_launch`):
 standard library and the environment's packages only, no agentroll import; the helpers it
@@ -57,6 +57,7 @@ itself (a reward function may block its event loop): the server kills a worker t
 """
 
 import asyncio
+import contextlib
 import functools
 import gc
 import importlib.util
@@ -65,6 +66,7 @@ import os
 import resource
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -132,6 +134,9 @@ class Environments:
 
     def __init__(self) -> None:
         self._loaded: dict[str, Loaded] = {}
+        self.warmed: set[str] = set()
+        """Tasksets whose scoring ran once in the worker itself, on a control
+        (`warm_up_once`)."""
 
     def get(self, taskset: dict[str, Any]) -> Loaded:
         key = json.dumps(taskset, sort_keys=True)
@@ -255,6 +260,57 @@ def score(
     return in_child(respond, replies, _checks.reply_check(("score",), clean))
 
 
+def warm_up_once(
+    warmed: set[str],
+    key: str,
+    loop: asyncio.AbstractEventLoop,
+    run: Callable[[], Any],
+    replies: Any,
+) -> None:
+    """`run()`, the control of an environment's first request (nothing of the policy's in it),
+    run once in the worker itself before its first child: what the environment's code builds
+    on first use (validators, `isinstance` caches, package metadata) is then built once,
+    shared by every child, not built afresh and copied page by page in each (a third of a
+    child's CPU). Its result is not used: where it fails, the request fails again in the
+    child, and is blamed there. A trial run in a child first: where it leaves the process a
+    thread (a library's own), the worker is not warmed, since a child forked from a process
+    with other threads inherits their locks held, and their work never done."""
+    if key in warmed:
+        return
+    warmed.add(key)
+    trial = _channel.in_child(
+        lambda: {"alone": _warm_alone(loop, run)},
+        [0, replies.fileno()],
+        lambda reply, _marks: reply,
+        lambda _why: {"alone": False},
+        None,
+    )
+    if trial.get("alone") is True:
+        _warm_alone(loop, run)
+
+
+def _warm_alone(loop: asyncio.AbstractEventLoop, run: Callable[[], Any]) -> bool:
+    """`run()` with a default executor of its own, joined after (`asyncio.to_thread` in a
+    reward starts its threads), then a fresh one that starts none until used; whether the
+    process is left with its one thread."""
+    executor = ThreadPoolExecutor(thread_name_prefix="asyncio")
+    loop.set_default_executor(executor)
+    with contextlib.suppress(Exception):  # a control's failure says nothing here (see above)
+        run()
+    executor.shutdown(wait=True)
+    loop.set_default_executor(ThreadPoolExecutor(thread_name_prefix="asyncio"))
+    return len(os.listdir("/proc/self/task")) == 1
+
+
+def scored_control(
+    envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any]
+) -> None:
+    """The request's task scored on an empty reply, the policy's messages left out."""
+    task = load_task(envs, request)
+    trace = build_trace(task, [{"role": "assistant", "content": ""}], {0})
+    loop.run_until_complete(task.score(trace))
+
+
 def tool_schemas(
     envs: Environments, loop: asyncio.AbstractEventLoop, request: dict[str, Any]
 ) -> dict[str, Any]:
@@ -362,6 +418,9 @@ def serve(
         reply = tool_schemas(envs, loop, request)
         reply["turns"] = envs.get(request["taskset"]).env is not None
         return reply
+    if request["op"] == "score":
+        key = json.dumps(request["taskset"], sort_keys=True)
+        warm_up_once(envs.warmed, key, loop, lambda: scored_control(envs, loop, request), replies)
     gc.freeze()  # what the worker holds stays shared with its children, not copied
     if request["op"] == "call":
         return call(envs, loop, request, replies)
