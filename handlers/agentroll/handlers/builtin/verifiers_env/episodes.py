@@ -27,7 +27,7 @@ from typing import Any, cast
 
 from agentroll.handlers.budget import run_budget
 from agentroll.handlers.builtin.control import ControlResult
-from agentroll.handlers.builtin.verifiers_env.workers import Turns, default_workers, load_failure
+from agentroll.handlers.builtin.verifiers_env.workers import Turns, asked, load_failure
 from agentroll.handlers.context import RolloutContext
 from agentroll.handlers.errors import InfraError, VerifiersWorkerFailure
 from agentroll.server.schema.messages import ChatMessage
@@ -70,12 +70,8 @@ async def _episode(
     """None when the environment's `run` completed, else what failed. `control`: `answer` is
     a control's, answered at once (the request takes no episode's worker slot)."""
     try:
-        reply = await default_workers().ask(
-            python, request, timeout_s, answer, answer_waits=not control
-        )
+        reply = await asked(python, request, timeout_s, answer, answer_waits=not control)
     except VerifiersWorkerFailure as exc:
-        if exc.kind == "unavailable":
-            raise InfraError(str(exc), cause="verifiers_worker_unavailable") from exc
         return f"the environment's code {exc.kind}: {exc}"
     if reply.get("ok"):
         return None

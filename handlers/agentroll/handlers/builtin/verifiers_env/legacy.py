@@ -67,7 +67,7 @@ from agentroll.handlers.builtin.verifiers_env.handler import (
 from agentroll.handlers.builtin.verifiers_env.venv import LEGACY, ensure_verifiers_venv
 from agentroll.handlers.builtin.verifiers_env.workers import (
     Turns,
-    default_workers,
+    asked,
     load_failure,
 )
 from agentroll.handlers.context import Reward, RolloutContext
@@ -202,14 +202,7 @@ async def _ask(
     """The worker's reply; infra_error where no worker starts or the environment cannot
     load (before anything of the policy's was read). `control`: `answer` is a control's,
     answered at once (the request takes no episode's worker slot)."""
-    try:
-        reply = await default_workers().ask(
-            python, request, timeout_s, answer, answer_waits=not control
-        )
-    except VerifiersWorkerFailure as exc:
-        if exc.kind == "unavailable":
-            raise InfraError(str(exc), cause="verifiers_worker_unavailable") from exc
-        raise
+    reply = await asked(python, request, timeout_s, answer, answer_waits=not control)
     if not reply.get("ok") and reply.get("stage") == "load":
         raise load_failure(reply)
     if not reply.get("ok") and reply.get("stage") == "history":  # the worker's own verdict

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from agentroll.handlers.agent import Tool
-from agentroll.handlers.builtin.verifiers_env.workers import default_workers, load_failure
+from agentroll.handlers.builtin.verifiers_env.workers import asked, load_failure
 from agentroll.handlers.errors import InfraError, VerifiersWorkerFailure
 from agentroll.runtime import Sandbox
 from agentroll.runtime.action.errors import ActionRequestError
@@ -53,12 +53,7 @@ def _answered(reply: dict[str, Any]) -> dict[str, Any]:
 
 
 async def _ask(python: Path, request: dict[str, Any], timeout_s: float) -> dict[str, Any]:
-    try:
-        return _answered(await default_workers().ask(python, request, timeout_s))
-    except VerifiersWorkerFailure as exc:
-        if exc.kind == "unavailable":
-            raise InfraError(str(exc), cause="verifiers_worker_unavailable") from exc
-        raise
+    return _answered(await asked(python, request, timeout_s))
 
 
 async def describe(python: Path, taskset: dict[str, Any], task: dict[str, Any]) -> Described:

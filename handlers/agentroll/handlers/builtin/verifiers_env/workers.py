@@ -302,6 +302,26 @@ def default_workers() -> VerifiersWorkers:
     return _default.get()
 
 
+async def asked(
+    python: Path,
+    message: dict[str, Any],
+    timeout_s: float,
+    answer: Turns | None = None,
+    *,
+    answer_waits: bool = True,
+) -> dict[str, Any]:
+    """`default_workers().ask(...)`; a worker that cannot start is infra_error
+    `verifiers_worker_unavailable` (never the request's doing), any other failure raised."""
+    try:
+        return await default_workers().ask(
+            python, message, timeout_s, answer, answer_waits=answer_waits
+        )
+    except VerifiersWorkerFailure as exc:
+        if exc.kind == "unavailable":
+            raise InfraError(str(exc), cause="verifiers_worker_unavailable") from exc
+        raise
+
+
 async def shutdown_default_workers() -> None:
     workers = _default.pop()
     if workers is not None:
