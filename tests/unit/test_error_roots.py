@@ -49,7 +49,12 @@ HOMES = {
     "trainer_clients": "trainer_clients/agentroll/trainer_clients/errors.py",
 }
 # A program sent to a sandbox as its own source can import no second file of ours.
-STANDALONE = {"handlers/agentroll/handlers/builtin/code/code_runner.py"}
+# Programs another interpreter runs (the sandbox's, a verifiers environment's): they cannot
+# import agentroll's errors module.
+STANDALONE = {
+    "handlers/agentroll/handlers/builtin/code/code_runner.py",
+    "handlers/agentroll/handlers/builtin/verifiers_env/legacy_worker.py",
+}
 BUILTIN_ERRORS = {
     name
     for name, value in vars(builtins).items()

@@ -27,6 +27,7 @@ modules that raise them re-export their names, so older import paths such as
     ├── HarborRegistryError(HandlerError, ValueError)   a Harbor registry or dataset unusable
     ├── UnsupportedEnvironment(HandlerError, ValueError)  a verifiers taskset needing more
     ├── VerifiersWorkerFailure         a verifiers worker timed out, died or did not start
+    ├── ReplayDiverged         a replayed verifiers rollout's environment asked another turn
     ├── Unconfinable(HandlerError, RuntimeError)   bubblewrap is missing: no worker runs
     ├── ToolRefused            a harness's MCP tool call that cannot run (the policy's doing)
     └── UnreadableFile         a file in a sandbox the agent left unreadable (too large, a FIFO)
@@ -243,3 +244,10 @@ class StepFailed(InfraError):
     def __init__(self, message: str, action: dict[str, Any], *, cause: str) -> None:
         super().__init__(message, cause=cause)
         self.action = action
+
+
+class ReplayDiverged(HandlerError):
+    """A replayed rollout's environment asked another turn than the first time: the replay
+    says nothing, and the first failure stands."""
+
+    cause = "verifiers_replay_diverged"

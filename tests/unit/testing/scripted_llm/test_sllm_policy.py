@@ -122,8 +122,8 @@ def test_registry_rejects_duplicates_and_names_known_rules() -> None:
     with pytest.raises(
         UnknownRuleError,
         match="known rules: calculator, claude_code, code, codex, compaction, default, echo, "
-        "gemini_cli, guess, judge, judge_garbage, math, mini_swe, opencode, openenv_guess, "
-        "openreward_guess, "
+        "gemini_cli, guess, judge, judge_garbage, math, mini_swe, notes, opencode, openenv_guess, "
+        "openenv_mcp_guess, openreward_guess, "
         "qwen_code, redteam, "
         "redteam_budgets, "
         "redteam_codegrade, stem, "

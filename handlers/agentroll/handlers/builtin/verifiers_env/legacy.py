@@ -75,6 +75,7 @@ from agentroll.handlers.errors import (
     AgentError,
     ContextLengthExceeded,
     InfraError,
+    ReplayDiverged,
     VerifiersRewardFailed,
     VerifiersWorkerFailure,
 )
@@ -124,10 +125,6 @@ def chat_message(message: dict[str, Any]) -> ChatMessage:
     if message.get("tool_call_id"):
         out["tool_call_id"] = message["tool_call_id"]
     return cast(ChatMessage, out)
-
-
-class ReplayDiverged(Exception):
-    """A replayed rollout's environment asked another turn than the first time."""
 
 
 class Rollout:
