@@ -6,10 +6,8 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from agentroll.handlers.builtin.verifiers_env.legacy import LegacyEnvironmentSpec
-from agentroll.handlers.builtin.verifiers_env.tasks import LIST_TIMEOUT_S
+from agentroll.handlers.builtin.verifiers_env.tasks import listing
 from agentroll.handlers.builtin.verifiers_env.venv import LEGACY, ensure_verifiers_venv
-from agentroll.handlers.builtin.verifiers_env.workers import default_workers
-from agentroll.handlers.errors import UnsupportedEnvironment
 
 
 async def legacy_instances(
@@ -36,10 +34,6 @@ async def legacy_instances(
         "skip": skip,
         "limit": limit,
     }
-    reply = await default_workers().ask(venv.python, request, LIST_TIMEOUT_S)
-    if not reply.get("ok"):
-        raise RuntimeError(f"the environment {environment!r} cannot load: {reply.get('error')}")
-    if reply["unsupported"]:
-        raise UnsupportedEnvironment(f"{environment}: " + "; ".join(reply["unsupported"]))
+    reply = await listing(venv.python, request, "environment", environment)
     spec_json = spec.model_dump(mode="json")
     return [{"environment": spec_json, "row": row} for row in reply["rows"]]
