@@ -19,9 +19,9 @@ are served on the proxy's `/mcp` and written into the preset's configuration (`w
 presets without one are refused at submission). The proxy closes when the harness's run
 ends, on every path, and before the tools do: a tool call still in flight is finished (up to
 `MCP_WAIT_S`, within what is left of the harness's budget; not on a cancellation) and its
-reward recorded. Its time limit is `timeout_s` clipped
-to RUN's budget (`agentroll.handlers.budget`), so a harness that would outlive RUN's timeout
-is killed and graded (`harness_timeout`), never `timed_out`.
+reward recorded. Its time limit is `timeout_s` clipped to RUN's budget
+(`agentroll.handlers.budget`), so a harness that would outlive RUN's timeout is killed and
+graded (`harness_timeout`), never `timed_out`.
 """
 
 from collections.abc import Mapping
