@@ -10,18 +10,17 @@ import pytest
 from tests.engine.conftest import EngineAgentroll
 from tests.engine.engine_handlers import chat_registry
 from tests.engine.fidelity import metric, sampled_mismatches
-from tests.engine.waits import pause_mid_reply
+from tests.engine.waits import TOKENS, pause_mid_reply
 
 from agentroll.server.engine import VLLMServer
 from agentroll.server.schema import PauseMode, Trajectory
 from agentroll.testing.scripted_llm import get_tokenizer
 
-TOKENS = "vllm:generation_tokens_total"
 LONG_TURN = 3800
 """The first turn: most of the 4096-token context, so the pause lands while it is sampled."""
 TRIES = 5
-"""The engine samples a few thousand tokens a second when it has a core to itself: a pause
-that arrives after the long turn ended tested nothing, and the rollout is run again."""
+"""The engine samples only in short slices before the pause, but a slice the node's
+scheduling stretched past the long turn's end tested nothing: the rollout is run again."""
 
 
 async def _engine_paused(url: str) -> bool:
@@ -44,8 +43,12 @@ async def _paused_rollout(
         "sampling": {"temperature": 0.0},
     }
     async with engine_agentroll(registry=chat_registry()) as (_, client):
-        await client.submit([job])
-        pause = await pause_mid_reply(client, engine, lambda: client.pause(mode, timeout_s=300))
+        pause = await pause_mid_reply(
+            client,
+            engine,
+            lambda: client.submit([job]),
+            lambda: client.pause(mode, timeout_s=300),
+        )
         if pause is None:  # the rollout ended before its reply was caught: it tested nothing
             return (await client.wait_for([job_id], 600))[job_id], seen
         seen["in_flight"] = pause.in_flight

@@ -63,8 +63,13 @@ async def _kept_rollouts(
             {"job_id": i, "handler": "parrot", "instance": {"words": [i]}, "sampling": LONG_REPLY}
             for i in ids
         ]
-        await client.submit(jobs)
-        paused = await pause_mid_reply(client, engine, lambda: client.pause("keep", timeout_s=60))
+        paused = await pause_mid_reply(
+            client,
+            engine,
+            lambda: client.submit(jobs),
+            lambda: client.pause("keep", timeout_s=60),
+            calls=JOBS,
+        )
         if paused is None:
             return await client.wait_for(ids, 300), False  # it tested nothing: run again
         assert (paused.mode, paused.backend_errors) == ("keep", {})

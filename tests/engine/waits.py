@@ -1,11 +1,13 @@
 """Catching a rollout's generation call mid-sampling, whatever the node's scheduling.
 
-A pause test needs its pause to land while the engine samples a reply. Polling for that
-alone is a race the test can lose: this node type stalls a process for seconds at times,
-and a reply that ended during the stall tested nothing. So the engine's sampling processes
-are frozen (SIGSTOP) once a call is with them and has had a moment to sample; the pause is
-asked for while they are frozen (the engine's API server takes it at once), and they go on
-(SIGCONT) once it is under way.
+A pause test needs its pause to land while the engine samples a reply. Polling for that is
+a race the test can lose: on this node type a busy engine can leave every other process
+unscheduled for seconds (seen: 5 s in which the test's process got no CPU while the engine's
+long turn ran to its end), and a reply that ended meanwhile tested nothing. So the engine's
+sampling processes are frozen (SIGSTOP) before the jobs are submitted, and only thawed for
+short slices the test measures: the calls reach the engine's API server (which keeps
+answering) and wait there, the reply gets as many tokens as the test wants, and the pause is
+asked for while nothing samples. They go on (SIGCONT) once the pause is under way.
 """
 
 import asyncio
@@ -15,22 +17,18 @@ import signal
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
+from tests.engine.fidelity import metric
+
 from agentroll.server.engine.vllm_server import VLLMServer
-from agentroll.server.schema import DEFAULT_POLICY, JobState, PauseResponse
+from agentroll.server.schema import DEFAULT_POLICY, PauseResponse
 from agentroll.trainer_clients import AsyncRolloutClient
 
-SAMPLING_S = 0.3
-"""How long a reply is sampled before the engine is frozen: a few hundred of its thousands
-of tokens (a pause that catches none of them is a try that tested nothing)."""
-
-
-async def _generating(client: AsyncRolloutClient) -> bool | None:
-    """True while a generation call is in flight, None while jobs wait, False once all ended."""
-    status = await client.status()
-    if status.policies[DEFAULT_POLICY].in_flight >= 1:
-        return True
-    live = sum(n for s, n in status.jobs_by_state.items() if not JobState(s).terminal)
-    return None if live else False
+TOKENS = "vllm:generation_tokens_total"
+SLICE_S = 0.05
+"""How long the engine samples between looks: a few dozen of a long reply's thousands of
+tokens, so a slice stretched by the node's scheduling still rarely reaches its end."""
+SETTLE_S = 0.2
+"""For the API server to count the tokens the frozen core had already sent it."""
 
 
 def _descendants(pid: int) -> list[int]:
@@ -48,43 +46,63 @@ def _descendants(pid: int) -> list[int]:
     return below
 
 
+def _signal_all(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
 @contextlib.contextmanager
-def _frozen(engine: VLLMServer) -> Iterator[None]:
+def _frozen(engine: VLLMServer) -> Iterator[Callable[[], Awaitable[None]]]:
     """The engine's sampling processes stopped (its core and worker, the API server's own
-    children); the API server itself keeps answering, so a pause reaches it at once and
-    the core carries it out before its next step once it goes on."""
+    children) for the block, which gets a coroutine function that lets them sample for one
+    slice. The API server itself keeps answering, so calls and a pause reach it at once and
+    the core carries them out in order once it goes on."""
     assert engine.popen is not None
     sampling = _descendants(engine.popen.pid)
-    for pid in sampling:
-        os.kill(pid, signal.SIGSTOP)
+    assert sampling, "the engine's sampling processes were not found"
+
+    async def one_slice() -> None:
+        _signal_all(sampling, signal.SIGCONT)
+        try:
+            await asyncio.sleep(SLICE_S)
+        finally:
+            _signal_all(sampling, signal.SIGSTOP)
+        await asyncio.sleep(SETTLE_S)
+
+    _signal_all(sampling, signal.SIGSTOP)
     try:
-        yield
+        yield one_slice
     finally:
-        for pid in sampling:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
+        _signal_all(sampling, signal.SIGCONT)
+
+
+async def _in_flight(client: AsyncRolloutClient) -> int:
+    return (await client.status()).policies[DEFAULT_POLICY].in_flight
 
 
 async def pause_mid_reply(
     client: AsyncRolloutClient,
     engine: VLLMServer,
+    submit: Callable[[], Awaitable[object]],
     pause: Callable[[], Awaitable[PauseResponse]],
+    *,
+    calls: int = 1,
     timeout_s: float = 300.0,
 ) -> PauseResponse | None:
-    """`pause()` while a reply is being sampled; None if every job ended before one was
-    caught (a try that tested nothing: run it again)."""
+    """`submit()`, then `pause()` once `calls` generation calls are with the engine and their
+    replies have some tokens; None if a reply ended before the pause was asked for (a try
+    that tested nothing: run it again)."""
     async with asyncio.timeout(timeout_s):
-        while (state := await _generating(client)) is None:
-            await asyncio.sleep(0.02)
-        if not state:
-            return None
-        # A moment for it to sample some of the reply. Not the engine's own counter: its API
-        # server, sharing the cores with the sampling, may answer /metrics only once the
-        # replies have ended.
-        await asyncio.sleep(SAMPLING_S)
-        with _frozen(engine):
-            if not await _generating(client):
-                return None  # it ended before the freeze
+        with _frozen(engine) as one_slice:
+            before = await metric(engine.url, TOKENS)
+            await submit()
+            while await _in_flight(client) < calls:
+                await asyncio.sleep(0.02)
+            while await metric(engine.url, TOKENS) == before:
+                await one_slice()
+            if await _in_flight(client) < calls:
+                return None  # a reply ended within a slice
             asked = asyncio.ensure_future(pause())
             while not (await client.status()).policies[DEFAULT_POLICY].paused:
                 await asyncio.sleep(0.02)
