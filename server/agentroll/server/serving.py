@@ -63,17 +63,24 @@ class RunningServer:
         token: str | None = getattr(state, "api_token", None)
         return token
 
-    async def stop(self, timeout_s: float = 30.0) -> None:
+    async def stop(self, timeout_s: float = 30.0, cancel_wait_s: float = 10.0) -> None:
+        """Asks the server to exit and waits `timeout_s`; then cancels it and waits at most
+        `cancel_wait_s` more. A server that outlives its cancellation (an app whose shutdown
+        swallows it) is a `TimeoutError` naming it, never a caller left waiting forever."""
         begin = getattr(getattr(self.server.config.app, "state", None), "begin_shutdown", None)
         if begin is not None:
             begin()
         self.server.should_exit = True
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self.task), timeout_s)
+        await asyncio.wait({self.task}, timeout=timeout_s)
         if not self.task.done():
             self.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self.task
+            await asyncio.wait({self.task}, timeout=cancel_wait_s)
+        if not self.task.done():
+            raise TimeoutError(
+                f"server at {self.url} still running {cancel_wait_s:g} s after its cancellation"
+            )
+        if not self.task.cancelled():
+            self.task.result()  # a serve that failed on its way out raises here
 
 
 class _Server(uvicorn.Server):
