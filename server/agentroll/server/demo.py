@@ -20,6 +20,7 @@ docs/engine.md). Real tokens, real logprobs; the model samples noise, so rewards
 """
 
 import asyncio
+import faulthandler
 import shutil
 import statistics
 import sys
@@ -50,6 +51,9 @@ from agentroll.testing.tiny_model import prepare_tiny_engine
 from agentroll.trainer_clients import AsyncRolloutClient
 
 RESULT_TIMEOUT_S = 600.0
+SHUTDOWN_LIMIT_S = 120.0
+"""After Ctrl-C, what the servers' shutdown may take (each stop is bounded at 40 s) before the
+demo dumps every thread's stack to stderr and exits 1 rather than hang."""
 
 
 @dataclass
@@ -355,7 +359,10 @@ async def _run_against(
             print("(the demo server stops now: `agentroll demo --keep-serving` keeps it up)")
             return status
         print("serving the viewer and the API until Ctrl-C", flush=True)
-        await asyncio.Event().wait()  # by design only Ctrl-C ends it (cancelling this task)
+        try:
+            await asyncio.Event().wait()  # by design only Ctrl-C ends it (cancelling this task)
+        finally:
+            faulthandler.dump_traceback_later(SHUTDOWN_LIMIT_S, exit=True)
         return status
     finally:
         await server.stop()
@@ -378,3 +385,5 @@ def run_demo(
             if run.status is None:  # interrupted before the rollouts were summed up
                 raise
             return run.status
+        finally:
+            faulthandler.cancel_dump_traceback_later()

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import IO
 
 import httpx
 import pytest
@@ -14,12 +15,16 @@ from tests.integration.viewer.viewer_support import Elements
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
-def _demo(*flags: str) -> subprocess.Popen[str]:
+def _demo(*flags: str, stderr: IO[str] | None = None) -> subprocess.Popen[str]:
     command = [sys.executable, "-m", "agentroll.server.cli", "demo", "--groups", "2"]
     command += ["--group-size", "2", "--latency", "0", *flags]
     no_bwrap = {"PATH": str(Path(sys.executable).parent)}
     return subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=no_bwrap
+        command,
+        stdout=subprocess.PIPE,
+        stderr=stderr or subprocess.DEVNULL,
+        text=True,
+        env=no_bwrap,
     )
 
 
@@ -31,8 +36,9 @@ def _viewer_line(demo: subprocess.Popen[str]) -> str:
     raise AssertionError("the demo printed no viewer address")
 
 
-def test_the_demo_keeps_serving_its_viewer_until_ctrl_c() -> None:
-    demo = _demo("--keep-serving")
+def test_the_demo_keeps_serving_its_viewer_until_ctrl_c(tmp_path: Path) -> None:
+    stderr = (tmp_path / "stderr.txt").open("w")
+    demo = _demo("--keep-serving", stderr=stderr)
     try:
         login = _viewer_line(demo)
         assert "/ui?token=" in login
@@ -43,11 +49,15 @@ def test_the_demo_keeps_serving_its_viewer_until_ctrl_c() -> None:
             assert len(results.find("tr", class_="row")) == 4  # 2 groups of 2
         assert demo.poll() is None  # still serving
         demo.send_signal(signal.SIGINT)
-        assert demo.wait(300) == 0  # the demo's own status: every rollout ok
+        # The demo's own status: every rollout ok. A shutdown that hung past the demo's
+        # bound is exit 1, with every thread's stack in its stderr.
+        code = demo.wait(300)
+        assert code == 0, (tmp_path / "stderr.txt").read_text()[-6000:]
     finally:
         if demo.poll() is None:
             demo.kill()
             demo.wait(30)
+        stderr.close()
 
 
 def test_without_keep_serving_the_demo_prints_the_address_and_ends() -> None:
