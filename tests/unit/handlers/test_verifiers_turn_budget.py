@@ -41,7 +41,7 @@ def context(max_turns: int = 100) -> ClockedContext:
 
 async def play_legacy(ctx: ClockedContext, step_s: float = STEP_S) -> list[Any]:
     rollout = Rollout(ctx, [], SCORE_TIMEOUT_S)  # type: ignore[arg-type]
-    return await environment(rollout.answer, ctx.clock, step_s)
+    return await environment(rollout.turns, ctx.clock, step_s)
 
 
 async def play_v1(

@@ -14,12 +14,14 @@ the environment sees as a terminated segment; so is a turn asked once RUN's time
 (`{"end": "wall_time"}`, `out_of_time`). The conversation is then scored as any rollout's
 (EVAL, `handler`).
 
-Whose fault a failure is: the environment's code raised or ran past `score_timeout_s` between
-two turns during the episode: blamed by a control (`control.py`), the same episode played with
-an empty reply to every turn (answered by the server, each wait for the worker bounded as the
-policy's are: `empty_replies`). If the control completes, the policy's replies broke it: ok,
-reward 0, `reason: "environment_failed_on_answer"`; if it fails too, infra_error
-`verifiers_env_failed`.
+Whose fault a failure is: where the episode's worker timed out (the environment's code ran
+past `score_timeout_s` between two turns) or died, the episode is first played once more in a
+fresh worker with the replies already sampled (`replays`: a loaded node or the OOM killer is
+not the replies' doing). The environment's code raised, or failed so twice: blamed by a
+control (`control.py`), the same episode played with an empty reply to every turn (answered
+by the server, each wait for the worker bounded as the policy's are: `empty_replies`). If the
+control completes, the policy's replies broke it: ok, reward 0, `reason:
+"environment_failed_on_answer"`; if it fails too, infra_error `verifiers_env_failed`.
 """
 
 from pathlib import Path
@@ -27,6 +29,7 @@ from typing import Any, cast
 
 from agentroll.handlers.budget import run_budget
 from agentroll.handlers.builtin.control import ControlResult
+from agentroll.handlers.builtin.verifiers_env.replays import RecordedTurns, played_twice
 from agentroll.handlers.builtin.verifiers_env.workers import Turns, asked, load_failure
 from agentroll.handlers.context import RolloutContext
 from agentroll.handlers.errors import InfraError, VerifiersWorkerFailure
@@ -67,17 +70,19 @@ def _environment_messages(turn: list[dict[str, Any]]) -> list[ChatMessage]:
 async def _episode(
     python: Path, request: dict[str, Any], timeout_s: float, answer: Turns, control: bool = False
 ) -> str | None:
-    """None when the environment's `run` completed, else what failed. `control`: `answer` is
-    a control's, answered at once (the request takes no episode's worker slot)."""
-    try:
-        reply = await asked(python, request, timeout_s, answer, answer_waits=not control)
-    except VerifiersWorkerFailure as exc:
-        return f"the environment's code {exc.kind}: {exc}"
+    """None when the environment's `run` completed, else what failed; `VerifiersWorkerFailure`
+    where its worker timed out or died. `control`: `answer` is a control's, answered at once
+    (the request takes no episode's worker slot)."""
+    reply = await asked(python, request, timeout_s, answer, answer_waits=not control)
     if reply.get("ok"):
         return None
     if reply.get("stage") == "load":
         raise load_failure(reply)
     return f"the environment's run() failed: {reply.get('error')}"[:4000]
+
+
+def _worker_failed(exc: VerifiersWorkerFailure) -> str:
+    return f"the environment's code {exc.kind}: {exc}"
 
 
 async def play_episode(
@@ -89,7 +94,8 @@ async def play_episode(
     timeout_s: float,
 ) -> str | None:
     """One episode, the policy answering each turn the environment asks; None when it
-    completed, else what failed (blamed in EVAL, by `control_episode`)."""
+    completed, else what failed (blamed in EVAL, by `control_episode`). A worker that timed
+    out or died under it plays it once more first (`replays`)."""
 
     async def answer(turn: list[dict[str, Any]]) -> dict[str, Any]:
         said = _environment_messages(turn)
@@ -106,7 +112,14 @@ async def play_episode(
         return {"reply": sampled.text}
 
     request = {"op": "episode", "taskset": taskset, "task": task}
-    return await _episode(python, request, timeout_s, answer)
+
+    async def play(turns: Turns) -> str | None:
+        return await _episode(python, request, timeout_s, turns)
+
+    try:
+        return await played_twice(ctx, play, RecordedTurns(answer))
+    except VerifiersWorkerFailure as failure:
+        return _worker_failed(failure)
 
 
 async def control_episode(
@@ -117,6 +130,8 @@ async def control_episode(
     request = {"op": "episode", "taskset": taskset, "task": task}
     try:
         failure = await _episode(python, request, timeout_s, empty_replies(max_turns), True)
+    except VerifiersWorkerFailure as exc:
+        failure = _worker_failed(exc)
     except InfraError as exc:
         return ControlResult(False, f"with empty replies: {exc}", keep=False)
     if failure is None:

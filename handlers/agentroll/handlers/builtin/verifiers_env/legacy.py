@@ -42,7 +42,6 @@ empty reply to every turn, each answered by the server as the policy's are, then
   if the control is scored; else infra_error `verifiers_reward_failed`.
 """
 
-import asyncio
 from pathlib import Path
 from typing import Any, cast
 
@@ -50,7 +49,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentroll.handlers.agent import AgentConfig
 from agentroll.handlers.base import AgentHandler, parsed_instance
-from agentroll.handlers.budget import run_budget
 from agentroll.handlers.builtin.control import CONTROLS, ControlResult, blamed, content_key
 from agentroll.handlers.builtin.verifiers_env.episodes import (
     ENV_FAILED,
@@ -64,6 +62,11 @@ from agentroll.handlers.builtin.verifiers_env.handler import (
     TOOLS_KEY,
     scored_reward,
 )
+from agentroll.handlers.builtin.verifiers_env.replays import (
+    RecordedTurns,
+    attempts_shown,
+    played_twice,
+)
 from agentroll.handlers.builtin.verifiers_env.venv import LEGACY, ensure_verifiers_venv
 from agentroll.handlers.builtin.verifiers_env.workers import (
     Turns,
@@ -75,7 +78,6 @@ from agentroll.handlers.errors import (
     AgentError,
     ContextLengthExceeded,
     InfraError,
-    ReplayDiverged,
     VerifiersRewardFailed,
     VerifiersWorkerFailure,
 )
@@ -88,7 +90,6 @@ from agentroll.handlers.toolcalls import (
 from agentroll.server.schema.messages import ChatMessage, ToolSpec
 
 INSTANCE_KEY, RESULT_KEY = "verifiers_legacy", "verifiers_legacy_result"
-ATTEMPTS_KEY = "verifiers_legacy_attempts"
 HISTORY_REWRITTEN = "verifiers_env_rewrote_history"
 """The environment rewrote the conversation between turns: what it would score is not what
 the policy's tokens were sampled on. Never blamed on the policy by a control: empty replies
@@ -129,39 +130,18 @@ def chat_message(message: dict[str, Any]) -> ChatMessage:
 
 class Rollout:
     """The policy's side of one legacy rollout: answers each model call the environment
-    makes with a reply sampled through the rollout's session."""
+    makes with a reply sampled through the rollout's session (`turns`, which keeps them for
+    a replay)."""
 
     def __init__(self, ctx: RolloutContext, tools: list[ToolSpec], score_timeout_s: float) -> None:
         self.ctx, self.tools, self.score_timeout_s = ctx, tools, score_timeout_s
         self.stopped: AgentError | None = None
         """The policy's error that ended the rollout (raised once it is scored)."""
-        self.given: list[tuple[list[dict[str, Any]], dict[str, Any]]] = []
-        """Each turn asked and what it was answered, in order."""
+        self.turns = RecordedTurns(self._next)
         parser = get_parser(AgentConfig().parser)
         if isinstance(parser, SchemaAwareParser):  # formats whose arguments are untyped text
             parser = parser.with_tools(tools)
         self.parser: ToolCallParser = parser
-
-    async def answer(self, turn: list[dict[str, Any]]) -> dict[str, Any]:
-        given = await self._next(turn)
-        self.given.append((turn, given))
-        return given
-
-    def replayed(self) -> Turns:
-        """Answers the rollout's turns once more (in a fresh worker) with what `answer` gave
-        them, and any turn past those as `answer` does. `ReplayDiverged` where the environment
-        asks another turn than before: the replies were sampled on what it said then."""
-        given = iter(list(self.given))
-
-        async def again(turn: list[dict[str, Any]]) -> dict[str, Any]:
-            before = next(given, None)
-            if before is None:
-                return await self.answer(turn)
-            if before[0] != turn:
-                raise ReplayDiverged("the environment said something else the second time")
-            return before[1]
-
-        return again
 
     async def _next(self, turn: list[dict[str, Any]]) -> dict[str, Any]:
         ctx, said = self.ctx, [chat_message(m) for m in turn]
@@ -207,30 +187,6 @@ async def _ask(
     return reply
 
 
-async def _replayed(
-    ctx: RolloutContext,
-    python: Path,
-    request: dict[str, Any],
-    timeout_s: float,
-    rollout: Rollout,
-    first: VerifiersWorkerFailure,
-) -> dict[str, Any]:
-    """The rollout played once more in a fresh worker, its turns answered as before
-    (`Rollout.replayed`): a timeout or a dead worker counts against the replies only once it
-    happens again (a starved node or the OOM killer is not their doing). The replay runs
-    within RUN's budget; where it does not fit, or its environment says something else than
-    the first time, the first failure stands."""
-    failure = first
-    try:
-        async with asyncio.timeout(run_budget(ctx)):
-            return await _ask(python, request, timeout_s, rollout.replayed())
-    except VerifiersWorkerFailure as exc:
-        failure = exc
-    except (TimeoutError, ReplayDiverged):  # RUN's budget; or a replay that is no replay
-        pass
-    return {"ok": False, "error": f"its code {failure.kind}: {failure}"}
-
-
 def _failure(reply: dict[str, Any]) -> InfraError:
     """What a rollout's failed reply blames, if the control clears the environment."""
     if reply.get("stage") == "score":
@@ -268,11 +224,14 @@ class VerifiersLegacyHandler(AgentHandler):
             "row": job.row,
         }
         rollout = Rollout(ctx, ctx.state[TOOLS_KEY], spec.score_timeout_s)
-        try:
-            result = await _ask(python, request, spec.score_timeout_s, rollout.answer)
-        except VerifiersWorkerFailure as exc:  # timed out or died: the replies, or the node?
-            ctx.state[ATTEMPTS_KEY] = 2
-            result = await _replayed(ctx, python, request, spec.score_timeout_s, rollout, exc)
+
+        async def play(turns: Turns) -> dict[str, Any]:
+            return await _ask(python, request, spec.score_timeout_s, turns)
+
+        try:  # a timeout or a dead worker: the replies', or the node's doing?
+            result = await played_twice(ctx, play, rollout.turns)
+        except VerifiersWorkerFailure as failure:
+            result = {"ok": False, "error": f"its code {failure.kind}: {failure}"}
         ctx.state[RESULT_KEY] = result
         if rollout.stopped is not None:  # agent_error, its rollout scored in EVAL
             raise rollout.stopped
@@ -281,8 +240,7 @@ class VerifiersLegacyHandler(AgentHandler):
         job = self.task(ctx)
         replies = [m["content"] for m in ctx.llm.messages if m["role"] == "assistant"]
         shown: dict[str, Any] = {"reply": str(replies[-1] if replies else "")[:MAX_SHOWN_CHARS]}
-        if ATTEMPTS_KEY in ctx.state:
-            shown["rollout_attempts"] = ctx.state[ATTEMPTS_KEY]
+        shown |= attempts_shown(ctx)
         result: dict[str, Any] = ctx.state[RESULT_KEY]
         if result.get("ok"):
             try:
