@@ -9,9 +9,6 @@ rubric gives on the same completions, computed here by verifiers itself (its own
 replaying the policy's replies, then `rubric.score_rollout`); tokens are the backend's; a
 reward or an environment the reply breaks is a 0, one broken for everyone is infra_error."""
 
-import asyncio
-import os
-import signal
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -24,14 +21,12 @@ from tests.integration.handlers.harness import (
     run_jobs,
     scripted_backend,
 )
-from tests.integration.handlers.verifiers_reference import run_in_verifiers
+from tests.integration.handlers.verifiers_reference import run_in_verifiers, run_killing_workers
 
 from agentroll.handlers.builtin.control import CONTROLS
 from agentroll.handlers.builtin.verifiers_env import ensure_verifiers_venv, legacy_instances
 from agentroll.handlers.builtin.verifiers_env.venv import LEGACY
-from agentroll.handlers.builtin.verifiers_env.workers import default_workers
 from agentroll.server.schema import Outcome, Trajectory
-from agentroll.server.serving import RunningServer
 
 # A fresh machine installs verifiers 0.3.1 and its dependencies first (a minute or two).
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
@@ -373,23 +368,7 @@ async def test_a_worker_killed_under_an_honest_game_plays_it_again_and_grades_it
     instance = slow_game(game[0], "5", 300, 1, 30, max_turns=3)
     job = {"job_id": "killed", "handler": "verifiers_legacy", "instance": instance}
 
-    async def kill_workers_once_sampled(backend: RunningServer) -> list[int]:
-        while not await request_log(backend):
-            await asyncio.sleep(0.05)
-        pids = default_workers().worker_pids  # this test's own server's workers
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
-        return pids
-
-    async with (
-        scripted_backend(wrong_rate=0.0, policy="guess,echo") as backend,
-        rollout_service(agentroll_server, tmp_path, backend) as client,
-    ):
-        killer = asyncio.create_task(kill_workers_once_sampled(backend))
-        results = await run_jobs(client, [job], timeout_s=600)
-        killed = await asyncio.wait_for(killer, 10)
-
-    t = results["killed"]
+    t, killed, _ = await run_killing_workers(agentroll_server, tmp_path, job, "guess,echo")
     assert killed
     assert (t.outcome, t.reward) == (Outcome.ok, pytest.approx(0.5 / 3)), (t.error, t.reward_info)
     assert t.reward_info["rollout_attempts"] == 2

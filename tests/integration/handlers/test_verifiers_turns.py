@@ -7,32 +7,22 @@ give on the same conversation, computed by verifiers itself; tokens are the back
 environment's messages between them masked out; an environment a reply breaks is a 0, one
 broken for everyone is infra_error."""
 
-import asyncio
 import copy
-import os
-import signal
 from pathlib import Path
 from typing import Any
 
 import pytest
 from tests.conftest import ServerFactory
-from tests.integration.handlers.harness import (
-    request_log,
-    rollout_service,
-    run_jobs,
-    scripted_backend,
-)
 from tests.integration.handlers.verifiers_reference import (
     PACKAGE,
     reference_rewards,
+    run_killing_workers,
     run_verifiers_jobs,
 )
 
 from agentroll.handlers.builtin.control import CONTROLS
 from agentroll.handlers.builtin.verifiers_env import verifiers_instances
-from agentroll.handlers.builtin.verifiers_env.workers import default_workers
 from agentroll.server.schema import Outcome, Trajectory
-from agentroll.server.serving import RunningServer
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(1200)]
 
@@ -149,24 +139,7 @@ async def test_a_worker_killed_under_an_honest_episode_plays_it_again_and_grades
     slow["task"]["step_s"] = 1.0
     job = {"job_id": "killed", "handler": "verifiers", "instance": slow}
 
-    async def kill_workers_once_sampled(backend: RunningServer) -> list[int]:
-        while not await request_log(backend):
-            await asyncio.sleep(0.05)
-        pids = default_workers().worker_pids  # this test's own server's workers
-        for pid in pids:
-            os.kill(pid, signal.SIGKILL)
-        return pids
-
-    async with (
-        scripted_backend(wrong_rate=0.0, policy="guess") as backend,
-        rollout_service(agentroll_server, tmp_path, backend) as client,
-    ):
-        killer = asyncio.create_task(kill_workers_once_sampled(backend))
-        results = await run_jobs(client, [job], timeout_s=600)
-        killed = await asyncio.wait_for(killer, 10)
-        log = await request_log(backend)
-
-    t = results["killed"]
+    t, killed, log = await run_killing_workers(agentroll_server, tmp_path, job, "guess")
     assert killed
     assert (t.outcome, t.reward) == (Outcome.ok, pytest.approx(1.125)), (t.error, t.reward_info)
     assert t.reward_info["rollout_attempts"] == 2

@@ -4,6 +4,8 @@ the trace built from verifiers' message types (user, assistant with its tool cal
 
 import asyncio
 import json
+import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +18,9 @@ from tests.integration.handlers.harness import (
 )
 
 from agentroll.handlers.builtin.verifiers_env import ensure_verifiers_venv
+from agentroll.handlers.builtin.verifiers_env.workers import default_workers
 from agentroll.server.schema import Trajectory
+from agentroll.server.serving import RunningServer
 
 PACKAGE = str(Path(__file__).resolve().parents[2] / "fixtures" / "verifiers_env_pkg")
 
@@ -108,3 +112,28 @@ async def run_verifiers_jobs(
     ):
         results = await run_jobs(client, jobs, timeout_s=600)
         return results, await request_log(backend)
+
+
+async def _kill_workers_once_sampled(backend: RunningServer) -> list[int]:
+    while not await request_log(backend):
+        await asyncio.sleep(0.05)
+    pids = default_workers().worker_pids  # this test's own server's workers
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    return pids
+
+
+async def run_killing_workers(
+    agentroll_server: ServerFactory, tmp_path: Path, job: dict[str, Any], policy: str
+) -> tuple[Trajectory, list[int], list[dict[str, Any]]]:
+    """`job` through a real server and the scripted backend's `policy`, its verifiers workers
+    SIGKILLed (as the OOM killer would) once the policy's first reply is sampled; its result,
+    the pids killed and the backend's request log."""
+    async with (
+        scripted_backend(wrong_rate=0.0, policy=policy) as backend,
+        rollout_service(agentroll_server, tmp_path, backend) as client,
+    ):
+        killer = asyncio.create_task(_kill_workers_once_sampled(backend))
+        results = await run_jobs(client, [job], timeout_s=600)
+        killed = await asyncio.wait_for(killer, 10)
+        return results[job["job_id"]], killed, await request_log(backend)
