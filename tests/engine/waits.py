@@ -1,9 +1,10 @@
 """Catching a rollout's generation call mid-sampling, whatever the node's scheduling.
 
 A pause test needs its pause to land while the engine samples a reply. Polling for that is
-a race the test can lose: on this node type a busy engine can leave every other process
-unscheduled for seconds (seen: 5 s in which the test's process got no CPU while the engine's
-long turn ran to its end), and a reply that ended meanwhile tested nothing. So the engine's
+a race the test can lose: on this node type every process can go unscheduled for seconds,
+most often once the engine has kept both cores busy for a while (seen: 5 s in which neither
+the test's process nor a 50 ms monitor loop ran, the engine's long turn ending meanwhile), and
+a reply that ended meanwhile tested nothing. So the engine's
 sampling processes are frozen (SIGSTOP) before the jobs are submitted, and only thawed for
 short slices the test measures: the calls reach the engine's API server (which keeps
 answering) and wait there, the reply gets as many tokens as the test wants, and the pause is
