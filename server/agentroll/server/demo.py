@@ -386,4 +386,5 @@ def run_demo(
                 raise
             return run.status
         finally:
-            faulthandler.cancel_dump_traceback_later()
+            if keep_serving:  # its watchdog, armed at Ctrl-C (no one else's)
+                faulthandler.cancel_dump_traceback_later()

@@ -76,6 +76,7 @@ class RunningServer:
             self.task.cancel()
             await asyncio.wait({self.task}, timeout=cancel_wait_s)
         if not self.task.done():
+            self.task.print_stack()  # where it is stuck, on stderr
             raise TimeoutError(
                 f"server at {self.url} still running {cancel_wait_s:g} s after its cancellation"
             )

@@ -117,7 +117,7 @@ async def play_episode(
         return await _episode(python, request, timeout_s, turns)
 
     try:
-        return await played_twice(ctx, play, RecordedTurns(answer))
+        return await played_twice(ctx, play, RecordedTurns(answer), timeout_s)
     except VerifiersWorkerFailure as failure:
         return _worker_failed(failure)
 

@@ -59,7 +59,7 @@ from agentroll.handlers.builtin.verifiers_env.episodes import (
     control_episode,
     play_episode,
 )
-from agentroll.handlers.builtin.verifiers_env.replays import attempts_shown
+from agentroll.handlers.builtin.verifiers_env.replays import replay_shown
 from agentroll.handlers.builtin.verifiers_env.sandbox_tools import (
     SandboxedTool,
     open_tool_sandbox,
@@ -255,7 +255,7 @@ class VerifiersHandler(ToolAgentHandler):
         messages = [scored_message(m) for m in ctx.llm.messages]
         first = ctx.state.get(PROMPT_KEY, len(messages))
         shown: dict[str, Any] = {"reply": self.final_reply(ctx, messages)[:MAX_SHOWN_CHARS]}
-        shown |= attempts_shown(ctx)
+        shown |= replay_shown(ctx)
         episode_failure = ctx.state.get(EPISODE_KEY)
         if episode_failure is not None:
             return await self.blame_episode(ctx, job, episode_failure, shown)

@@ -64,8 +64,8 @@ from agentroll.handlers.builtin.verifiers_env.handler import (
 )
 from agentroll.handlers.builtin.verifiers_env.replays import (
     RecordedTurns,
-    attempts_shown,
     played_twice,
+    replay_shown,
 )
 from agentroll.handlers.builtin.verifiers_env.venv import LEGACY, ensure_verifiers_venv
 from agentroll.handlers.builtin.verifiers_env.workers import (
@@ -229,7 +229,7 @@ class VerifiersLegacyHandler(AgentHandler):
             return await _ask(python, request, spec.score_timeout_s, turns)
 
         try:  # a timeout or a dead worker: the replies', or the node's doing?
-            result = await played_twice(ctx, play, rollout.turns)
+            result = await played_twice(ctx, play, rollout.turns, spec.score_timeout_s)
         except VerifiersWorkerFailure as failure:
             result = {"ok": False, "error": f"its code {failure.kind}: {failure}"}
         ctx.state[RESULT_KEY] = result
@@ -240,7 +240,7 @@ class VerifiersLegacyHandler(AgentHandler):
         job = self.task(ctx)
         replies = [m["content"] for m in ctx.llm.messages if m["role"] == "assistant"]
         shown: dict[str, Any] = {"reply": str(replies[-1] if replies else "")[:MAX_SHOWN_CHARS]}
-        shown |= attempts_shown(ctx)
+        shown |= replay_shown(ctx)
         result: dict[str, Any] = ctx.state[RESULT_KEY]
         if result.get("ok"):
             try:

@@ -188,6 +188,10 @@ class VerifiersWorkers:
             raise VerifiersWorkerFailure(
                 "unavailable", f"cannot start a verifiers worker: {exc}"
             ) from exc
+        except BaseException:  # cancelled mid-start: asyncio kills the child, its cgroup goes
+            if cgroup is not None:
+                _remove_later(cgroup, CGROUP_REMOVE_TRIES)
+            raise
         worker = _Worker(process)
         self._workers.add(worker)
         if cgroup is not None:
