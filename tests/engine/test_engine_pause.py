@@ -50,7 +50,9 @@ async def _paused_rollout(
             lambda: client.pause(mode, timeout_s=300),
         )
         if pause is None:  # the rollout ended before its reply was caught: it tested nothing
-            return (await client.wait_for([job_id], 600))[job_id], seen
+            t = (await client.wait_for([job_id], 600))[job_id]
+            assert t.outcome.value == "ok", t.error
+            return t, seen
         seen["in_flight"] = pause.in_flight
         # A retry's server reuses the test's store, and with it the version the last one set.
         seen["version"] = old = pause.policy_version

@@ -21,7 +21,7 @@ from pathlib import Path
 from tests.engine.fidelity import metric
 
 from agentroll.server.engine.vllm_server import VLLMServer
-from agentroll.server.schema import DEFAULT_POLICY, PauseResponse
+from agentroll.server.schema import DEFAULT_POLICY, JobState, PauseResponse
 from agentroll.trainer_clients import AsyncRolloutClient
 
 TOKENS = "vllm:generation_tokens_total"
@@ -78,8 +78,13 @@ def _frozen(engine: VLLMServer) -> Iterator[Callable[[], Awaitable[None]]]:
         _signal_all(sampling, signal.SIGCONT)
 
 
-async def _in_flight(client: AsyncRolloutClient) -> int:
-    return (await client.status()).policies[DEFAULT_POLICY].in_flight
+async def _in_flight(client: AsyncRolloutClient) -> int | None:
+    """The generation calls in flight; None once no job is live (one that failed before its
+    call reached the engine: its result says why)."""
+    status = await client.status()
+    if not any(n for s, n in status.jobs_by_state.items() if not JobState(s).terminal):
+        return None
+    return status.policies[DEFAULT_POLICY].in_flight
 
 
 async def pause_mid_reply(
@@ -93,17 +98,18 @@ async def pause_mid_reply(
 ) -> PauseResponse | None:
     """`submit()`, then `pause()` once `calls` generation calls are with the engine and their
     replies have some tokens; None if a reply ended before the pause was asked for (a try
-    that tested nothing: run it again)."""
+    that tested nothing: run it again) or the jobs ended first (their results say why)."""
     async with asyncio.timeout(timeout_s):
         with _frozen(engine) as one_slice:
             before = await metric(engine.url, TOKENS)
             await submit()
-            while await _in_flight(client) < calls:
+            while (in_flight := await _in_flight(client)) is not None and in_flight < calls:
                 await asyncio.sleep(0.02)
-            while await metric(engine.url, TOKENS) == before:
+            while in_flight is not None and await metric(engine.url, TOKENS) == before:
                 await one_slice()
-            if await _in_flight(client) < calls:
-                return None  # a reply ended within a slice
+            in_flight = await _in_flight(client)
+            if in_flight is None or in_flight < calls:
+                return None  # the jobs ended (see their results), or a reply within a slice
             asked = asyncio.ensure_future(pause())
             while not (await client.status()).policies[DEFAULT_POLICY].paused:
                 await asyncio.sleep(0.02)
