@@ -28,6 +28,7 @@ modules that raise them re-export their names, so older import paths such as
     ├── UnsupportedEnvironment(HandlerError, ValueError)  a verifiers taskset needing more
     ├── VerifiersWorkerFailure         a verifiers worker timed out, died or did not start
     ├── ReplayDiverged         a replayed verifiers rollout's environment asked another turn
+    │   └── ReplayOutOfTime  RUN's budget cannot hold a replayed rollout's next step
     ├── Unconfinable(HandlerError, RuntimeError)   bubblewrap is missing: no worker runs
     ├── ToolRefused            a harness's MCP tool call that cannot run (the policy's doing)
     └── UnreadableFile         a file in a sandbox the agent left unreadable (too large, a FIFO)
@@ -251,3 +252,9 @@ class ReplayDiverged(HandlerError):
     says nothing, and the first failure stands."""
 
     cause = "verifiers_replay_diverged"
+
+
+class ReplayOutOfTime(ReplayDiverged):
+    """RUN's budget cannot wait out a replayed rollout's next step: the first failure stands."""
+
+    cause = "verifiers_replay_out_of_time"

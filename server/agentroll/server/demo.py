@@ -22,6 +22,7 @@ docs/engine.md). Real tokens, real logprobs; the model samples noise, so rewards
 import asyncio
 import faulthandler
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -378,6 +379,10 @@ def run_demo(
     """Runs the demo; with `keep_serving`, its servers stay up after the summary (the viewer's
     address is printed) until Ctrl-C, and the demo's own status is still what it returns."""
     run = DemoRun(keep_serving)
+    if keep_serving and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # Started in the background (`&`, nohup), its Ctrl-C signal comes ignored: nothing
+        # would then end the servers it keeps up. asyncio.run takes SIGINT from here.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     with tempfile.TemporaryDirectory(prefix="agentroll-demo-") as workdir:
         try:
             return asyncio.run(_run(groups, group_size, latency_s, Path(workdir), engine, run))

@@ -118,22 +118,23 @@ def task_folder(root: Path, test_sh: str) -> HarborTask:
 
 async def grade(runtime: BwrapRuntime, sandbox: Sandbox, task: HarborTask, program: str) -> Reward:
     """The agent wrote `program`; EVAL as the handler runs it: stop the agent, verify, and
-    blame a disrupted run with the control."""
+    blame a failed or disrupted run with the control."""
     await sandbox.upload("/workspace/prog.sh", program.encode())
     await sandbox.exec(["sh", "-c", "sleep 300 &"], timeout=30)  # the agent's leftover
     await sandbox.stop_agent(timeout=30)  # the pipeline's stop before EVAL
-    reward = await verify(sandbox, task, time_limit=lambda: 60.0, reward_key="reward")
+
+    async def blamed(failure: VerifierFailed, kept: Reward | None = None) -> Reward:
+        control = lambda: runtime.start(SPEC, timeout=START_TIMEOUT_S)  # noqa: E731
+        return await blame(lambda: 300.0, task, failure, control, reward_key="reward", kept=kept)
+
+    try:
+        reward = await verify(sandbox, task, time_limit=lambda: 60.0, reward_key="reward")
+    except VerifierFailed as failure:  # a racer frozen between opening the reward and writing
+        return await blamed(failure)
     disrupted = reward.info["verifier"]["disrupted"]
     if disrupted is None:
         return reward
-    return await blame(
-        lambda: 300.0,
-        task,
-        VerifierFailed(f"the verifier was disrupted: {disrupted}"),
-        lambda: runtime.start(SPEC, timeout=START_TIMEOUT_S),
-        reward_key="reward",
-        kept=reward,
-    )
+    return await blamed(VerifierFailed(f"the verifier was disrupted: {disrupted}"), reward)
 
 
 async def test_a_process_that_rewrites_the_reward_and_exits_before_the_freeze_earns_0(

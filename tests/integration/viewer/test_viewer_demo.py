@@ -1,6 +1,7 @@
 """`agentroll demo` ends by printing the viewer's address; `--keep-serving` keeps its servers
-up for it until Ctrl-C, and the demo's own status is still its exit code. Run without
-bubblewrap on PATH: the sandbox-free families, fast."""
+up for it until Ctrl-C (even when started in the background, where SIGINT comes ignored), and
+the demo's own status is still its exit code. Run without bubblewrap on PATH: the sandbox-free
+families, fast."""
 
 import signal
 import subprocess
@@ -16,7 +17,9 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 def _demo(*flags: str, stderr: IO[str] | None = None) -> subprocess.Popen[str]:
-    command = [sys.executable, "-m", "agentroll.server.cli", "demo", "--groups", "2"]
+    # Started as a shell starts a background job (`demo &`): with SIGINT ignored.
+    command = ["/bin/sh", "-c", 'trap \'\' INT; exec "$0" "$@"', sys.executable]
+    command += ["-m", "agentroll.server.cli", "demo", "--groups", "2"]
     command += ["--group-size", "2", "--latency", "0", *flags]
     no_bwrap = {"PATH": str(Path(sys.executable).parent)}
     return subprocess.Popen(

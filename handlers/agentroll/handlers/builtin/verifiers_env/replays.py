@@ -16,17 +16,18 @@ from typing import Any, TypeVar
 from agentroll.handlers.budget import run_budget
 from agentroll.handlers.builtin.verifiers_env.workers import Turns
 from agentroll.handlers.context import RolloutContext
-from agentroll.handlers.errors import InfraError, ReplayDiverged, VerifiersWorkerFailure
+from agentroll.handlers.errors import (
+    InfraError,
+    ReplayDiverged,
+    ReplayOutOfTime,
+    VerifiersWorkerFailure,
+)
 
 T = TypeVar("T")
 REPLAY_KEY = "verifiers_replay"
 """What the rollout's `reward_info` shows of its second play (`replay_shown`)."""
 NO_WORKER = {"verifiers_workers_busy", "verifiers_worker_unavailable"}
 """A replay refused a worker says nothing of the replies: the first failure stands."""
-
-
-class ReplayOutOfTime(ReplayDiverged):
-    """RUN's budget cannot wait out the environment's next step of the replay."""
 
 
 class RecordedTurns:
