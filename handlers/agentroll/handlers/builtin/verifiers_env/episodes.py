@@ -27,9 +27,12 @@ control completes, the policy's replies broke it: ok, reward 0, `reason:
 from pathlib import Path
 from typing import Any, cast
 
-from agentroll.handlers.budget import run_budget
 from agentroll.handlers.builtin.control import ControlResult
-from agentroll.handlers.builtin.verifiers_env.replays import RecordedTurns, played_twice
+from agentroll.handlers.builtin.verifiers_env.replays import (
+    RecordedTurns,
+    played_twice,
+    two_steps_fit,
+)
 from agentroll.handlers.builtin.verifiers_env.workers import Turns, asked, load_failure
 from agentroll.handlers.context import RolloutContext
 from agentroll.handlers.errors import InfraError, VerifiersWorkerFailure
@@ -43,7 +46,7 @@ def out_of_time(ctx: RolloutContext, score_timeout_s: float) -> bool:
     `wall_time` if so: after it the environment's code may run up to `score_timeout_s` to its
     next turn, and as long again to finish once that turn is refused, all within RUN's budget
     (a rollout RUN's stage timeout stops is `timed_out`: dropped, never graded)."""
-    if run_budget(ctx) >= 2 * score_timeout_s:
+    if two_steps_fit(ctx, score_timeout_s):
         return False
     ctx.set_finish_reason("wall_time")
     return True

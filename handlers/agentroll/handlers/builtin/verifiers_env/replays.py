@@ -30,6 +30,12 @@ NO_WORKER = {"verifiers_workers_busy", "verifiers_worker_unavailable"}
 """A replay refused a worker says nothing of the replies: the first failure stands."""
 
 
+def two_steps_fit(ctx: RolloutContext, step_s: float) -> bool:
+    """Whether RUN's budget can still wait out two of the environment's steps of `step_s`:
+    one to the next turn, one to finish once that turn is refused."""
+    return run_budget(ctx) >= 2 * step_s
+
+
 class RecordedTurns:
     """Answers the environment's turns with `answer`, keeping each turn and its answer."""
 
@@ -65,7 +71,7 @@ class Replay:
         return self._answered >= len(self._given)
 
     def check_budget(self) -> None:
-        if run_budget(self._ctx) < 2 * self._step_s:
+        if not two_steps_fit(self._ctx, self._step_s):
             raise ReplayOutOfTime("RUN's budget cannot hold the replay's next step")
 
     async def __call__(self, turn: list[dict[str, Any]]) -> dict[str, Any]:
